@@ -1,0 +1,145 @@
+//! Write Kubernetes controllers for the [Capstan] host as WebAssembly
+//! components.
+//!
+//! A controller is a type implementing [`Controller`]: it declares what it
+//! needs in a [`Manifest`] and turns one object of its primary kind into an
+//! [`Outcome`]: the children it wants, the status to write, events to record,
+//! and when to look again. The host owns everything else: connections,
+//! watches, caches, queues, retries, finalizers, server-side apply of the
+//! children, owner references and pruning.
+//!
+//! ```no_run
+//! use capstan_guest::prelude::*;
+//! use capstan_guest::k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! #[derive(Default)]
+//! struct Mirror;
+//!
+//! impl Controller for Mirror {
+//!     // Any kube `Resource`: a k8s-openapi type or a `#[derive(CustomResource)]`.
+//!     type Resource = ConfigMap;
+//!
+//!     fn manifest(&self) -> Manifest {
+//!         Manifest::new("mirror").primary::<ConfigMap>().owns::<ConfigMap>()
+//!     }
+//!
+//!     fn reconcile(&self, ctx: &Context, source: ConfigMap) -> Result<Outcome> {
+//!         ctx.log().info("mirroring", &[("name", source.name_any().as_str())]);
+//!         let mut copy = ConfigMap::default();
+//!         copy.metadata.name = Some(format!("{}-copy", source.name_any()));
+//!         copy.data = source.data.clone();
+//!         Ok(Outcome::new().child(&copy))
+//!     }
+//! }
+//!
+//! capstan_guest::export!(Mirror);
+//! ```
+//!
+//! Build with `cargo build --target wasm32-wasip2 --release`; the `.wasm` in
+//! `target/wasm32-wasip2/release/` is the component the host loads.
+//!
+//! # The reconcile contract
+//!
+//! The host calls [`Controller::add`], [`Controller::modify`],
+//! [`Controller::delete`] or, for a resync, [`Controller::reconcile`]
+//! (the first three forward to `reconcile` unless overridden). Which one is
+//! derived from state, not from watch events: an object the controller has
+//! not handled since the host started is `add`, one whose generation or
+//! resourceVersion changed is `modify`, one with a deletion timestamp is
+//! `delete`. Reconciles must be idempotent; the host may call them again at
+//! any time.
+//!
+//! Returning `Err(Error::transient(..))` retries with exponential backoff;
+//! `Err(Error::terminal(..))` records a Warning event and waits for the next
+//! change. Errors from the Kubernetes API convert into transient errors with
+//! `?`.
+//!
+//! [Capstan]: https://github.com/capstan-dev/capstan
+
+mod api;
+mod context;
+mod error;
+mod export;
+#[doc(hidden)]
+pub use export::__private;
+mod log;
+mod manifest;
+mod outcome;
+
+#[doc(hidden)]
+pub mod wit {
+    //! Generated bindings of the `capstan:operator` WIT package. Not a
+    //! stable interface: use the typed wrappers of this crate.
+    #![allow(missing_docs, reason = "generated code")]
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "operator",
+        pub_export_macro: true,
+        export_macro_name: "export_operator",
+        default_bindings_module: "capstan_guest::wit",
+    });
+}
+
+pub use api::{Api, ListParams, PatchType, Propagation};
+pub use context::{Context, EventKind};
+pub use error::{ApiError, ApiStatus, Error, Result};
+pub use log::{Level, Log};
+pub use manifest::{Manifest, Mapping, Permission, Scope, Verb, Watch};
+pub use outcome::{Event, Outcome};
+
+pub use k8s_openapi;
+pub use kube;
+pub use serde;
+pub use serde_json;
+
+/// A controller: declares what it needs, and reconciles objects of its
+/// primary kind.
+///
+/// Implement at least [`manifest`](Controller::manifest) and
+/// [`reconcile`](Controller::reconcile); export the type with
+/// [`export!`](crate::export). A fresh value is made with `Default` for
+/// every call, so keep no state in it: what must survive a call belongs in
+/// the cluster (status, annotations, children).
+pub trait Controller: Default + 'static {
+    /// The primary kind: a k8s-openapi type or a kube
+    /// `#[derive(CustomResource)]` type.
+    type Resource: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + serde::Serialize;
+
+    /// What this controller declares: primary kind, CRDs, owned and watched
+    /// kinds, finalizer, permissions, resync period, concurrency. Called
+    /// once when the component is loaded; must not call the API.
+    fn manifest(&self) -> Manifest;
+
+    /// Called for an object this controller has not handled before.
+    /// Defaults to [`reconcile`](Controller::reconcile).
+    fn add(&self, ctx: &Context, object: Self::Resource) -> Result<Outcome> {
+        self.reconcile(ctx, object)
+    }
+
+    /// Called for an object that changed since it was last handled.
+    /// Defaults to [`reconcile`](Controller::reconcile).
+    fn modify(&self, ctx: &Context, object: Self::Resource) -> Result<Outcome> {
+        self.reconcile(ctx, object)
+    }
+
+    /// Called for an object that is being deleted. With a finalizer
+    /// declared, the host keeps the object until this succeeds; without one,
+    /// delivery is best-effort. Children need no cleanup: they are owned and
+    /// garbage collected. Defaults to [`reconcile`](Controller::reconcile).
+    fn delete(&self, ctx: &Context, object: Self::Resource) -> Result<Outcome> {
+        self.reconcile(ctx, object)
+    }
+
+    /// Brings the world in line with `object`. Called directly on resync,
+    /// and by the default `add`, `modify` and `delete`.
+    fn reconcile(&self, ctx: &Context, object: Self::Resource) -> Result<Outcome>;
+}
+
+/// Everything a controller usually needs, in one import.
+pub mod prelude {
+    pub use crate::{
+        Api, Context, Controller, Error, Event, EventKind, ListParams, Manifest, Mapping, Outcome,
+        PatchType, Permission, Result, Scope, Verb, Watch,
+    };
+    pub use kube::{Resource, ResourceExt};
+}

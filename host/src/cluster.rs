@@ -1,0 +1,181 @@
+//! The cluster backend: where objects live. One trait, two implementations:
+//! the real API server through kube-rs (`cluster::kube`), and the in-memory
+//! mock cluster for authors' unit tests (`cluster::mock`).
+//!
+//! Objects are `serde_json::Value`s with `apiVersion` and `kind` set: the host
+//! handles arbitrary kinds, including ones only a guest knows the schema of.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::object::{Gvk, ObjectRef};
+
+pub mod mock;
+
+/// What the API server said about a failed request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// HTTP status code.
+    pub code: u16,
+    /// Machine-readable reason, e.g. `NotFound`.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl Status {
+    /// Builds a status.
+    pub fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
+        Self { code, reason: reason.to_owned(), message: message.into() }
+    }
+}
+
+/// A failed cluster request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// 404: the object or kind does not exist.
+    #[error("not found: {}", .0.message)]
+    NotFound(Status),
+    /// 409 AlreadyExists.
+    #[error("already exists: {}", .0.message)]
+    AlreadyExists(Status),
+    /// 409 Conflict: stale resourceVersion or apply conflict.
+    #[error("conflict: {}", .0.message)]
+    Conflict(Status),
+    /// 422: the object failed validation.
+    #[error("invalid: {}", .0.message)]
+    Invalid(Status),
+    /// 403 from the API server.
+    #[error("forbidden: {}", .0.message)]
+    Forbidden(Status),
+    /// The request was malformed before it was sent.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The API server could not be reached.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// Any other API error.
+    #[error("api error {}: {}", .0.code, .0.message)]
+    Other(Status),
+}
+
+impl Error {
+    /// Classifies an API `Status` by code and reason.
+    pub fn from_status(status: Status) -> Self {
+        match (status.code, status.reason.as_str()) {
+            (404, _) => Self::NotFound(status),
+            (409, "AlreadyExists") => Self::AlreadyExists(status),
+            (409, _) => Self::Conflict(status),
+            (422, _) => Self::Invalid(status),
+            (403, _) => Self::Forbidden(status),
+            (400, _) => Self::BadRequest(status.message),
+            _ => Self::Other(status),
+        }
+    }
+
+    /// True for 404.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound(_))
+    }
+}
+
+/// Result of a cluster request.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Selectors for `list`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListParams {
+    /// Label selector, e.g. `app=web,tier!=db`.
+    pub label_selector: Option<String>,
+    /// Field selector, e.g. `metadata.name=x`.
+    pub field_selector: Option<String>,
+}
+
+/// A patch, with its format.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Patch {
+    /// RFC 7386 JSON merge patch.
+    Merge(Value),
+    /// RFC 6902 JSON patch: an array of operations.
+    Json(Value),
+    /// Kubernetes strategic merge patch.
+    Strategic(Value),
+    /// Server-side apply of a (partial) object.
+    Apply {
+        /// The applied configuration.
+        object: Value,
+        /// Field manager that owns what this apply sets.
+        field_manager: String,
+        /// Take ownership of fields other managers own instead of failing.
+        force: bool,
+    },
+}
+
+/// How dependents are treated on delete.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    /// The API server's default for the kind.
+    #[default]
+    Default,
+    /// Delete dependents in the background.
+    Background,
+    /// Delete dependents first.
+    Foreground,
+    /// Leave dependents in place.
+    Orphan,
+}
+
+/// Which part of an object a write goes to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Subresource {
+    /// The object itself (status changes are ignored for kinds with a
+    /// status subresource).
+    #[default]
+    Main,
+    /// The `status` subresource (only status changes are kept).
+    Status,
+}
+
+/// A Kubernetes Event to record, regarding one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    /// The object the event is about.
+    pub regarding: ObjectRef,
+    /// The uid of that object, if known.
+    pub regarding_uid: Option<String>,
+    /// `true` for a Warning, `false` for Normal.
+    pub warning: bool,
+    /// Short UpperCamelCase reason.
+    pub reason: String,
+    /// What was done.
+    pub action: String,
+    /// Human-readable detail.
+    pub note: Option<String>,
+    /// The controller that reports it (`reportingController`).
+    pub reporting_controller: String,
+}
+
+/// A place that stores Kubernetes objects and answers API calls.
+///
+/// Implementations behave like the API server where it matters to
+/// controllers: uid and resourceVersion assigned on write, typed errors for
+/// 404 / 409 / 422, the status subresource kept apart.
+#[async_trait]
+pub trait Cluster: Send + Sync + 'static {
+    /// Reads one object.
+    async fn get(&self, object: &ObjectRef) -> Result<Value>;
+    /// Lists objects of a kind in one namespace, or in all with `None`.
+    async fn list(&self, kind: &Gvk, namespace: Option<&str>, params: &ListParams) -> Result<Vec<Value>>;
+    /// Creates an object; returns it as stored.
+    async fn create(&self, object: Value) -> Result<Value>;
+    /// Replaces an object or its status; `metadata.resourceVersion`, when
+    /// set, is a precondition.
+    async fn replace(&self, object: Value, subresource: Subresource) -> Result<Value>;
+    /// Patches an object or its status.
+    async fn patch(&self, object: &ObjectRef, patch: Patch, subresource: Subresource) -> Result<Value>;
+    /// Deletes an object. With finalizers present, the object only gets a
+    /// deletion timestamp.
+    async fn delete(&self, object: &ObjectRef, propagation: Propagation) -> Result<()>;
+    /// Records an Event.
+    async fn record_event(&self, event: EventRecord) -> Result<()>;
+}

@@ -1,0 +1,280 @@
+//! Loading a controller component: checks that the file is a component of
+//! the `operator` world at a supported contract version, compiles it (or
+//! loads the precompiled artefact from the compile cache), resolves its
+//! imports once into a pre-instance, and reads and validates its manifest.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+
+use crate::bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT, OperatorPre};
+use crate::imports::HostState;
+use crate::manifest::{self, Manifest};
+use crate::runtime::{self, Runtime};
+
+/// Why a component was rejected. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not WebAssembly.
+    #[error("{path}: not a WebAssembly file (no \\0asm header)")]
+    NotWasm {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is a core module, not a component.
+    #[error("{path}: a core WebAssembly module, not a component (build for wasm32-wasip2, or wrap it with `wasm-tools component new`)")]
+    CoreModule {
+        /// The file.
+        path: PathBuf,
+    },
+    /// wasmtime could not compile it.
+    #[error("{path}: cannot compile: {reason}")]
+    Compile {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's reason.
+        reason: String,
+    },
+    /// It does not export the controller interface.
+    #[error("{path}: not a capstan controller: it exports {exports:?}, not {CONTROLLER_EXPORT}")]
+    WrongWorld {
+        /// The file.
+        path: PathBuf,
+        /// What it exports instead.
+        exports: Vec<String>,
+    },
+    /// It exports the controller interface of another contract version.
+    #[error("{path}: built against contract {found}, this host supports {CONTRACT_VERSION}")]
+    UnsupportedContract {
+        /// The file.
+        path: PathBuf,
+        /// The version it was built against.
+        found: String,
+    },
+    /// Its imports cannot be satisfied by this host.
+    #[error("{path}: imports something this host does not provide: {reason}")]
+    Imports {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's reason.
+        reason: String,
+    },
+    /// Calling `manifest()` failed.
+    #[error("{path}: manifest() failed: {source}")]
+    ManifestCall {
+        /// The file.
+        path: PathBuf,
+        /// How the call failed.
+        #[source]
+        source: runtime::Error,
+    },
+    /// The manifest is invalid.
+    #[error("{path}: invalid manifest: {source}")]
+    Manifest {
+        /// The file.
+        path: PathBuf,
+        /// What is invalid.
+        #[source]
+        source: manifest::Error,
+    },
+}
+
+/// Where a compiled component came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompileSource {
+    /// Compiled now.
+    Compiled,
+    /// Loaded from the compile cache.
+    Cache,
+}
+
+/// A loaded, validated controller component: compiled, pre-instantiated,
+/// manifest read.
+#[derive(Clone)]
+pub struct Loaded {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// SHA-256 of the file, hex.
+    pub digest: String,
+    /// The contract version it was built against.
+    pub contract: String,
+    /// The validated manifest.
+    pub manifest: Arc<Manifest>,
+    /// The pre-instance: imports resolved, instantiation per call is cheap.
+    pub pre: OperatorPre<HostState>,
+    /// Whether compilation was a cache hit.
+    pub source: CompileSource,
+    /// Time spent compiling or loading from cache.
+    pub compile_time: Duration,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("path", &self.path)
+            .field("digest", &self.digest)
+            .field("manifest", &self.manifest.name)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loads components, with an optional on-disk compile cache keyed by
+/// component digest and engine fingerprint.
+#[derive(Clone, Debug)]
+pub struct Loader {
+    runtime: Runtime,
+    cache_dir: Option<PathBuf>,
+}
+
+/// Component layer of the binary format (`\0asm`, version 0x0d, layer 1).
+const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+
+impl Loader {
+    /// A loader; `cache_dir` enables the compile cache.
+    pub fn new(runtime: Runtime, cache_dir: Option<PathBuf>) -> Self {
+        Self { runtime, cache_dir }
+    }
+
+    /// The runtime components are loaded for.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Reads, checks, compiles (or loads from cache), pre-instantiates and
+    /// reads the manifest of the component at `path`.
+    ///
+    /// # Errors
+    ///
+    /// Every [`Error`] variant: each names the file and the reason.
+    pub async fn load(&self, path: &Path) -> Result<Loaded, Error> {
+        let bytes = tokio::fs::read(path).await.map_err(|source| Error::Read { path: path.to_owned(), source })?;
+        self.load_bytes(path, bytes).await
+    }
+
+    /// Like [`load`](Self::load), for bytes already read; `path` names
+    /// them in errors.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load).
+    pub async fn load_bytes(&self, path: &Path, bytes: Vec<u8>) -> Result<Loaded, Error> {
+        let path = path.to_owned();
+        if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+            return Err(Error::NotWasm { path });
+        }
+        if bytes[..8] != COMPONENT_HEADER {
+            return Err(Error::CoreModule { path });
+        }
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let start = Instant::now();
+        let (component, source) = self.compile(&path, &digest, bytes).await?;
+        let compile_time = start.elapsed();
+        let contract = check_world(&path, &component, self.runtime.engine().wasmtime())?;
+        let instance_pre = self
+            .runtime
+            .linker()
+            .instantiate_pre(&component)
+            .map_err(|e| Error::Imports { path: path.clone(), reason: format!("{e:#}") })?;
+        let pre = OperatorPre::new(instance_pre)
+            .map_err(|e| Error::WrongWorld { path: path.clone(), exports: vec![format!("{e:#}")] })?;
+        let invocation = self.runtime.manifest(&pre).await;
+        let raw = invocation.result.map_err(|source| Error::ManifestCall { path: path.clone(), source })?;
+        let manifest = Manifest::try_from(raw).map_err(|source| Error::Manifest { path: path.clone(), source })?;
+        Ok(Loaded { path, digest, contract, manifest: Arc::new(manifest), pre, source, compile_time })
+    }
+
+    fn cache_path(&self, digest: &str) -> Option<PathBuf> {
+        let dir = self.cache_dir.as_ref()?;
+        Some(dir.join(format!("{digest}-{}.cwasm", self.runtime.engine().fingerprint())))
+    }
+
+    async fn compile(&self, path: &Path, digest: &str, bytes: Vec<u8>) -> Result<(Component, CompileSource), Error> {
+        let engine = self.runtime.engine().wasmtime().clone();
+        let cached = self.cache_path(digest);
+        if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
+            match deserialize_cached(&engine, file) {
+                Ok(component) => return Ok((component, CompileSource::Cache)),
+                Err(e) => tracing::warn!(file = %file.display(), error = %e, "ignoring unusable compile cache entry"),
+            }
+        }
+        let compile_err = |reason: String| Error::Compile { path: path.to_owned(), reason };
+        let (component, artefact) = tokio::task::spawn_blocking(move || {
+            let artefact = engine.precompile_component(&bytes)?;
+            let component = deserialize_fresh(&engine, &artefact)?;
+            Ok::<_, wasmtime::Error>((component, artefact))
+        })
+        .await
+        .map_err(|e| compile_err(format!("compiler task failed: {e}")))?
+        .map_err(|e| compile_err(format!("{e:#}")))?;
+        if let Some(file) = cached {
+            if let Err(e) = write_atomically(&file, &artefact) {
+                tracing::warn!(file = %file.display(), error = %e, "cannot write compile cache entry");
+            }
+        }
+        Ok((component, CompileSource::Compiled))
+    }
+}
+
+/// Loads an artefact this host wrote into its cache.
+#[allow(unsafe_code, reason = "wasmtime requires unsafe to load precompiled code")]
+fn deserialize_cached(engine: &wasmtime::Engine, file: &Path) -> wasmtime::Result<Component> {
+    // SAFETY: the file was produced by `Engine::precompile_component` of an
+    // engine with the same compatibility fingerprint (it is in the file
+    // name; wasmtime checks it again), written to a temporary file and
+    // renamed into place, and never modified afterwards.
+    unsafe { Component::deserialize_file(engine, file) }
+}
+
+/// Loads an artefact just produced by `precompile_component`.
+#[allow(unsafe_code, reason = "wasmtime requires unsafe to load precompiled code")]
+fn deserialize_fresh(engine: &wasmtime::Engine, artefact: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: these bytes come straight from `precompile_component` on the
+    // same engine.
+    unsafe { Component::deserialize(engine, artefact) }
+}
+
+fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// Finds the controller export and its contract version.
+fn check_world(path: &Path, component: &Component, engine: &wasmtime::Engine) -> Result<String, Error> {
+    let exports: Vec<String> = component.component_type().exports(engine).map(|(name, _)| name.to_owned()).collect();
+    let (base, _) = CONTROLLER_EXPORT.split_once('@').expect("the export name carries a version");
+    match exports.iter().find_map(|e| e.strip_prefix(base).and_then(|rest| rest.strip_prefix('@'))) {
+        Some(v) if v == CONTRACT_VERSION => Ok(v.to_owned()),
+        Some(v) => Err(Error::UnsupportedContract { path: path.to_owned(), found: v.to_owned() }),
+        None => Err(Error::WrongWorld { path: path.to_owned(), exports }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_name_the_file_and_reason() {
+        let e = Error::CoreModule { path: "a.wasm".into() };
+        assert!(e.to_string().starts_with("a.wasm: a core WebAssembly module, not a component"));
+        let e = Error::UnsupportedContract { path: "b.wasm".into(), found: "0.2.0".into() };
+        assert_eq!(e.to_string(), "b.wasm: built against contract 0.2.0, this host supports 0.1.0");
+    }
+}

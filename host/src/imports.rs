@@ -1,0 +1,183 @@
+//! Host imports: the state of one guest invocation ([`HostState`]) and the
+//! implementations of the `kube`, `events` and `log` interfaces.
+//!
+//! Every `kube` call is checked against the controller's [`Grants`]; a
+//! denial is a WIT error the guest sees, never a trap, and nothing is sent.
+//! Every call and log line is also kept in the invocation's [`Journal`], so
+//! the mock host and `capstan test` can show what a guest did.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::bindings::capstan::operator::types as wit_types;
+use crate::cluster::Cluster;
+use crate::grants::Grants;
+use crate::limits::{Limiter, Limits};
+use crate::object::ObjectRef;
+
+mod events;
+mod kube;
+mod log;
+
+pub use log::{Level, LogLine};
+
+/// Most bytes of stdout (and of stderr) kept per invocation.
+pub const STDIO_CAPACITY: usize = 64 << 10;
+/// Most log lines kept per invocation; more are counted and dropped.
+pub const MAX_LOG_LINES: usize = 256;
+/// Longest log message or field value kept, in bytes.
+pub const MAX_LOG_LINE: usize = 4 << 10;
+
+/// Who is calling: the controller and the object being reconciled.
+#[derive(Clone)]
+pub struct Caller {
+    /// Controller name.
+    pub controller: Arc<str>,
+    /// Field manager for server-side apply.
+    pub field_manager: Arc<str>,
+    /// What the controller may do.
+    pub grants: Arc<Grants>,
+    /// Where calls go.
+    pub cluster: Arc<dyn Cluster>,
+    /// The object being reconciled and its uid, if in a reconcile.
+    pub reconciling: Option<(ObjectRef, Option<String>)>,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("controller", &self.controller)
+            .field("reconciling", &self.reconciling)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Caller {
+    /// Namespace of the object being reconciled.
+    pub fn own_namespace(&self) -> Option<&str> {
+        self.reconciling.as_ref().and_then(|(r, _)| r.namespace.as_deref())
+    }
+}
+
+/// One host call a guest made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportCall {
+    /// The function, e.g. `kube.get`, `events.record`.
+    pub function: &'static str,
+    /// What it addressed, e.g. `v1/ConfigMap app/web`.
+    pub target: String,
+    /// How it ended: `ok`, `denied`, or the error.
+    pub result: CallResult,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// How an import call ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallResult {
+    /// It succeeded.
+    Ok,
+    /// The grants refused it; nothing was sent.
+    Denied(String),
+    /// The cluster answered with an error.
+    Failed(String),
+}
+
+/// What a guest did during one invocation.
+#[derive(Clone, Debug, Default)]
+pub struct Journal {
+    /// Host calls, in order.
+    pub calls: Vec<ImportCall>,
+    /// Log lines (at most [`MAX_LOG_LINES`]).
+    pub logs: Vec<LogLine>,
+    /// Log lines dropped over the cap.
+    pub dropped_logs: usize,
+    /// Captured stdout.
+    pub stdout: String,
+    /// Captured stderr.
+    pub stderr: String,
+}
+
+/// The state of one store: WASI with nothing granted, limits, the caller,
+/// and the journal.
+pub struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+    /// The memory limiter of this store.
+    pub limiter: Limiter,
+    /// Who is calling, if imports are allowed (not during `manifest()`).
+    pub caller: Option<Caller>,
+    /// What the guest did.
+    pub journal: Journal,
+}
+
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState").field("caller", &self.caller).finish_non_exhaustive()
+    }
+}
+
+impl HostState {
+    /// Fresh state for one invocation. WASI gets clocks, random and
+    /// captured stdio only: no preopened directories, environment,
+    /// arguments, network or name lookup.
+    pub fn new(limits: &Limits, caller: Option<Caller>) -> Self {
+        let stdout = MemoryOutputPipe::new(STDIO_CAPACITY);
+        let stderr = MemoryOutputPipe::new(STDIO_CAPACITY);
+        let wasi = wasmtime_wasi::WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            stdout,
+            stderr,
+            limiter: Limiter::new(limits),
+            caller,
+            journal: Journal::default(),
+        }
+    }
+
+    /// Ends the invocation: moves captured stdio into the journal and
+    /// returns it.
+    pub fn into_journal(mut self) -> Journal {
+        self.journal.stdout = String::from_utf8_lossy(&self.stdout.contents()).into_owned();
+        self.journal.stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
+        self.journal
+    }
+
+    fn journal_call(&mut self, function: &'static str, target: String, result: CallResult, duration: Duration) {
+        self.journal.calls.push(ImportCall { function, target, result, duration });
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl wit_types::Host for HostState {}
+
+/// Adds the `capstan:operator` imports and WASI p2 to a linker.
+///
+/// # Errors
+///
+/// When an import is defined twice (a bug).
+pub fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> wasmtime::Result<()> {
+    // Guests of some languages import all of WASI p2 even if they use little
+    // of it; everything is linked, nothing is granted.
+    wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    crate::bindings::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(linker, |s| s)?;
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! The `events` import: Kubernetes Events recorded as the controller.
+
+use std::time::Instant;
+
+use crate::bindings::capstan::operator::events as wit;
+use crate::bindings::capstan::operator::kube as wit_kube;
+use crate::bindings::capstan::operator::types as wit_types;
+use crate::cluster::EventRecord;
+use crate::object::ObjectRef;
+
+use super::{CallResult, Caller, HostState};
+
+/// Turns a guest event into a record about `regarding` (or the reconciled
+/// object), reported by the calling controller.
+pub(crate) fn event_record(caller: &Caller, event: wit_types::Event) -> Option<EventRecord> {
+    let (regarding, regarding_uid) = match event.regarding {
+        Some(r) => (ObjectRef::from(r), None),
+        None => caller.reconciling.clone()?,
+    };
+    Some(EventRecord {
+        regarding,
+        regarding_uid,
+        warning: matches!(event.event_type, wit_types::EventType::Warning),
+        reason: event.reason,
+        action: event.action,
+        note: event.note,
+        reporting_controller: caller.controller.to_string(),
+    })
+}
+
+impl wit::Host for HostState {
+    async fn record(&mut self, event: wit_types::Event) -> Result<(), wit_kube::Error> {
+        let start = Instant::now();
+        let Some(caller) = self.caller.clone() else {
+            let msg = "events cannot be recorded while the manifest is read".to_owned();
+            self.journal_call("events.record", String::new(), CallResult::Denied(msg.clone()), start.elapsed());
+            return Err(wit_kube::Error::Denied(msg));
+        };
+        let Some(record) = event_record(&caller, event) else {
+            let msg = "an event needs `regarding` outside a reconcile".to_owned();
+            return Err(wit_kube::Error::BadRequest(msg));
+        };
+        let target = format!("{} {}", record.reason, record.regarding);
+        let result = caller.cluster.record_event(record).await;
+        let outcome = match &result {
+            Ok(()) => CallResult::Ok,
+            Err(e) => CallResult::Failed(e.to_string()),
+        };
+        self.journal_call("events.record", target, outcome, start.elapsed());
+        result.map_err(Into::into)
+    }
+}

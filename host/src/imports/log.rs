@@ -1,0 +1,71 @@
+//! The `log` import: guest log lines become tracing events under the
+//! current reconcile span, capped in count and size.
+
+use crate::bindings::capstan::operator::log as wit;
+
+use super::{HostState, MAX_LOG_LINE, MAX_LOG_LINES};
+
+/// Severity of a guest log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Very verbose.
+    Trace,
+    /// Diagnostics.
+    Debug,
+    /// Normal operation.
+    Info,
+    /// Handled surprise.
+    Warn,
+    /// Failure.
+    Error,
+}
+
+/// One guest log line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// Severity.
+    pub level: Level,
+    /// Message (capped at [`MAX_LOG_LINE`] bytes).
+    pub message: String,
+    /// Key-value fields.
+    pub fields: Vec<(String, String)>,
+}
+
+fn cap(mut s: String) -> String {
+    if s.len() > MAX_LOG_LINE {
+        let mut end = MAX_LOG_LINE;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+impl wit::Host for HostState {
+    async fn log(&mut self, level: wit::Level, message: String, fields: Vec<wit::Field>) {
+        if self.journal.logs.len() >= MAX_LOG_LINES {
+            self.journal.dropped_logs += 1;
+            return;
+        }
+        let level = match level {
+            wit::Level::Trace => Level::Trace,
+            wit::Level::Debug => Level::Debug,
+            wit::Level::Info => Level::Info,
+            wit::Level::Warn => Level::Warn,
+            wit::Level::Error => Level::Error,
+        };
+        let message = cap(message);
+        let fields: Vec<(String, String)> = fields.into_iter().map(|f| (cap(f.key), cap(f.value))).collect();
+        let rendered = fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+        match level {
+            Level::Trace => tracing::trace!(target: "guest", fields = %rendered, "{message}"),
+            Level::Debug => tracing::debug!(target: "guest", fields = %rendered, "{message}"),
+            Level::Info => tracing::info!(target: "guest", fields = %rendered, "{message}"),
+            Level::Warn => tracing::warn!(target: "guest", fields = %rendered, "{message}"),
+            Level::Error => tracing::error!(target: "guest", fields = %rendered, "{message}"),
+        }
+        self.journal.logs.push(LogLine { level, message, fields });
+    }
+}

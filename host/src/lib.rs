@@ -1,0 +1,28 @@
+//! The Capstan host: runs Kubernetes controllers written as WebAssembly
+//! components.
+//!
+//! The host owns every conversation with the cluster; controller logic is
+//! a component exporting the `capstan:operator/controller` interface (see
+//! `wit/`). The pieces, in dependency order:
+//!
+//! - [`engine`]: the one wasmtime configuration and the epoch ticker;
+//! - [`component`]: loading, validating and caching components;
+//! - [`manifest`]: what a controller declares;
+//! - [`runtime`]: a fresh sandboxed instance per call, with limits;
+//! - [`imports`]: the host functions guests call, checked by [`grants`];
+//! - [`cluster`]: where objects live (the real API server or the mock);
+//! - [`reconciler`]: one reconcile, from object to applied outcome;
+//! - [`testing`]: the mock host for authors' unit tests.
+
+mod bindings;
+pub mod cluster;
+pub mod component;
+pub mod engine;
+pub mod grants;
+pub mod imports;
+pub mod limits;
+pub mod manifest;
+pub mod object;
+pub mod runtime;
+
+pub use bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};

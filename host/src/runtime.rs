@@ -1,0 +1,214 @@
+//! Running guest code: a fresh `Store` per invocation from a component's
+//! pre-instance, with the memory cap and wall-clock deadline of [`Limits`],
+//! and traps told apart from guest errors.
+//!
+//! # Guarantees
+//!
+//! - Every invocation gets a new instance: no state leaks between calls,
+//!   and a trapped instance is simply dropped.
+//! - A guest that loops is interrupted at its deadline (checked every
+//!   [`EPOCH_TICK`](crate::engine::EPOCH_TICK)); a `tokio` timeout guards
+//!   host calls that hang. A guest that grows memory past the cap traps.
+//!   Either way the caller gets an [`Error`] and the host carries on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::Linker;
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use crate::bindings::OperatorPre;
+use crate::bindings::capstan::operator::types as wit;
+use crate::engine::Engine;
+use crate::imports::{self, Caller, HostState, Journal};
+use crate::limits::Limits;
+
+/// How a guest invocation failed (the guest's own reconcile errors are not
+/// failures of the invocation: they are in its result).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The guest trapped: a panic, an unreachable, an out-of-bounds access.
+    #[error("guest trapped: {0}")]
+    Trap(String),
+    /// The guest ran past its deadline and was interrupted.
+    #[error("guest exceeded its deadline of {0:?}")]
+    Deadline(Duration),
+    /// The guest tried to grow its memory past the cap.
+    #[error("guest exceeded its memory limit of {limit} bytes (asked for {wanted})")]
+    Memory {
+        /// The cap.
+        limit: usize,
+        /// What the guest asked for.
+        wanted: usize,
+    },
+    /// The component could not be instantiated (e.g. the instance pool is
+    /// exhausted).
+    #[error("cannot instantiate the component: {0}")]
+    Instantiate(String),
+}
+
+/// Which limit or fault ended an invocation, for metrics and backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrapKind {
+    /// A guest fault.
+    Trap,
+    /// The deadline.
+    Deadline,
+    /// The memory cap.
+    Memory,
+    /// Instantiation.
+    Instantiate,
+}
+
+impl Error {
+    /// Which kind of failure this is.
+    pub fn kind(&self) -> TrapKind {
+        match self {
+            Error::Trap(_) => TrapKind::Trap,
+            Error::Deadline(_) => TrapKind::Deadline,
+            Error::Memory { .. } => TrapKind::Memory,
+            Error::Instantiate(_) => TrapKind::Instantiate,
+        }
+    }
+}
+
+/// The result of one invocation, with what the guest did meanwhile.
+#[derive(Debug)]
+pub struct Invocation<T> {
+    /// What the export returned, or how the invocation failed.
+    pub result: Result<T, Error>,
+    /// Host calls, log lines and stdio of the invocation.
+    pub journal: Journal,
+    /// Wall-clock time of the invocation, instantiation included.
+    pub duration: Duration,
+}
+
+/// What `reconcile` returns across the boundary.
+pub type ReconcileResult = Result<wit::Outcome, wit::ReconcileError>;
+
+/// Runs guest exports. One per engine; cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: Engine,
+    linker: Arc<Linker<HostState>>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A runtime with every import linked.
+    ///
+    /// # Errors
+    ///
+    /// When the imports cannot be linked (a bug).
+    pub fn new(engine: &Engine, limits: Limits) -> wasmtime::Result<Self> {
+        let mut linker = Linker::new(engine.wasmtime());
+        imports::add_to_linker(&mut linker)?;
+        Ok(Self { engine: engine.clone(), linker: Arc::new(linker), limits })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The linker, for pre-instantiating components.
+    pub fn linker(&self) -> &Linker<HostState> {
+        &self.linker
+    }
+
+    /// The limits applied to every invocation.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    fn store(&self, caller: Option<Caller>) -> Store<HostState> {
+        let mut store = Store::new(self.engine.wasmtime(), HostState::new(&self.limits, caller));
+        store.limiter(|s| &mut s.limiter);
+        let deadline = Instant::now() + self.limits.deadline;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline { Err(Trap::Interrupt.into()) } else { Ok(UpdateDeadline::Yield(1)) }
+        });
+        store
+    }
+
+    /// Maps a wasmtime error to the failure it stands for.
+    fn classify(&self, error: &wasmtime::Error, state: &HostState) -> Error {
+        if let Some(wanted) = state.limiter.exceeded() {
+            return Error::Memory { limit: self.limits.memory, wanted };
+        }
+        if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+            return Error::Deadline(self.limits.deadline);
+        }
+        Error::Trap(format!("{error:#}"))
+    }
+
+    async fn invoke<T>(
+        &self,
+        pre: &OperatorPre<HostState>,
+        caller: Option<Caller>,
+        call: impl AsyncFnOnce(&crate::bindings::Operator, &mut Store<HostState>) -> wasmtime::Result<T>,
+    ) -> Invocation<T> {
+        let start = Instant::now();
+        let mut store = self.store(caller);
+        // Second guard for host calls that hang: the epoch deadline only
+        // fires while guest code runs.
+        let guard = self.limits.deadline + Duration::from_millis(500);
+        let outcome = tokio::time::timeout(guard, async {
+            let instance = match pre.instantiate_async(&mut store).await {
+                Ok(i) => i,
+                Err(e) => return Err(Err(Error::Instantiate(format!("{e:#}")))),
+            };
+            call(&instance, &mut store).await.map_err(Ok)
+        })
+        .await;
+        let result = match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(Err(e))) => Err(e),
+            Ok(Err(Ok(wasm_error))) => Err(self.classify(&wasm_error, store.data())),
+            Err(_elapsed) => Err(Error::Deadline(self.limits.deadline)),
+        };
+        Invocation { result, journal: store.into_data().into_journal(), duration: start.elapsed() }
+    }
+
+    /// Calls the guest's `manifest()`. Imports are not available to it.
+    pub async fn manifest(&self, pre: &OperatorPre<HostState>) -> Invocation<wit::ControllerManifest> {
+        self.invoke(pre, None, async |op, store| op.capstan_operator_controller().call_manifest(store).await)
+            .await
+    }
+
+    /// Calls the guest's `reconcile(event, object)` on behalf of `caller`.
+    pub async fn reconcile(
+        &self,
+        pre: &OperatorPre<HostState>,
+        caller: Caller,
+        event: wit::EventKind,
+        object: Vec<u8>,
+    ) -> Invocation<ReconcileResult> {
+        self.invoke(pre, Some(caller), async move |op, store| {
+            op.capstan_operator_controller().call_reconcile(store, event, &object).await
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_read_right() {
+        assert_eq!(Error::Deadline(Duration::from_secs(5)).to_string(), "guest exceeded its deadline of 5s");
+        assert_eq!(
+            Error::Memory { limit: 10, wanted: 20 }.to_string(),
+            "guest exceeded its memory limit of 10 bytes (asked for 20)"
+        );
+        assert_eq!(Error::Trap("unreachable".into()).kind(), TrapKind::Trap);
+    }
+}
