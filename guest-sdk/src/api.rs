@@ -140,10 +140,7 @@ where
             label_selector: params.label_selector.clone(),
             field_selector: params.field_selector.clone(),
         };
-        wit_kube::list(&gvk_of::<K>(), self.namespace.as_deref(), &params)?
-            .iter()
-            .map(|item| decode(item))
-            .collect()
+        wit_kube::list(&gvk_of::<K>(), self.namespace.as_deref(), &params)?.iter().map(|item| decode(item)).collect()
     }
 
     /// Creates an object; returns it as stored.

@@ -1,10 +1,10 @@
 //! The glue between the generated bindings and a [`Controller`]: the
 //! [`export!`](crate::export) macro and what it calls.
 
+use crate::Controller;
 use crate::context::{Context, EventKind};
 use crate::error::Error;
 use crate::wit::capstan::operator::types as wit;
-use crate::Controller;
 
 /// Exports a [`Controller`] as the component's `controller` interface.
 /// Use it once per component, at the crate root:
@@ -34,7 +34,7 @@ macro_rules! export {
                 }
             }
 
-            $crate::wit::export_operator!(CapstanExport with_types_in $crate::wit);
+    $crate::wit::export_operator!(CapstanExport with_types_in $crate::wit);
         };
     };
 }

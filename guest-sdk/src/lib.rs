@@ -138,8 +138,8 @@ pub trait Controller: Default + 'static {
 /// Everything a controller usually needs, in one import.
 pub mod prelude {
     pub use crate::{
-        Api, Context, Controller, Error, Event, EventKind, ListParams, Manifest, Mapping, Outcome,
-        PatchType, Permission, Result, Scope, Verb, Watch,
+        Api, Context, Controller, Error, Event, EventKind, ListParams, Manifest, Mapping, Outcome, PatchType,
+        Permission, Result, Scope, Verb, Watch,
     };
     pub use kube::{Resource, ResourceExt};
 }

@@ -43,10 +43,8 @@ pub struct Log;
 impl Log {
     /// Emits a line at `level`.
     pub fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]) {
-        let fields: Vec<wit_log::Field> = fields
-            .iter()
-            .map(|(k, v)| wit_log::Field { key: (*k).to_owned(), value: (*v).to_owned() })
-            .collect();
+        let fields: Vec<wit_log::Field> =
+            fields.iter().map(|(k, v)| wit_log::Field { key: (*k).to_owned(), value: (*v).to_owned() }).collect();
         wit_log::log(level.into(), message, &fields);
     }
 

@@ -34,7 +34,9 @@ pub enum Error {
         path: PathBuf,
     },
     /// The file is a core module, not a component.
-    #[error("{path}: a core WebAssembly module, not a component (build for wasm32-wasip2, or wrap it with `wasm-tools component new`)")]
+    #[error(
+        "{path}: a core WebAssembly module, not a component (build for wasm32-wasip2, or wrap it with `wasm-tools component new`)"
+    )]
     CoreModule {
         /// The file.
         path: PathBuf,

@@ -19,7 +19,7 @@ use crate::grants::Grants;
 use crate::limits::{Limiter, Limits};
 use crate::object::ObjectRef;
 
-mod events;
+pub(crate) mod events;
 mod kube;
 mod log;
 

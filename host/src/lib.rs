@@ -23,6 +23,8 @@ pub mod imports;
 pub mod limits;
 pub mod manifest;
 pub mod object;
+pub mod reconciler;
 pub mod runtime;
+pub mod testing;
 
 pub use bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};

@@ -147,7 +147,8 @@ mod tests {
 
     #[test]
     fn object_ref_reads_identity_from_json() {
-        let obj = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "prod"}});
+        let obj =
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "prod"}});
         let r = ObjectRef::of(&obj).expect("complete identity");
         assert_eq!(r.to_string(), "apps/v1/Deployment prod/web");
         assert!(ObjectRef::of(&json!({"kind": "Pod"})).is_none());

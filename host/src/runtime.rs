@@ -179,8 +179,7 @@ impl Runtime {
 
     /// Calls the guest's `manifest()`. Imports are not available to it.
     pub async fn manifest(&self, pre: &OperatorPre<HostState>) -> Invocation<wit::ControllerManifest> {
-        self.invoke(pre, None, async |op, store| op.capstan_operator_controller().call_manifest(store).await)
-            .await
+        self.invoke(pre, None, async |op, store| op.capstan_operator_controller().call_manifest(store).await).await
     }
 
     /// Calls the guest's `reconcile(event, object)` on behalf of `caller`.

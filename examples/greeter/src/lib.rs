@@ -172,16 +172,18 @@ fn ready_condition(previous: &GreetingStatus, generation: Option<i64>) -> Condit
         reason: "Reconciled".to_owned(),
         message: "configmap and deployment are applied".to_owned(),
         observed_generation: generation,
-        last_transition_time: old
-            .map(|c| c.last_transition_time.clone())
-            .unwrap_or_else(|| Time(Timestamp::now())),
+        last_transition_time: old.map(|c| c.last_transition_time.clone()).unwrap_or_else(|| Time(Timestamp::now())),
     }
 }
 
 fn greeter_deployment(name: &str, replicas: i32, labels: BTreeMap<String, String>) -> Deployment {
     let selector = BTreeMap::from([("examples.capstan.dev/greeting".to_owned(), name.to_owned())]);
     Deployment {
-        metadata: ObjectMeta { name: Some(deployment_name(name)), labels: Some(labels.clone()), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some(deployment_name(name)),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
         spec: DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector { match_labels: Some(selector), ..LabelSelector::default() },

@@ -89,7 +89,13 @@ fn parse_patch(patch_type: wit::PatchType, bytes: &[u8]) -> Result<Patch, wit::E
 impl HostState {
     /// Checks `access` against the grants, runs `call` on the cluster, and
     /// journals the outcome.
-    async fn run<T, F, Fut>(&mut self, function: &'static str, target: String, access: Access, call: F) -> Result<T, wit::Error>
+    async fn run<T, F, Fut>(
+        &mut self,
+        function: &'static str,
+        target: String,
+        access: Access,
+        call: F,
+    ) -> Result<T, wit::Error>
     where
         F: FnOnce(Arc<dyn Cluster>) -> Fut,
         Fut: Future<Output = cluster::Result<T>>,
@@ -174,8 +180,7 @@ impl wit::Host for HostState {
     async fn get(&mut self, object: wit_types::ObjectRef) -> Result<Vec<u8>, wit::Error> {
         let r = ObjectRef::from(object);
         let access = Access::to(Verb::Get, &r, false);
-        self.run("kube.get", r.to_string(), access, move |c| async move { c.get(&r).await.map(|v| to_json(&v)) })
-            .await
+        self.run("kube.get", r.to_string(), access, move |c| async move { c.get(&r).await.map(|v| to_json(&v)) }).await
     }
 
     async fn list(
@@ -228,8 +233,7 @@ impl wit::Host for HostState {
             wit::Propagation::Foreground => Propagation::Foreground,
             wit::Propagation::Orphan => Propagation::Orphan,
         };
-        self.run("kube.delete", r.to_string(), access, move |c| async move { c.delete(&r, propagation).await })
-            .await
+        self.run("kube.delete", r.to_string(), access, move |c| async move { c.delete(&r, propagation).await }).await
     }
 
     async fn replace_status(&mut self, object: Vec<u8>) -> Result<Vec<u8>, wit::Error> {

@@ -1,0 +1,3 @@
+//! The `capstan` command.
+
+fn main() {}

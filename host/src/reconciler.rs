@@ -1,0 +1,488 @@
+//! One reconcile, from an object reference to an applied outcome: the
+//! controller semantics shared by the real host and the mock host.
+//!
+//! # Guarantees
+//!
+//! - The event kind is derived from state, not from watch events: the
+//!   object is compared with what this controller last handled
+//!   successfully (new uid → `added`, changed generation or
+//!   resourceVersion → `modified`, deletion timestamp → `deleted`,
+//!   unchanged → `resync`). Merged triggers lose nothing, and after a host
+//!   restart every object is reconciled again as `added`.
+//! - With a finalizer declared, it is added before the first `added`, and
+//!   removed only after `deleted` succeeds.
+//! - Children are applied by server-side apply with this controller's field
+//!   manager and a controller ownerReference; children of owned kinds that
+//!   the outcome no longer lists are deleted.
+//! - The status is written through the status subresource, with
+//!   `observedGeneration` filled in when the guest left it out, and only
+//!   when it differs from the current one.
+//!
+//! # Caveats
+//!
+//! Without a finalizer, `deleted` is best-effort: it is delivered only if
+//! this host saw the object before it disappeared.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::bindings::capstan::operator::types as wit;
+use crate::cluster::{self, Cluster, EventRecord, ListParams, Patch, Propagation, Subresource};
+use crate::component::Loaded;
+use crate::grants::Grants;
+use crate::imports::events::event_record;
+use crate::imports::{Caller, Journal};
+use crate::object::{self, ObjectRef};
+use crate::runtime::{self, Runtime};
+
+/// Why the host called the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// First time this controller handles the object.
+    Added,
+    /// Changed since last handled.
+    Modified,
+    /// Being deleted.
+    Deleted,
+    /// Unchanged.
+    Resync,
+}
+
+impl EventKind {
+    /// Lower-case name, as in the WIT.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Added => "added",
+            EventKind::Modified => "modified",
+            EventKind::Deleted => "deleted",
+            EventKind::Resync => "resync",
+        }
+    }
+}
+
+impl From<EventKind> for wit::EventKind {
+    fn from(e: EventKind) -> Self {
+        match e {
+            EventKind::Added => wit::EventKind::Added,
+            EventKind::Modified => wit::EventKind::Modified,
+            EventKind::Deleted => wit::EventKind::Deleted,
+            EventKind::Resync => wit::EventKind::Resync,
+        }
+    }
+}
+
+/// What to do after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Reconcile again after this long (requested, or the resync period).
+    Requeue(Duration),
+    /// Wait for the next change.
+    AwaitChange,
+}
+
+/// Why a reconcile failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The guest trapped, ran out of time or memory. Retried with backoff.
+    #[error(transparent)]
+    Guest(#[from] runtime::Error),
+    /// The guest gave up and asked for a retry.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// The guest gave up for good; not retried until the object changes.
+    #[error("terminal: {0}")]
+    Terminal(String),
+    /// The outcome asks for something the controller may not do (e.g. a
+    /// child of an undeclared kind). Not retried.
+    #[error("invalid outcome: {0}")]
+    InvalidOutcome(String),
+    /// Reading the object or applying the outcome failed. Retried.
+    #[error("applying the outcome failed: {0}")]
+    Cluster(#[from] cluster::Error),
+}
+
+impl Error {
+    /// True if retrying with backoff makes sense.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Error::Terminal(_) | Error::InvalidOutcome(_))
+    }
+}
+
+/// Everything one reconcile did.
+#[derive(Debug)]
+pub struct Report {
+    /// The object.
+    pub object: ObjectRef,
+    /// The event delivered, if the guest was called.
+    pub event: Option<EventKind>,
+    /// The result.
+    pub result: Result<Action, Error>,
+    /// The guest's host calls, logs and stdio.
+    pub journal: Journal,
+    /// Children applied.
+    pub applied: Vec<ObjectRef>,
+    /// Children pruned.
+    pub pruned: Vec<ObjectRef>,
+}
+
+#[derive(Clone, Debug)]
+struct Handled {
+    uid: Option<String>,
+    generation: Option<i64>,
+    resource_version: Option<String>,
+    /// Last state seen, for a best-effort `deleted` without finalizer.
+    last: Value,
+}
+
+/// A controller's reconcile logic: one component version, the cluster, and
+/// what it last handled.
+pub struct Reconciler {
+    component: Mutex<Arc<Loaded>>,
+    grants: Mutex<Arc<Grants>>,
+    runtime: Runtime,
+    cluster: Arc<dyn Cluster>,
+    handled: Mutex<HashMap<ObjectRef, Handled>>,
+}
+
+impl std::fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reconciler").field("component", &self.component()).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Reconciler {
+    /// A reconciler running `component` against `cluster`.
+    pub fn new(runtime: Runtime, component: Loaded, cluster: Arc<dyn Cluster>) -> Self {
+        let grants = Arc::new(Grants::from_manifest(&component.manifest));
+        Self {
+            component: Mutex::new(Arc::new(component)),
+            grants: Mutex::new(grants),
+            runtime,
+            cluster,
+            handled: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The component version in use.
+    pub fn component(&self) -> Arc<Loaded> {
+        Arc::clone(&lock(&self.component))
+    }
+
+    /// Replaces the component version: calls in flight finish on the old
+    /// one, new calls use the new one.
+    pub fn swap(&self, component: Loaded) {
+        let grants = Arc::new(Grants::from_manifest(&component.manifest));
+        *lock(&self.component) = Arc::new(component);
+        *lock(&self.grants) = grants;
+    }
+
+    /// Forgets what was handled, so every object is `added` again (as after
+    /// a host restart).
+    pub fn forget_all(&self) {
+        lock(&self.handled).clear();
+    }
+
+    fn derive_event(&self, r: &ObjectRef, object: &Value) -> EventKind {
+        let handled = lock(&self.handled);
+        let Some(h) = handled.get(r) else { return EventKind::Added };
+        let uid = object::meta_str(object, "uid");
+        if h.uid.as_deref() != uid {
+            return EventKind::Added;
+        }
+        let generation = object::generation(object);
+        let rv = object::meta_str(object, "resourceVersion");
+        if generation != h.generation || rv != h.resource_version.as_deref() {
+            EventKind::Modified
+        } else {
+            EventKind::Resync
+        }
+    }
+
+    fn remember(&self, r: &ObjectRef, object: &Value) {
+        let handled = Handled {
+            uid: object::meta_str(object, "uid").map(str::to_owned),
+            generation: object::generation(object),
+            resource_version: object::meta_str(object, "resourceVersion").map(str::to_owned),
+            last: object.clone(),
+        };
+        lock(&self.handled).insert(r.clone(), handled);
+    }
+
+    /// Reconciles the object `r` once.
+    pub async fn reconcile(&self, r: &ObjectRef) -> Report {
+        let mut report = Report {
+            object: r.clone(),
+            event: None,
+            result: Ok(Action::AwaitChange),
+            journal: Journal::default(),
+            applied: Vec::new(),
+            pruned: Vec::new(),
+        };
+        report.result = self.reconcile_into(r, &mut report).await;
+        report
+    }
+
+    async fn reconcile_into(&self, r: &ObjectRef, report: &mut Report) -> Result<Action, Error> {
+        let component = self.component();
+        let manifest = &component.manifest;
+        let object = match self.cluster.get(r).await {
+            Ok(o) => o,
+            Err(e) if e.is_not_found() => {
+                // Gone. Without a finalizer, deliver `deleted` once if we saw it.
+                let last = lock(&self.handled).remove(r).map(|h| h.last);
+                if let (Some(last), None) = (last, &manifest.finalizer) {
+                    report.event = Some(EventKind::Deleted);
+                    self.call_guest(&component, r, EventKind::Deleted, last, report).await?;
+                }
+                return Ok(Action::AwaitChange);
+            }
+            Err(e) => return Err(e.into()),
+        };
+
+        if object::is_deleting(&object) {
+            let ours = manifest.finalizer.as_ref().is_some_and(|f| object::finalizers(&object).contains(f));
+            let delivered_before = manifest.finalizer.is_none()
+                && lock(&self.handled).get(r).is_some_and(|h| object::is_deleting(&h.last));
+            if (manifest.finalizer.is_some() && !ours) || delivered_before {
+                return Ok(Action::AwaitChange);
+            }
+            report.event = Some(EventKind::Deleted);
+            self.call_guest(&component, r, EventKind::Deleted, object.clone(), report).await?;
+            if let Some(finalizer) = &manifest.finalizer {
+                self.set_finalizer(r, &object, finalizer, false).await?;
+                lock(&self.handled).remove(r);
+            } else {
+                self.remember(r, &object);
+            }
+            return Ok(Action::AwaitChange);
+        }
+
+        let object = match &manifest.finalizer {
+            Some(f) if !object::finalizers(&object).contains(f) => self.set_finalizer(r, &object, f, true).await?,
+            _ => object,
+        };
+        let event = self.derive_event(r, &object);
+        report.event = Some(event);
+        let outcome = self.call_guest(&component, r, event, object.clone(), report).await?;
+        let latest = self.apply(&component, r, &object, outcome.clone(), report).await?;
+        self.remember(r, &latest);
+        let requeue = outcome.requeue_after_ms.map(Duration::from_millis);
+        Ok(match (requeue, manifest.resync) {
+            (Some(a), Some(b)) => Action::Requeue(a.min(b)),
+            (Some(d), None) | (None, Some(d)) => Action::Requeue(d),
+            (None, None) => Action::AwaitChange,
+        })
+    }
+
+    fn caller(&self, component: &Loaded, r: &ObjectRef, object: &Value) -> Caller {
+        Caller {
+            controller: component.manifest.name.as_str().into(),
+            field_manager: component.manifest.field_manager().into(),
+            grants: Arc::clone(&lock(&self.grants)),
+            cluster: Arc::clone(&self.cluster),
+            reconciling: Some((r.clone(), object::meta_str(object, "uid").map(str::to_owned))),
+        }
+    }
+
+    async fn call_guest(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        event: EventKind,
+        object: Value,
+        report: &mut Report,
+    ) -> Result<wit::Outcome, Error> {
+        let caller = self.caller(component, r, &object);
+        let bytes = serde_json::to_vec(&object).expect("a JSON value always serializes");
+        let invocation = self.runtime.reconcile(&component.pre, caller, event.into(), bytes).await;
+        report.journal = invocation.journal;
+        let warn = |reason: &str, note: String| EventRecord {
+            regarding: r.clone(),
+            regarding_uid: object::meta_str(&object, "uid").map(str::to_owned),
+            warning: true,
+            reason: reason.to_owned(),
+            action: "Reconcile".to_owned(),
+            note: Some(note),
+            reporting_controller: component.manifest.name.clone(),
+        };
+        match invocation.result {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(wit::ReconcileError::Transient(m))) => Err(Error::Transient(m)),
+            Ok(Err(wit::ReconcileError::Terminal(m))) => {
+                self.record(warn("ReconcileFailed", m.clone())).await;
+                Err(Error::Terminal(m))
+            }
+            Err(e) => {
+                tracing::warn!(object = %r, error = %e, "guest failed");
+                self.record(warn("GuestFailed", e.to_string())).await;
+                Err(Error::Guest(e))
+            }
+        }
+    }
+
+    async fn record(&self, event: EventRecord) {
+        if let Err(e) = self.cluster.record_event(event).await {
+            tracing::warn!(error = %e, "cannot record event");
+        }
+    }
+
+    /// Adds (`add`) or removes the finalizer with a resourceVersion
+    /// precondition; returns the updated object.
+    async fn set_finalizer(&self, r: &ObjectRef, object: &Value, finalizer: &str, add: bool) -> Result<Value, Error> {
+        let mut finalizers = object::finalizers(object);
+        finalizers.retain(|f| f != finalizer);
+        if add {
+            finalizers.push(finalizer.to_owned());
+        }
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": object::meta_str(object, "resourceVersion"),
+        }});
+        match self.cluster.patch(r, Patch::Merge(patch), Subresource::Main).await {
+            Ok(v) => Ok(v),
+            // Removed meanwhile: the finalizer no longer matters.
+            Err(e) if e.is_not_found() && !add => Ok(object.clone()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Applies children, prunes, writes status, records events. Returns the
+    /// primary object as it is after the host's own writes.
+    async fn apply(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        object: &Value,
+        outcome: wit::Outcome,
+        report: &mut Report,
+    ) -> Result<Value, Error> {
+        let manifest = &component.manifest;
+        let field_manager = manifest.field_manager();
+        let uid = object::meta_str(object, "uid").unwrap_or_default().to_owned();
+        let owner_ref = json!({
+            "apiVersion": r.gvk.api_version(),
+            "kind": r.gvk.kind,
+            "name": r.name,
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        });
+
+        let mut desired = BTreeSet::new();
+        for bytes in &outcome.children {
+            let mut child: Value = serde_json::from_slice(bytes)
+                .map_err(|e| Error::InvalidOutcome(format!("a child is not JSON: {e}")))?;
+            let Some(gvk) = object::Gvk::of(&child) else {
+                return Err(Error::InvalidOutcome("a child has no apiVersion or kind".into()));
+            };
+            if !manifest.owns.iter().any(|o| o.same_group_kind(&gvk)) {
+                return Err(Error::InvalidOutcome(format!("child kind {gvk} is not declared in `owns`")));
+            }
+            let meta = child
+                .as_object_mut()
+                .ok_or_else(|| Error::InvalidOutcome("a child is not a JSON object".into()))?
+                .entry("metadata")
+                .or_insert_with(|| json!({}));
+            let meta =
+                meta.as_object_mut().ok_or_else(|| Error::InvalidOutcome("child metadata is not an object".into()))?;
+            if let Some(ns) = &r.namespace {
+                meta.entry("namespace").or_insert_with(|| json!(ns));
+            }
+            let mut refs: Vec<Value> = meta
+                .get("ownerReferences")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter(|o| o.get("controller") != Some(&json!(true))).cloned().collect())
+                .unwrap_or_default();
+            refs.push(owner_ref.clone());
+            meta.insert("ownerReferences".into(), Value::Array(refs));
+            let child_ref = ObjectRef::of(&child)
+                .ok_or_else(|| Error::InvalidOutcome(format!("a child of kind {gvk} has no metadata.name")))?;
+            let patch = Patch::Apply { object: child, field_manager: field_manager.clone(), force: true };
+            self.cluster.patch(&child_ref, patch, Subresource::Main).await?;
+            report.applied.push(child_ref.clone());
+            desired.insert(child_ref);
+        }
+
+        for kind in &manifest.owns {
+            let existing = self.cluster.list(kind, r.namespace.as_deref(), &ListParams::default()).await?;
+            for child in existing {
+                let controlled_by_us =
+                    child.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+                        refs.iter().any(|o| {
+                            o.get("uid").and_then(Value::as_str) == Some(uid.as_str())
+                                && o.get("controller") == Some(&json!(true))
+                        })
+                    });
+                let Some(child_ref) = ObjectRef::of(&child) else { continue };
+                let child_ref = ObjectRef { gvk: kind.clone(), ..child_ref };
+                if controlled_by_us && !desired.contains(&child_ref) && !object::is_deleting(&child) {
+                    match self.cluster.delete(&child_ref, Propagation::Background).await {
+                        Ok(()) => report.pruned.push(child_ref),
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+
+        let mut latest = object.clone();
+        if let Some(bytes) = &outcome.status {
+            let mut status: Value =
+                serde_json::from_slice(bytes).map_err(|e| Error::InvalidOutcome(format!("status is not JSON: {e}")))?;
+            if let (Some(map), Some(generation)) = (status.as_object_mut(), object::generation(object)) {
+                map.entry("observedGeneration").or_insert_with(|| json!(generation));
+            }
+            if object.get("status") != Some(&status) {
+                let mut metadata = json!({"name": r.name});
+                if let Some(ns) = &r.namespace {
+                    metadata["namespace"] = json!(ns);
+                }
+                let applied = json!({
+                    "apiVersion": r.gvk.api_version(),
+                    "kind": r.gvk.kind,
+                    "metadata": metadata,
+                    "status": status,
+                });
+                let patch = Patch::Apply { object: applied, field_manager: field_manager.clone(), force: true };
+                latest = self.cluster.patch(r, patch, Subresource::Status).await?;
+            }
+        }
+
+        let caller = self.caller(component, r, object);
+        for event in outcome.events {
+            if let Some(record) = event_record(&caller, event) {
+                self.record(record).await;
+            }
+        }
+        Ok(latest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_and_invalid_outcomes_are_not_retried() {
+        assert!(!Error::Terminal("x".into()).is_retryable());
+        assert!(!Error::InvalidOutcome("x".into()).is_retryable());
+        assert!(Error::Transient("x".into()).is_retryable());
+        assert!(Error::Guest(runtime::Error::Deadline(Duration::from_secs(1))).is_retryable());
+    }
+
+    #[test]
+    fn error_messages_read_right() {
+        assert_eq!(Error::Terminal("bad spec".into()).to_string(), "terminal: bad spec");
+        assert_eq!(
+            Error::InvalidOutcome("child kind v1/Pod is not declared in `owns`".into()).to_string(),
+            "invalid outcome: child kind v1/Pod is not declared in `owns`"
+        );
+    }
+}

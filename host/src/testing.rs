@@ -1,0 +1,420 @@
+//! The mock host: runs real controller components, with the real runtime
+//! and reconciler, against the in-memory [`MockCluster`], so authors can
+//! unit-test a controller in milliseconds without a cluster.
+//!
+//! ```no_run
+//! # async fn f() -> anyhow::Result<()> {
+//! use capstan_host::testing::MockHost;
+//! use serde_json::json;
+//!
+//! let mut host = MockHost::new()?;
+//! host.load("target/wasm32-wasip2/release/greeter.wasm").await?;
+//! host.seed(json!({
+//!     "apiVersion": "examples.capstan.dev/v1alpha1",
+//!     "kind": "Greeting",
+//!     "metadata": {"name": "hello", "namespace": "default"},
+//!     "spec": {"message": "hi", "replicas": 2},
+//! }))?;
+//! let run = host.run_until_idle().await?;
+//! assert!(run.failures().next().is_none());
+//! # Ok(()) }
+//! ```
+//!
+//! # How it drives controllers
+//!
+//! Every write to the mock cluster is a change. A change to an object of a
+//! controller's primary kind queues that object; a change to an owned kind
+//! queues the owner named by its controller ownerReference; a change to a
+//! watched kind queues the primaries its mapping names. The queue holds
+//! each object once. Time is virtual: requeues, resyncs and backoff after
+//! errors are due at a later virtual instant, which [`MockHost::advance`]
+//! reaches; [`MockHost::run_until_idle`] only processes what is due now.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::cluster::mock::MockCluster;
+use crate::cluster::{self, Cluster, EventRecord, ListParams};
+use crate::component::{self, Loader};
+use crate::engine::{self, Engine, EngineConfig};
+use crate::imports::{ImportCall, LogLine};
+use crate::limits::Limits;
+use crate::manifest::{Manifest, Mapping};
+use crate::object::{self, ObjectRef};
+use crate::reconciler::{Action, EventKind, Reconciler, Report};
+use crate::runtime::Runtime;
+
+/// Most reconciles one `run_until_idle` performs before it reports that the
+/// controllers do not settle.
+pub const MAX_RECONCILES_PER_RUN: usize = 10_000;
+
+/// First retry delay after a failure; doubles per consecutive failure.
+pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Longest retry delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Errors of the mock host.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The engine could not be created.
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+    /// Linking the imports failed.
+    #[error("cannot link host imports: {0}")]
+    Link(String),
+    /// A component was rejected.
+    #[error(transparent)]
+    Component(#[from] component::Error),
+    /// Two components declare the same controller name.
+    #[error("a controller named {0} is already loaded")]
+    Duplicate(String),
+    /// A seeded object was refused by the mock cluster.
+    #[error("cannot seed object: {0}")]
+    Seed(#[from] cluster::Error),
+    /// The controllers kept reconciling without settling.
+    #[error("controllers did not settle after {MAX_RECONCILES_PER_RUN} reconciles (a reconcile loop?)")]
+    NoSettle,
+}
+
+/// Process-wide engine shared by every mock host (compiling once per
+/// process is what makes tests fast).
+fn shared_engine() -> Result<Engine, engine::Error> {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e.clone());
+    }
+    let engine = Engine::new(EngineConfig::default())?;
+    Ok(ENGINE.get_or_init(|| engine).clone())
+}
+
+/// The default compile cache: `$CAPSTAN_CACHE/components`, else
+/// `~/.cache/capstan/components`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let root = std::env::var_os("CAPSTAN_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/capstan")))?;
+    Some(root.join("components"))
+}
+
+/// One reconcile the mock host performed.
+#[derive(Debug)]
+pub struct Step {
+    /// Which controller.
+    pub controller: String,
+    /// At which virtual instant.
+    pub at: Duration,
+    /// What happened.
+    pub report: Report,
+}
+
+/// The reconciles of one `run_until_idle` or `advance`.
+#[derive(Debug, Default)]
+pub struct Run {
+    /// In order.
+    pub steps: Vec<Step>,
+}
+
+impl Run {
+    /// The steps that failed.
+    pub fn failures(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().filter(|s| s.report.result.is_err())
+    }
+
+    /// The event kinds delivered to the guest, in order.
+    pub fn events(&self) -> Vec<(String, EventKind)> {
+        self.steps.iter().filter_map(|s| Some((s.report.object.name.clone(), s.report.event?))).collect()
+    }
+
+    /// Every log line the guests wrote.
+    pub fn logs(&self) -> impl Iterator<Item = &LogLine> {
+        self.steps.iter().flat_map(|s| s.report.journal.logs.iter())
+    }
+
+    /// Every host call the guests made.
+    pub fn calls(&self) -> impl Iterator<Item = &ImportCall> {
+        self.steps.iter().flat_map(|s| s.report.journal.calls.iter())
+    }
+}
+
+struct Controller {
+    reconciler: Reconciler,
+    manifest: Arc<Manifest>,
+    failures: BTreeMap<ObjectRef, u32>,
+}
+
+/// Runs controller components against an in-memory cluster.
+pub struct MockHost {
+    loader: Loader,
+    cluster: Arc<MockCluster>,
+    controllers: Vec<Controller>,
+    queue: VecDeque<(usize, ObjectRef)>,
+    queued: BTreeSet<(usize, ObjectRef)>,
+    timers: BTreeMap<(Duration, usize, ObjectRef), ()>,
+    now: Duration,
+    cursor: u64,
+}
+
+impl std::fmt::Debug for MockHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockHost").field("now", &self.now).field("cluster", &self.cluster).finish_non_exhaustive()
+    }
+}
+
+impl MockHost {
+    /// A mock host with the default limits and the default compile cache.
+    ///
+    /// # Errors
+    ///
+    /// When the engine cannot be created.
+    pub fn new() -> Result<Self, Error> {
+        Self::with_limits(Limits::default(), default_cache_dir())
+    }
+
+    /// A mock host with the given limits and compile cache (`None`: no
+    /// cache).
+    ///
+    /// # Errors
+    ///
+    /// When the engine cannot be created.
+    pub fn with_limits(limits: Limits, cache_dir: Option<PathBuf>) -> Result<Self, Error> {
+        let engine = shared_engine()?;
+        let runtime = Runtime::new(&engine, limits).map_err(|e| Error::Link(format!("{e:#}")))?;
+        Ok(Self {
+            loader: Loader::new(runtime, cache_dir),
+            cluster: Arc::new(MockCluster::new()),
+            controllers: Vec::new(),
+            queue: VecDeque::new(),
+            queued: BTreeSet::new(),
+            timers: BTreeMap::new(),
+            now: Duration::ZERO,
+            cursor: 0,
+        })
+    }
+
+    /// Loads a component as a controller and serves the CRDs it defines.
+    /// Objects already in the cluster are queued.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Component`] if the component is rejected;
+    /// [`Error::Duplicate`] if its controller name is taken.
+    pub async fn load(&mut self, path: impl AsRef<Path>) -> Result<Arc<Manifest>, Error> {
+        let loaded = self.loader.load(path.as_ref()).await?;
+        let manifest = Arc::clone(&loaded.manifest);
+        if self.controllers.iter().any(|c| c.manifest.name == manifest.name) {
+            return Err(Error::Duplicate(manifest.name.clone()));
+        }
+        for crd in &manifest.crds {
+            self.cluster.register_crd(crd)?;
+        }
+        let backend: Arc<dyn Cluster> = self.cluster.clone();
+        let reconciler = Reconciler::new(self.loader.runtime().clone(), loaded, backend);
+        self.controllers.push(Controller { reconciler, manifest: Arc::clone(&manifest), failures: BTreeMap::new() });
+        let index = self.controllers.len() - 1;
+        for object in self.cluster.list(&manifest.primary, None, &ListParams::default()).await? {
+            if let Some(r) = ObjectRef::of(&object) {
+                self.enqueue(index, ObjectRef { gvk: manifest.primary.clone(), ..r });
+            }
+        }
+        Ok(manifest)
+    }
+
+    /// The in-memory cluster, to seed, inspect and change objects.
+    pub fn cluster(&self) -> &MockCluster {
+        &self.cluster
+    }
+
+    /// Creates an object in the mock cluster (filling uid,
+    /// resourceVersion, …); returns it as stored.
+    ///
+    /// # Errors
+    ///
+    /// When the mock cluster refuses it (unknown kind, already exists, …).
+    pub fn seed(&self, object: Value) -> Result<Value, Error> {
+        Ok(self.cluster.seed(object)?)
+    }
+
+    /// The Events recorded so far.
+    pub fn events(&self) -> Vec<EventRecord> {
+        self.cluster.events()
+    }
+
+    /// The virtual time elapsed.
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    /// Makes every controller forget what it handled, as a host restart
+    /// does, and queues every primary object.
+    pub async fn restart(&mut self) -> Result<(), Error> {
+        for index in 0..self.controllers.len() {
+            self.controllers[index].reconciler.forget_all();
+            let primary = self.controllers[index].manifest.primary.clone();
+            for object in self.cluster.list(&primary, None, &ListParams::default()).await? {
+                if let Some(r) = ObjectRef::of(&object) {
+                    self.enqueue(index, ObjectRef { gvk: primary.clone(), ..r });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn enqueue(&mut self, controller: usize, r: ObjectRef) {
+        if self.queued.insert((controller, r.clone())) {
+            self.queue.push_back((controller, r));
+        }
+    }
+
+    /// Turns the cluster's changes since the last look into queue entries.
+    async fn collect_changes(&mut self) -> Result<(), Error> {
+        let changes = self.cluster.changes_since(self.cursor);
+        let Some(last) = changes.last() else { return Ok(()) };
+        self.cursor = last.seq;
+        for change in changes {
+            let gvk = &change.object_ref.gvk;
+            for index in 0..self.controllers.len() {
+                let manifest = Arc::clone(&self.controllers[index].manifest);
+                if manifest.primary.same_group_kind(gvk) {
+                    self.enqueue(index, ObjectRef { gvk: manifest.primary.clone(), ..change.object_ref.clone() });
+                }
+                if manifest.owns.iter().any(|o| o.same_group_kind(gvk)) {
+                    for owner in controller_owners(&change.object, &manifest) {
+                        let r = ObjectRef::new(manifest.primary.clone(), change.object_ref.namespace.as_deref(), owner);
+                        self.enqueue(index, r);
+                    }
+                }
+                for watch in manifest.watches.iter().filter(|w| w.kind.same_group_kind(gvk)) {
+                    let ns = change.object_ref.namespace.as_deref();
+                    let names: Vec<String> = match &watch.mapping {
+                        Mapping::None => vec![],
+                        Mapping::SameName => vec![change.object_ref.name.clone()],
+                        Mapping::Label(key) => change
+                            .object
+                            .pointer(&format!("/metadata/labels/{}", key.replace('~', "~0").replace('/', "~1")))
+                            .and_then(Value::as_str)
+                            .map(|v| vec![v.to_owned()])
+                            .unwrap_or_default(),
+                        Mapping::Namespace => self
+                            .cluster
+                            .list(&manifest.primary, ns, &ListParams::default())
+                            .await?
+                            .iter()
+                            .filter_map(|o| object::meta_str(o, "name").map(str::to_owned))
+                            .collect(),
+                    };
+                    for name in names {
+                        self.enqueue(index, ObjectRef::new(manifest.primary.clone(), ns, name));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reconciles until nothing is due now; returns what happened.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoSettle`] after [`MAX_RECONCILES_PER_RUN`] reconciles.
+    pub async fn run_until_idle(&mut self) -> Result<Run, Error> {
+        let mut run = Run::default();
+        loop {
+            self.collect_changes().await?;
+            let Some((index, r)) = self.queue.pop_front() else { break };
+            self.queued.remove(&(index, r.clone()));
+            if run.steps.len() >= MAX_RECONCILES_PER_RUN {
+                return Err(Error::NoSettle);
+            }
+            let report = self.controllers[index].reconciler.reconcile(&r).await;
+            let controller = &mut self.controllers[index];
+            let retry = match &report.result {
+                Ok(Action::Requeue(after)) => {
+                    controller.failures.remove(&r);
+                    Some(*after)
+                }
+                Ok(Action::AwaitChange) => {
+                    controller.failures.remove(&r);
+                    None
+                }
+                Err(e) if e.is_retryable() => {
+                    let n = controller.failures.entry(r.clone()).or_insert(0);
+                    *n += 1;
+                    Some(backoff(*n))
+                }
+                Err(_) => None,
+            };
+            // A later timer for the same object is superseded.
+            self.timers.retain(|(_, i, t), ()| !(*i == index && *t == r));
+            if let Some(after) = retry {
+                self.timers.insert((self.now + after, index, r.clone()), ());
+            }
+            run.steps.push(Step { controller: controller.manifest.name.clone(), at: self.now, report });
+        }
+        Ok(run)
+    }
+
+    /// Moves virtual time forward by `by`, queues what falls due, and runs
+    /// until idle.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_until_idle`](Self::run_until_idle).
+    pub async fn advance(&mut self, by: Duration) -> Result<Run, Error> {
+        self.now += by;
+        self.cluster.advance(by);
+        let due: Vec<_> = self.timers.keys().filter(|(at, _, _)| *at <= self.now).cloned().collect();
+        for key in due {
+            self.timers.remove(&key);
+            self.enqueue(key.1, key.2);
+        }
+        self.run_until_idle().await
+    }
+
+    /// When the next timer (requeue, resync or retry) is due, if any.
+    pub fn next_due(&self) -> Option<Duration> {
+        self.timers.keys().next().map(|(at, _, _)| *at)
+    }
+}
+
+/// Exponential backoff: `BACKOFF_BASE * 2^(failures-1)`, capped.
+pub fn backoff(failures: u32) -> Duration {
+    let factor = 1u32.checked_shl(failures.saturating_sub(1).min(16)).unwrap_or(u32::MAX);
+    BACKOFF_BASE.saturating_mul(factor).min(BACKOFF_MAX)
+}
+
+/// Names of the primary objects that control `object` (controller
+/// ownerReferences of the manifest's primary kind).
+fn controller_owners(object: &Value, manifest: &Manifest) -> Vec<String> {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
+        .filter(|o| {
+            o.get("kind").and_then(Value::as_str) == Some(manifest.primary.kind.as_str())
+                && o.get("apiVersion")
+                    .and_then(Value::as_str)
+                    .map(|v| object::Gvk::from_api_version(v, "").group == manifest.primary.group)
+                    .unwrap_or(false)
+        })
+        .filter_map(|o| o.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(2));
+        assert_eq!(backoff(4), Duration::from_secs(8));
+        assert_eq!(backoff(40), BACKOFF_MAX);
+    }
+}

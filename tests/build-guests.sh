@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds every guest component the tests and examples use, for wasm32-wasip2,
+# and collects them in one folder: $CAPSTAN_GUESTS (default
+# $CARGO_TARGET_DIR/guests). Prints that folder.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+out=${CAPSTAN_GUESTS:-$target/guests}
+mkdir -p "$out"
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  echo "build-guests: installing the wasm32-wasip2 target" >&2
+  rustup target add wasm32-wasip2 >&2
+fi
+
+build() { # <package> [cargo args...]
+  cargo build --quiet --release --target wasm32-wasip2 -p "$@" >&2
+}
+release="$target/wasm32-wasip2/release"
+
+build greeter
+cp "$release/greeter.wasm" "$out/greeter.wasm"
+build fixture-other-world
+cp "$release/fixture_other_world.wasm" "$out/other-world.wasm"
+build fixture-future-contract
+cp "$release/fixture_future_contract.wasm" "$out/future-contract.wasm"
+build capstan-fixture-guests --features invalid-manifest
+cp "$release/capstan_fixture_guests.wasm" "$out/invalid-manifest.wasm"
+build capstan-fixture-guests
+cp "$release/capstan_fixture_guests.wasm" "$out/fixture.wasm"
+echo "$out"
