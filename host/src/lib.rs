@@ -15,6 +15,7 @@
 //! - [`testing`]: the mock host for authors' unit tests.
 
 mod bindings;
+pub mod cli;
 pub mod cluster;
 pub mod component;
 pub mod engine;
@@ -25,6 +26,7 @@ pub mod manifest;
 pub mod object;
 pub mod reconciler;
 pub mod runtime;
+pub mod scenario;
 pub mod testing;
 
 pub use bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};

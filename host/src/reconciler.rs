@@ -239,7 +239,8 @@ impl Reconciler {
                 let last = lock(&self.handled).remove(r).map(|h| h.last);
                 if let (Some(last), None) = (last, &manifest.finalizer) {
                     report.event = Some(EventKind::Deleted);
-                    self.call_guest(&component, r, EventKind::Deleted, last, report).await?;
+                    let outcome = self.call_guest(&component, r, EventKind::Deleted, last.clone(), report).await?;
+                    self.record_events(&component, r, &last, outcome.events).await;
                 }
                 return Ok(Action::AwaitChange);
             }
@@ -254,7 +255,8 @@ impl Reconciler {
                 return Ok(Action::AwaitChange);
             }
             report.event = Some(EventKind::Deleted);
-            self.call_guest(&component, r, EventKind::Deleted, object.clone(), report).await?;
+            let outcome = self.call_guest(&component, r, EventKind::Deleted, object.clone(), report).await?;
+            self.record_events(&component, r, &object, outcome.events).await;
             if let Some(finalizer) = &manifest.finalizer {
                 self.set_finalizer(r, &object, finalizer, false).await?;
                 lock(&self.handled).remove(r);
@@ -455,13 +457,17 @@ impl Reconciler {
             }
         }
 
+        self.record_events(component, r, object, outcome.events).await;
+        Ok(latest)
+    }
+
+    async fn record_events(&self, component: &Loaded, r: &ObjectRef, object: &Value, events: Vec<wit::Event>) {
         let caller = self.caller(component, r, object);
-        for event in outcome.events {
+        for event in events {
             if let Some(record) = event_record(&caller, event) {
                 self.record(record).await;
             }
         }
-        Ok(latest)
     }
 }
 

@@ -100,6 +100,40 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     Some(root.join("components"))
 }
 
+/// Finds a built component by file stem, for tests: in `$CAPSTAN_GUESTS`,
+/// then in `wasm32-wasip2/release/` of `$CARGO_TARGET_DIR` or of the
+/// nearest `target/` folder above the current directory.
+///
+/// ```no_run
+/// let greeter = capstan_host::testing::find_component("greeter").expect("built");
+/// ```
+///
+/// # Errors
+///
+/// A message naming every place searched, when none has it.
+pub fn find_component(stem: &str) -> Result<PathBuf, String> {
+    let file = format!("{stem}.wasm");
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::var_os("CAPSTAN_GUESTS") {
+        candidates.push(PathBuf::from(dir).join(&file));
+    }
+    let release = Path::new("wasm32-wasip2").join("release").join(&file);
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        candidates.push(PathBuf::from(&dir).join("guests").join(&file));
+        candidates.push(PathBuf::from(dir).join(&release));
+    }
+    if let Ok(cwd) = std::env::current_dir() {
+        for dir in cwd.ancestors() {
+            candidates.push(dir.join("target").join("guests").join(&file));
+            candidates.push(dir.join("target").join(&release));
+        }
+    }
+    candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+        let searched: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        format!("{file} not found; build it (tests/build-guests.sh) first. Searched: {}", searched.join(", "))
+    })
+}
+
 /// One reconcile the mock host performed.
 #[derive(Debug)]
 pub struct Step {

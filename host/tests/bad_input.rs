@@ -19,15 +19,7 @@ use capstan_host::testing::{BACKOFF_BASE, MockHost};
 use serde_json::json;
 
 fn guest(name: &str) -> PathBuf {
-    let dir = std::env::var_os("CAPSTAN_GUESTS").map(PathBuf::from).unwrap_or_else(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-        target.join("guests")
-    });
-    let path = dir.join(format!("{name}.wasm"));
-    assert!(path.is_file(), "{} is missing: run tests/build-guests.sh first", path.display());
-    path
+    capstan_host::testing::find_component(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn loader(limits: Limits) -> Loader {

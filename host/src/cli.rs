@@ -1,0 +1,152 @@
+//! The `capstan` command line: parsing and the subcommands' output. `main`
+//! only sets up tracing and calls [`run`].
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+use crate::component::Loader;
+use crate::engine::{Engine, EngineConfig};
+use crate::limits::Limits;
+use crate::manifest::{Manifest, Mapping, Scope};
+use crate::runtime::Runtime;
+use crate::scenario;
+use crate::testing::default_cache_dir;
+
+/// Capstan: Kubernetes controllers as WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "capstan", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter, e.g. `info` or `capstan=debug,guest=trace`. Default:
+    /// `warn` for `inspect` and `test` (guest logs would drown the
+    /// results), `info` otherwise.
+    #[arg(long, global = true, env = "CAPSTAN_LOG")]
+    pub log: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+impl Cli {
+    /// The log filter to use.
+    pub fn log_filter(&self) -> &str {
+        match (&self.log, &self.command) {
+            (Some(filter), _) => filter,
+            (None, Command::Inspect { .. } | Command::Test { .. }) => "warn",
+        }
+    }
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print what a component declares: its manifest, grants and contract.
+    Inspect {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value = "yaml")]
+        output: Format,
+    },
+    /// Run a component's scenarios on the mock host: given objects,
+    /// expected objects, events and errors (see `capstan_host::scenario`).
+    Test {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// A scenario folder, or a folder of them.
+        scenarios: PathBuf,
+    },
+}
+
+fn loader() -> anyhow::Result<Loader> {
+    let engine = Engine::new(EngineConfig::default())?;
+    let runtime = Runtime::new(&engine, Limits::default()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    Ok(Loader::new(runtime, default_cache_dir()))
+}
+
+/// The manifest as a document for `capstan inspect`.
+pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> Value {
+    let kind = |g: &crate::object::Gvk| json!({"group": g.group, "version": g.version, "kind": g.kind});
+    let grants = crate::grants::Grants::from_manifest(manifest);
+    json!({
+        "name": manifest.name,
+        "contract": contract,
+        "digest": format!("sha256:{digest}"),
+        "primary": kind(&manifest.primary),
+        "owns": manifest.owns.iter().map(kind).collect::<Vec<_>>(),
+        "watches": manifest.watches.iter().map(|w| json!({
+            "kind": kind(&w.kind),
+            "mapping": match &w.mapping {
+                Mapping::None => json!("none"),
+                Mapping::Label(l) => json!({"label": l}),
+                Mapping::SameName => json!("same-name"),
+                Mapping::Namespace => json!("namespace"),
+            },
+            "labelSelector": w.label_selector,
+        })).collect::<Vec<_>>(),
+        "finalizer": manifest.finalizer,
+        "resyncSeconds": manifest.resync.map(|d| d.as_secs()),
+        "maxConcurrency": manifest.max_concurrency,
+        "crds": manifest.crds.iter().filter_map(|c| crate::object::meta_str(c, "name")).collect::<Vec<_>>(),
+        "grants": grants.rules().iter().map(|r| json!({
+            "group": r.group,
+            "kind": r.kind,
+            "verbs": r.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+            "scope": match &r.scope {
+                Scope::Cluster => json!("cluster"),
+                Scope::OwnNamespace => json!("own-namespace"),
+                Scope::Namespaces(n) => json!({"namespaces": n}),
+            },
+            "status": r.status,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Runs a parsed command line; returns the process exit code.
+///
+/// # Errors
+///
+/// Anything that stops the command; `main` prints it.
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Inspect { component, output } => {
+            let loaded = loader()?.load(&component).await?;
+            let doc = manifest_document(&loaded.manifest, &loaded.digest, &loaded.contract);
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
+                Format::Yaml => print!("{}", serde_yaml_ng::to_string(&doc)?),
+            }
+            Ok(0)
+        }
+        Command::Test { component, scenarios } => {
+            let results = scenario::run_all(&component, &scenarios)
+                .await
+                .with_context(|| format!("cannot run scenarios in {}", scenarios.display()))?;
+            let mut failed = 0;
+            for case in &results {
+                if case.passed() {
+                    println!("scenario {} ... ok", case.name);
+                } else {
+                    failed += 1;
+                    println!("scenario {} ... FAILED", case.name);
+                    for m in &case.mismatches {
+                        println!("    {m}");
+                    }
+                }
+            }
+            println!("{} passed, {failed} failed", results.len() - failed);
+            Ok(if failed == 0 { 0 } else { 1 })
+        }
+    }
+}

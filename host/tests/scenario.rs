@@ -1,0 +1,84 @@
+//! `capstan test`: scenario folders run on the mock host, with readable
+//! diffs and a non-zero exit on mismatch.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use capstan_host::scenario;
+use capstan_host::testing::find_component;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn greeter() -> PathBuf {
+    find_component("greeter").unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn greeter_scenarios_pass() {
+    let results = scenario::run_all(&greeter(), &repo().join("examples/greeter/scenarios")).await.expect("runs");
+    assert_eq!(results.len(), 2);
+    for case in &results {
+        assert!(case.passed(), "{}: {:#?}", case.name, case.mismatches);
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_expectation_is_reported_with_the_path_and_both_values() {
+    let dir = repo().join("tests/fixtures/scenarios/wrong-expectation");
+    let results = scenario::run_all(&greeter(), &dir).await.expect("runs");
+    let mismatches = &results[0].mismatches;
+    assert!(mismatches.iter().any(|m| m.contains("at .spec.replicas: expected 5, got 2")), "{mismatches:#?}");
+    assert!(mismatches.iter().any(|m| m.contains("at .data.message: expected \"goodbye\", got \"hi there\"")));
+}
+
+#[test]
+fn capstan_test_exits_non_zero_on_mismatch_and_zero_on_success() {
+    let bin = env!("CARGO_BIN_EXE_capstan");
+    let bad = Command::new(bin)
+        .args(["test"])
+        .arg(greeter())
+        .arg(repo().join("tests/fixtures/scenarios/wrong-expectation"))
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("scenario wrong-expectation ... FAILED"), "{stdout}");
+    assert!(stdout.contains("0 passed, 1 failed"), "{stdout}");
+
+    let good = Command::new(bin)
+        .args(["test"])
+        .arg(greeter())
+        .arg(repo().join("examples/greeter/scenarios"))
+        .output()
+        .expect("runs");
+    assert_eq!(good.status.code(), Some(0), "{}", String::from_utf8_lossy(&good.stdout));
+}
+
+#[test]
+fn capstan_inspect_prints_the_manifest() {
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["inspect", "--output", "json"])
+        .arg(greeter())
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(doc["name"], "greeter");
+    assert_eq!(doc["primary"]["kind"], "Greeting");
+    assert_eq!(doc["finalizer"], "examples.capstan.dev/greeter-cleanup");
+    assert_eq!(doc["crds"][0], "greetings.examples.capstan.dev");
+}
+
+#[test]
+fn capstan_inspect_names_the_file_and_reason_for_a_bad_component() {
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["inspect"])
+        .arg(repo().join("README.md"))
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("README.md: not a WebAssembly file"), "{stderr}");
+}
