@@ -24,6 +24,8 @@ build fixture-other-world
 cp "$release/fixture_other_world.wasm" "$out/other-world.wasm"
 build fixture-future-contract
 cp "$release/fixture_future_contract.wasm" "$out/future-contract.wasm"
+build fixture-noop
+cp "$release/fixture_noop.wasm" "$out/noop.wasm"
 build capstan-fixture-guests --features invalid-manifest
 cp "$release/capstan_fixture_guests.wasm" "$out/invalid-manifest.wasm"
 build capstan-fixture-guests

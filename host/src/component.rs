@@ -221,10 +221,10 @@ impl Loader {
         .await
         .map_err(|e| compile_err(format!("compiler task failed: {e}")))?
         .map_err(|e| compile_err(format!("{e:#}")))?;
-        if let Some(file) = cached {
-            if let Err(e) = write_atomically(&file, &artefact) {
-                tracing::warn!(file = %file.display(), error = %e, "cannot write compile cache entry");
-            }
+        if let Some(file) = cached
+            && let Err(e) = write_atomically(&file, &artefact)
+        {
+            tracing::warn!(file = %file.display(), error = %e, "cannot write compile cache entry");
         }
         Ok((component, CompileSource::Compiled))
     }

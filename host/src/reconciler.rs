@@ -38,41 +38,7 @@ use crate::imports::{Caller, Journal};
 use crate::object::{self, ObjectRef};
 use crate::runtime::{self, Runtime};
 
-/// Why the host called the guest.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// First time this controller handles the object.
-    Added,
-    /// Changed since last handled.
-    Modified,
-    /// Being deleted.
-    Deleted,
-    /// Unchanged.
-    Resync,
-}
-
-impl EventKind {
-    /// Lower-case name, as in the WIT.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Added => "added",
-            EventKind::Modified => "modified",
-            EventKind::Deleted => "deleted",
-            EventKind::Resync => "resync",
-        }
-    }
-}
-
-impl From<EventKind> for wit::EventKind {
-    fn from(e: EventKind) -> Self {
-        match e {
-            EventKind::Added => wit::EventKind::Added,
-            EventKind::Modified => wit::EventKind::Modified,
-            EventKind::Deleted => wit::EventKind::Deleted,
-            EventKind::Resync => wit::EventKind::Resync,
-        }
-    }
-}
+pub use crate::runtime::EventKind;
 
 /// What to do after a successful reconcile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,7 +269,7 @@ impl Reconciler {
     ) -> Result<wit::Outcome, Error> {
         let caller = self.caller(component, r, &object);
         let bytes = serde_json::to_vec(&object).expect("a JSON value always serializes");
-        let invocation = self.runtime.reconcile(&component.pre, caller, event.into(), bytes).await;
+        let invocation = self.runtime.reconcile(&component.pre, caller, event, bytes).await;
         report.journal = invocation.journal;
         let warn = |reason: &str, note: String| EventRecord {
             regarding: r.clone(),

@@ -72,6 +72,42 @@ impl Error {
     }
 }
 
+/// Why the host called the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// First time this controller handles the object.
+    Added,
+    /// Changed since last handled.
+    Modified,
+    /// Being deleted.
+    Deleted,
+    /// Unchanged.
+    Resync,
+}
+
+impl EventKind {
+    /// Lower-case name, as in the WIT.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Added => "added",
+            EventKind::Modified => "modified",
+            EventKind::Deleted => "deleted",
+            EventKind::Resync => "resync",
+        }
+    }
+}
+
+impl From<EventKind> for wit::EventKind {
+    fn from(e: EventKind) -> Self {
+        match e {
+            EventKind::Added => wit::EventKind::Added,
+            EventKind::Modified => wit::EventKind::Modified,
+            EventKind::Deleted => wit::EventKind::Deleted,
+            EventKind::Resync => wit::EventKind::Resync,
+        }
+    }
+}
+
 /// The result of one invocation, with what the guest did meanwhile.
 #[derive(Debug)]
 pub struct Invocation<T> {
@@ -187,11 +223,11 @@ impl Runtime {
         &self,
         pre: &OperatorPre<HostState>,
         caller: Caller,
-        event: wit::EventKind,
+        event: EventKind,
         object: Vec<u8>,
     ) -> Invocation<ReconcileResult> {
         self.invoke(pre, Some(caller), async move |op, store| {
-            op.capstan_operator_controller().call_reconcile(store, event, &object).await
+            op.capstan_operator_controller().call_reconcile(store, event.into(), &object).await
         })
         .await
     }

@@ -9,6 +9,8 @@
 //! delete, Events, reads through the typed client, and a terminal error for
 //! a spec no retry can fix.
 
+#![allow(clippy::duplicated_attributes, reason = "kube's printcolumn(...) repeats its keys by design")]
+
 use std::collections::BTreeMap;
 
 use capstan_guest::k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};

@@ -1,0 +1,373 @@
+//! Shared harness for Capstan's cross-crate test suites.
+//!
+//! # A real Kubernetes control plane
+//!
+//! [`ControlPlane::shared`] gives every test in a test binary the same real
+//! kube-apiserver (with etcd and kube-controller-manager), started once:
+//!
+//! 1. If `CAPSTAN_E2E_KUBECONFIG` is set (to anything), the cluster that
+//!    `$KUBECONFIG` points at is used as it is: nothing is started or stopped.
+//! 2. Otherwise, if `control-plane/cp.sh status` finds a healthy control
+//!    plane in its state dir (`$CAPSTAN_CP_DIR`, default
+//!    `/tmp/capstan-control-plane`), that one is reused as it is (if it was
+//!    started without `--with-controller-manager`, tests that need garbage
+//!    collection or namespace deletion fail and say so).
+//! 3. Otherwise `control-plane/cp.sh up --with-controller-manager` starts one
+//!    on random free loopback ports (building the binaries first if they are
+//!    not cached yet: see `control-plane/README.md`).
+//!
+//! A control plane that a test run started is **left running** when the tests
+//! end, so the next `cargo test` starts in seconds. Whoever runs the tests
+//! (CI, the test script, a developer) stops it with `control-plane/cp.sh down`.
+//!
+//! Every test should work in its own [`TestNamespace`] and call
+//! [`TestNamespace::cleanup`] at its end. Namespaces that a crashed or
+//! failed test left behind are deleted by the harness the next time it starts
+//! once they are older than [`STALE_NAMESPACE_AGE`].
+
+use std::collections::hash_map::RandomState;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tokio::process::Command;
+use tokio::sync::OnceCell;
+
+/// The label every [`TestNamespace`] carries (value `"true"`), so that
+/// leftovers can be found and deleted.
+pub const TEST_LABEL: &str = "capstan.dev/test";
+
+/// Field manager of every server-side apply done by this harness.
+pub const FIELD_MANAGER: &str = "capstan-tests";
+
+/// Test namespaces older than this are deleted when the harness starts.
+pub const STALE_NAMESPACE_AGE: Duration = Duration::from_secs(30 * 60);
+
+/// How long [`install_crd`] waits for a CRD to be established and served.
+pub const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running Kubernetes control plane that tests talk to.
+#[derive(Debug)]
+pub struct ControlPlane {
+    kubeconfig_path: PathBuf,
+    config: Config,
+}
+
+static SHARED: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
+
+impl ControlPlane {
+    /// The control plane shared by all tests of this process, found or
+    /// started on first use (see the [crate docs](crate) for how).
+    ///
+    /// A failure to start is remembered: every later call returns the same
+    /// error at once instead of trying again.
+    pub async fn shared() -> Result<&'static ControlPlane> {
+        SHARED
+            .get_or_init(|| async { Self::connect().await.map_err(|e| format!("{e:#}")) })
+            .await
+            .as_ref()
+            .map_err(|e| anyhow!("no Kubernetes control plane for the tests: {e}"))
+    }
+
+    /// Path of the `cp.sh` script that manages the local control plane.
+    pub fn script() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("control-plane").join("cp.sh")
+    }
+
+    async fn connect() -> Result<Self> {
+        let kubeconfig_path = if std::env::var_os("CAPSTAN_E2E_KUBECONFIG").is_some() {
+            let path = std::env::var_os("KUBECONFIG").context("CAPSTAN_E2E_KUBECONFIG is set but KUBECONFIG is not")?;
+            PathBuf::from(path)
+        } else {
+            Self::start_local().await?
+        };
+        let plane = Self::from_kubeconfig(&kubeconfig_path).await?;
+        let client = plane.client()?;
+        let version = client
+            .apiserver_version()
+            .await
+            .with_context(|| format!("asking {} for /version", plane.config.cluster_url))?;
+        eprintln!(
+            "capstan-tests: using Kubernetes {} at {} ({})",
+            version.git_version,
+            plane.config.cluster_url,
+            kubeconfig_path.display()
+        );
+        delete_stale_namespaces(&client, STALE_NAMESPACE_AGE).await?;
+        Ok(plane)
+    }
+
+    /// Reuses the control plane that `cp.sh status` finds healthy (even one
+    /// started without kube-controller-manager), else runs
+    /// `cp.sh up --with-controller-manager`. Returns the kubeconfig path.
+    async fn start_local() -> Result<PathBuf> {
+        let args: &[&str] =
+            if run_script(&["status"]).await.is_ok() { &["kubeconfig"] } else { &["up", "--with-controller-manager"] };
+        let stdout = run_script(args).await?;
+        let last =
+            stdout.lines().last().with_context(|| format!("`cp.sh {}` printed no kubeconfig path", args.join(" ")))?;
+        Ok(PathBuf::from(last.trim()))
+    }
+
+    /// A control plane described by a kubeconfig file (its current context).
+    pub async fn from_kubeconfig(path: &Path) -> Result<Self> {
+        let kubeconfig =
+            Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+        // Loopback only: never send test traffic through an ambient HTTPS_PROXY.
+        config.proxy_url = None;
+        Ok(Self { kubeconfig_path: path.to_path_buf(), config })
+    }
+
+    /// Path of the kubeconfig (admin credentials) of this control plane.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    /// The URL of the API server.
+    pub fn server_url(&self) -> String {
+        self.config.cluster_url.to_string()
+    }
+
+    /// A new admin client (`system:masters`).
+    ///
+    /// Each call builds a fresh client: a `kube::Client` is tied to the tokio
+    /// runtime it was made in, and every `#[tokio::test]` has its own.
+    pub fn client(&self) -> Result<Client> {
+        Client::try_from(self.config.clone()).context("building a Kubernetes client")
+    }
+
+    /// A client for the same server and CA that authenticates with a bearer
+    /// `token` only (for example one from [`token_for_service_account`]).
+    pub fn client_with_token(&self, token: &str) -> Result<Client> {
+        let mut config = self.config.clone();
+        config.auth_info = serde_json::from_value::<AuthInfo>(serde_json::json!({ "token": token }))
+            .context("building token credentials")?;
+        Client::try_from(config).context("building a Kubernetes client with a token")
+    }
+}
+
+/// Runs `cp.sh <args>`; returns its stdout, or an error carrying its stderr.
+async fn run_script(args: &[&str]) -> Result<String> {
+    let script = ControlPlane::script();
+    let output = Command::new(&script)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("running {}", script.display()))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        bail!("`{} {}` failed ({}):\n{}", script.display(), args.join(" "), output.status, stderr.trim_end());
+    }
+    eprint!("{stderr}");
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Deletes namespaces labelled [`TEST_LABEL`] that are older than `max_age`.
+pub async fn delete_stale_namespaces(client: &Client, max_age: Duration) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let list = namespaces
+        .list(&ListParams::default().labels(&format!("{TEST_LABEL}=true")))
+        .await
+        .context("listing test namespaces")?;
+    let now = Timestamp::now();
+    for ns in list {
+        let (Some(name), Some(created)) = (ns.metadata.name, ns.metadata.creation_timestamp) else {
+            continue;
+        };
+        let age = now.duration_since(created.0);
+        if ns.metadata.deletion_timestamp.is_none() && age.as_secs() >= max_age.as_secs() as i64 {
+            eprintln!("capstan-tests: deleting stale test namespace {name}");
+            delete_ignoring_not_found(&namespaces, &name).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn delete_ignoring_not_found<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("deleting {name}")),
+    }
+}
+
+/// A random lowercase alphanumeric suffix of `len` characters.
+pub fn random_suffix(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut out = String::with_capacity(len);
+    while out.len() < len {
+        // RandomState is seeded from the OS once per process and then
+        // incremented: every instance hashes differently.
+        let mut bits = RandomState::new().build_hasher().finish();
+        for _ in 0..8 {
+            if out.len() == len {
+                break;
+            }
+            out.push(char::from(ALPHABET[(bits % 36) as usize]));
+            bits /= 36;
+        }
+    }
+    out
+}
+
+/// A fresh namespace `<prefix>-<random>` for one test, labelled
+/// [`TEST_LABEL`]`=true`.
+///
+/// Call [`TestNamespace::cleanup`] at the end of the test (async code cannot
+/// delete it on drop). One that is left behind is deleted by a later test
+/// run (see [`STALE_NAMESPACE_AGE`]).
+#[derive(Clone)]
+pub struct TestNamespace {
+    client: Client,
+    name: String,
+}
+
+impl std::fmt::Debug for TestNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestNamespace").field("name", &self.name).finish()
+    }
+}
+
+impl TestNamespace {
+    /// Creates the namespace on the [shared](ControlPlane::shared) control
+    /// plane. `prefix` is lower-cased and cut so that the name stays a valid
+    /// DNS label.
+    pub async fn new(prefix: &str) -> Result<Self> {
+        let plane = ControlPlane::shared().await?;
+        let client = plane.client()?;
+        let mut prefix: String = prefix
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .take(50)
+            .collect();
+        prefix = prefix.trim_matches('-').to_owned();
+        if prefix.is_empty() {
+            prefix = "test".to_owned();
+        }
+        let name = format!("{prefix}-{}", random_suffix(8));
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some([(TEST_LABEL.to_owned(), "true".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating test namespace {name}"))?;
+        Ok(Self { client, name })
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The admin client this namespace was created with.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// An `Api` for namespaced objects of kind `K` in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// Deletes the namespace (in the background: without kube-controller-manager
+    /// it stays `Terminating`, which is harmless).
+    pub async fn cleanup(self) -> Result<()> {
+        delete_ignoring_not_found(&Api::<Namespace>::all(self.client), &self.name).await
+    }
+}
+
+/// Polls `check` (every 200 ms) until it returns `Some`, and returns that
+/// value; fails once `timeout` has passed.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("condition not met within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Server-side applies a CustomResourceDefinition (field manager
+/// [`FIELD_MANAGER`]) and waits until it is `Established` and discovery serves
+/// its plural in every served version.
+pub async fn install_crd(client: &Client, crd: serde_json::Value) -> Result<CustomResourceDefinition> {
+    let crd: CustomResourceDefinition =
+        serde_json::from_value(crd).context("the value is not a CustomResourceDefinition")?;
+    let name = crd.metadata.name.clone().context("the CustomResourceDefinition has no metadata.name")?;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd))
+        .await
+        .with_context(|| format!("applying CRD {name}"))?;
+
+    let established = wait_for(CRD_TIMEOUT, || async {
+        let crd = api.get(&name).await.ok()?;
+        let conditions = crd.status.as_ref()?.conditions.as_ref()?;
+        conditions.iter().any(|c| c.type_ == "Established" && c.status == "True").then_some(crd)
+    })
+    .await
+    .with_context(|| format!("CRD {name} did not become Established"))?;
+
+    let group = &established.spec.group;
+    let plural = &established.spec.names.plural;
+    for version in established.spec.versions.iter().filter(|v| v.served) {
+        let group_version = format!("{group}/{}", version.name);
+        wait_for(CRD_TIMEOUT, || async {
+            let resources = client.list_api_group_resources(&group_version).await.ok()?;
+            resources.resources.iter().any(|r| &r.name == plural).then_some(())
+        })
+        .await
+        .with_context(|| format!("discovery does not serve {plural} in {group_version}"))?;
+    }
+    Ok(established)
+}
+
+/// A bearer token for ServiceAccount `sa_name` in `namespace`, from the
+/// TokenRequest API (valid for an hour, for the API server's own audience).
+pub async fn token_for_service_account(client: &Client, namespace: &str, sa_name: &str) -> Result<String> {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() }),
+        ..TokenRequest::default()
+    };
+    let response: TokenRequest = api
+        .create_subresource("token", sa_name, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("requesting a token for ServiceAccount {namespace}/{sa_name}"))?;
+    response.status.and_then(|s| s.token).filter(|t| !t.is_empty()).context("the TokenRequest response has no token")
+}
