@@ -44,8 +44,40 @@ impl Cli {
         match (&self.log, &self.command) {
             (Some(filter), _) => filter,
             (None, Command::Inspect { .. } | Command::Test { .. }) => "warn",
+            (None, Command::Run(_)) => "info",
         }
     }
+}
+
+/// Arguments of `capstan run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Components (.wasm) to run, one controller each.
+    #[arg(required = true)]
+    pub components: Vec<PathBuf>,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the
+    /// in-cluster service account).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, short)]
+    pub namespace: Option<String>,
+    /// Apply the CRDs the components define (server-side apply) and wait
+    /// until they are established.
+    #[arg(long)]
+    pub install_crds: bool,
+    /// Memory limit per guest instance, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub memory_limit_mib: usize,
+    /// Deadline per guest call, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    pub deadline_ms: u64,
+    /// Name of this replica in Events (default: $POD_NAME or the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub instance: Option<String>,
 }
 
 /// The subcommands.
@@ -59,6 +91,8 @@ pub enum Command {
         #[arg(long, short, value_enum, default_value = "yaml")]
         output: Format,
     },
+    /// Run components as controllers against a cluster.
+    Run(RunArgs),
     /// Run a component's scenarios on the mock host: given objects,
     /// expected objects, events and errors (see `capstan_host::scenario`).
     Test {
@@ -129,6 +163,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Command::Run(args) => run_host(args).await,
         Command::Test { component, scenarios } => {
             let results = scenario::run_all(&component, &scenarios)
                 .await
@@ -148,5 +183,77 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             println!("{} passed, {failed} failed", results.len() - failed);
             Ok(if failed == 0 { 0 } else { 1 })
         }
+    }
+}
+
+/// Connects to the cluster the arguments name and checks it answers.
+///
+/// # Errors
+///
+/// When no configuration is found or the API server does not answer.
+pub async fn connect(kubeconfig: Option<&std::path::Path>, context: Option<String>) -> anyhow::Result<kube::Client> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions { context, ..KubeConfigOptions::default() };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc =
+                Kubeconfig::read_from(path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| format!("invalid kubeconfig {}", path.display()))?
+        }
+        None if options.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer()
+            .await
+            .context("no cluster configured: pass --kubeconfig, set KUBECONFIG, or run in a pod")?,
+    };
+    let url = config.cluster_url.clone();
+    let client = kube::Client::try_from(config).context("cannot build a client")?;
+    let version = client.apiserver_version().await.with_context(|| format!("cannot reach the cluster at {url}"))?;
+    tracing::info!(server = %url, version = %version.git_version, "connected");
+    Ok(client)
+}
+
+async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
+    let client = connect(args.kubeconfig.as_deref(), args.context).await?;
+    let limits = Limits::default()
+        .memory(args.memory_limit_mib << 20)
+        .deadline(std::time::Duration::from_millis(args.deadline_ms));
+    let instance = args.instance.or_else(|| std::env::var("HOSTNAME").ok());
+    let mut builder = crate::host::HostBuilder::new(client)
+        .namespace(args.namespace)
+        .install_crds(args.install_crds)
+        .limits(limits)
+        .cache_dir(default_cache_dir())
+        .instance(instance);
+    for c in args.components {
+        builder = builder.component(c);
+    }
+    let host = builder.start().await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    host.shutdown().await;
+    Ok(0)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
     }
 }

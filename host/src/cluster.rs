@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::object::{Gvk, ObjectRef};
 
+pub mod kube;
 pub mod mock;
 
 /// What the API server said about a failed request.

@@ -193,6 +193,13 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
+/// True if `s` is a DNS-1035 label: `[a-z]([-a-z0-9]*[a-z0-9])?`, ≤ 63: a
+/// DNS-1123 label that starts with a letter. CRD plural, singular and short
+/// names, categories and the lower-cased kind must be one.
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
 fn kind_of(field: &'static str, k: wit::GroupVersionKind) -> Result<Gvk, Error> {
     let ok = !k.version.is_empty()
         && k.kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
@@ -396,6 +403,9 @@ mod tests {
         assert!(!is_dns1123_label(&"a".repeat(64)));
         assert!(is_dns1123_subdomain("examples.capstan.dev"));
         assert!(!is_dns1123_subdomain("examples..dev"));
+        assert!(is_dns1035_label("greetings"));
+        assert!(!is_dns1035_label("1greetings"));
+        assert!(!is_dns1035_label("Greetings"));
     }
 
     #[test]

@@ -98,7 +98,9 @@ pub struct Report {
 struct Handled {
     uid: Option<String>,
     generation: Option<i64>,
-    resource_version: Option<String>,
+    /// The resourceVersion the guest saw, and the one after the host's own
+    /// writes: a cache that has not caught up yet shows the first.
+    resource_versions: [Option<String>; 2],
     /// Last state seen, for a best-effort `deleted` without finalizer.
     last: Value,
 }
@@ -164,18 +166,19 @@ impl Reconciler {
         }
         let generation = object::generation(object);
         let rv = object::meta_str(object, "resourceVersion");
-        if generation != h.generation || rv != h.resource_version.as_deref() {
+        if generation != h.generation || !h.resource_versions.iter().any(|v| v.as_deref() == rv) {
             EventKind::Modified
         } else {
             EventKind::Resync
         }
     }
 
-    fn remember(&self, r: &ObjectRef, object: &Value) {
+    fn remember(&self, r: &ObjectRef, seen: &Value, object: &Value) {
+        let rv = |o: &Value| object::meta_str(o, "resourceVersion").map(str::to_owned);
         let handled = Handled {
             uid: object::meta_str(object, "uid").map(str::to_owned),
             generation: object::generation(object),
-            resource_version: object::meta_str(object, "resourceVersion").map(str::to_owned),
+            resource_versions: [rv(seen), rv(object)],
             last: object.clone(),
         };
         lock(&self.handled).insert(r.clone(), handled);
@@ -227,7 +230,7 @@ impl Reconciler {
                 self.set_finalizer(r, &object, finalizer, false).await?;
                 lock(&self.handled).remove(r);
             } else {
-                self.remember(r, &object);
+                self.remember(r, &object, &object);
             }
             return Ok(Action::AwaitChange);
         }
@@ -240,7 +243,7 @@ impl Reconciler {
         report.event = Some(event);
         let outcome = self.call_guest(&component, r, event, object.clone(), report).await?;
         let latest = self.apply(&component, r, &object, outcome.clone(), report).await?;
-        self.remember(r, &latest);
+        self.remember(r, &object, &latest);
         let requeue = outcome.requeue_after_ms.map(Duration::from_millis);
         Ok(match (requeue, manifest.resync) {
             (Some(a), Some(b)) => Action::Requeue(a.min(b)),

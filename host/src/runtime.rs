@@ -174,15 +174,24 @@ impl Runtime {
         store
     }
 
-    /// Maps a wasmtime error to the failure it stands for.
-    fn classify(&self, error: &wasmtime::Error, state: &HostState) -> Error {
-        if let Some(wanted) = state.limiter.exceeded() {
+    /// Maps a wasmtime error to the failure it stands for. A trap's message
+    /// is its root cause plus the last line the guest wrote to stderr (a
+    /// Rust panic message lands there); the wasm backtrace is logged at
+    /// debug level.
+    fn classify(&self, error: &wasmtime::Error, memory_exceeded: Option<usize>, stderr: &str) -> Error {
+        if let Some(wanted) = memory_exceeded {
             return Error::Memory { limit: self.limits.memory, wanted };
         }
         if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
             return Error::Deadline(self.limits.deadline);
         }
-        Error::Trap(format!("{error:#}"))
+        tracing::debug!(error = format!("{error:#}"), "guest trap");
+        let mut message = error.root_cause().to_string();
+        if let Some(last) = stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
+            let last: String = last.chars().take(300).collect();
+            message = format!("{message}; stderr: {last}");
+        }
+        Error::Trap(message)
     }
 
     async fn invoke<T>(
@@ -204,13 +213,16 @@ impl Runtime {
             call(&instance, &mut store).await.map_err(Ok)
         })
         .await;
+        let state = store.into_data();
+        let memory_exceeded = state.limiter.exceeded();
+        let journal = state.into_journal();
         let result = match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(Err(e))) => Err(e),
-            Ok(Err(Ok(wasm_error))) => Err(self.classify(&wasm_error, store.data())),
+            Ok(Err(Ok(wasm_error))) => Err(self.classify(&wasm_error, memory_exceeded, &journal.stderr)),
             Err(_elapsed) => Err(Error::Deadline(self.limits.deadline)),
         };
-        Invocation { result, journal: store.into_data().into_journal(), duration: start.elapsed() }
+        Invocation { result, journal, duration: start.elapsed() }
     }
 
     /// Calls the guest's `manifest()`. Imports are not available to it.

@@ -1,0 +1,328 @@
+//! The real cluster backend: the Kubernetes API through kube-rs, with kinds
+//! resolved by discovery and reads served from the host's watch caches
+//! where a cache for the kind exists.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PatchParams, PostParams, PropagationPolicy};
+use kube::discovery::{ApiCapabilities, Scope};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
+use serde_json::Value;
+
+use super::{Cluster, Error, EventRecord, ListParams, Patch, Propagation, Result, Status, Subresource};
+use crate::object::{Gvk, ObjectRef};
+
+/// A kind as the API server serves it.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// URL path pieces (group, version, plural).
+    pub resource: ApiResource,
+    /// Scope and subresources.
+    pub capabilities: ApiCapabilities,
+}
+
+impl Resolved {
+    /// True for namespaced kinds.
+    pub fn namespaced(&self) -> bool {
+        self.capabilities.scope == Scope::Namespaced
+    }
+}
+
+/// The API server rejects Event notes longer than this (bytes).
+pub const MAX_EVENT_NOTE: usize = 1024;
+
+/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max - '…'.len_utf8();
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+    s
+}
+
+/// Maps a kube-rs error to a cluster error.
+pub fn map_error(e: kube::Error) -> Error {
+    match e {
+        kube::Error::Api(status) => Error::from_status(Status::new(status.code, &status.reason, status.message)),
+        kube::Error::SerdeError(e) => Error::BadRequest(format!("cannot decode: {e}")),
+        other => Error::Unavailable(other.to_string()),
+    }
+}
+
+/// The Kubernetes API through kube-rs.
+#[derive(Clone)]
+pub struct KubeCluster {
+    client: kube::Client,
+    kinds: Arc<Mutex<HashMap<Gvk, Resolved>>>,
+    caches: Arc<RwLock<HashMap<(String, String), Store<DynamicObject>>>>,
+    recorders: Arc<Mutex<HashMap<String, Recorder>>>,
+    instance: Option<String>,
+}
+
+impl std::fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeCluster").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl KubeCluster {
+    /// A backend on `client`. `instance` names this host replica in Events
+    /// (`reportingInstance`), e.g. the pod name.
+    pub fn new(client: kube::Client, instance: Option<String>) -> Self {
+        Self { client, kinds: Arc::default(), caches: Arc::default(), recorders: Arc::default(), instance }
+    }
+
+    /// The kube-rs client.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Resolves a kind through discovery (cached once found).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] when the server does not serve the kind;
+    /// [`Error::Unavailable`] when it cannot be asked.
+    pub async fn resolve(&self, gvk: &Gvk) -> Result<Resolved> {
+        if let Some(r) = lock(&self.kinds).get(gvk) {
+            return Ok(r.clone());
+        }
+        let wanted = kube::api::GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+        let (resource, capabilities) =
+            kube::discovery::pinned_kind(&self.client, &wanted).await.map_err(|e| match e {
+                kube::Error::Api(s) if s.code == 404 => {
+                    Error::NotFound(Status::new(404, "NotFound", format!("the server does not serve {gvk}")))
+                }
+                kube::Error::Discovery(d) => {
+                    Error::NotFound(Status::new(404, "NotFound", format!("the server does not serve {gvk}: {d}")))
+                }
+                other => map_error(other),
+            })?;
+        let resolved = Resolved { resource, capabilities };
+        lock(&self.kinds).insert(gvk.clone(), resolved.clone());
+        Ok(resolved)
+    }
+
+    /// Forgets resolved kinds (after a CRD change, re-discovery).
+    pub fn forget_kinds(&self) {
+        lock(&self.kinds).clear();
+    }
+
+    /// Serves reads of `group`/`kind` from `store` from now on.
+    pub fn use_cache(&self, group: &str, kind: &str, store: Store<DynamicObject>) {
+        self.caches.write().unwrap_or_else(PoisonError::into_inner).insert((group.to_owned(), kind.to_owned()), store);
+    }
+
+    fn cache(&self, gvk: &Gvk) -> Option<Store<DynamicObject>> {
+        let caches = self.caches.read().unwrap_or_else(PoisonError::into_inner);
+        caches.get(&(gvk.group.clone(), gvk.kind.clone())).cloned()
+    }
+
+    async fn api(&self, gvk: &Gvk, namespace: Option<&str>) -> Result<(Api<DynamicObject>, Resolved)> {
+        let resolved = self.resolve(gvk).await?;
+        let api = match (resolved.namespaced(), namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
+            (true, None) => Api::all_with(self.client.clone(), &resolved.resource),
+            (false, _) => Api::all_with(self.client.clone(), &resolved.resource),
+        };
+        Ok((api, resolved))
+    }
+
+    async fn api_for(&self, r: &ObjectRef) -> Result<Api<DynamicObject>> {
+        let (api, resolved) = self.api(&r.gvk, r.namespace.as_deref()).await?;
+        if resolved.namespaced() && r.namespace.is_none() {
+            return Err(Error::BadRequest(format!("{} is namespaced: a namespace is required", r.gvk)));
+        }
+        Ok(api)
+    }
+}
+
+/// The JSON of a cached or fetched object, with `apiVersion` and `kind` as
+/// requested (watch caches may hold objects without them).
+fn to_value(object: &DynamicObject, gvk: &Gvk) -> Value {
+    let mut value = serde_json::to_value(object).expect("a DynamicObject always serializes");
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), Value::String(gvk.api_version()));
+        map.insert("kind".into(), Value::String(gvk.kind.clone()));
+    }
+    value
+}
+
+fn from_value(value: Value) -> Result<DynamicObject> {
+    serde_json::from_value(value).map_err(|e| Error::BadRequest(format!("not a Kubernetes object: {e}")))
+}
+
+#[async_trait]
+impl Cluster for KubeCluster {
+    async fn get(&self, object: &ObjectRef) -> Result<Value> {
+        if let Some(store) = self.cache(&object.gvk) {
+            let mut key = StoreRef::new_with(&object.name, self.resolve(&object.gvk).await?.resource);
+            if let Some(ns) = &object.namespace {
+                key = key.within(ns);
+            }
+            return match store.get(&key) {
+                Some(o) => Ok(to_value(&o, &object.gvk)),
+                None => Err(Error::NotFound(Status::new(404, "NotFound", format!("{object} not found")))),
+            };
+        }
+        let api = self.api_for(object).await?;
+        let found = api.get(&object.name).await.map_err(map_error)?;
+        Ok(to_value(&found, &object.gvk))
+    }
+
+    async fn list(&self, kind: &Gvk, namespace: Option<&str>, params: &ListParams) -> Result<Vec<Value>> {
+        let unfiltered = params.label_selector.is_none() && params.field_selector.is_none();
+        if let (Some(store), true) = (self.cache(kind), unfiltered) {
+            let mut items: Vec<Value> = store
+                .state()
+                .iter()
+                .filter(|o| namespace.is_none() || o.metadata.namespace.as_deref() == namespace)
+                .map(|o| to_value(o, kind))
+                .collect();
+            items.sort_by(|a, b| {
+                let key = |v: &Value| {
+                    (
+                        crate::object::meta_str(v, "namespace").map(str::to_owned),
+                        crate::object::meta_str(v, "name").map(str::to_owned),
+                    )
+                };
+                key(a).cmp(&key(b))
+            });
+            return Ok(items);
+        }
+        let (api, _) = self.api(kind, namespace).await?;
+        let mut lp = kube::api::ListParams::default();
+        if let Some(l) = &params.label_selector {
+            lp = lp.labels(l);
+        }
+        if let Some(f) = &params.field_selector {
+            lp = lp.fields(f);
+        }
+        let list = api.list(&lp).await.map_err(map_error)?;
+        Ok(list.items.iter().map(|o| to_value(o, kind)).collect())
+    }
+
+    async fn create(&self, object: Value) -> Result<Value> {
+        let r =
+            ObjectRef::of(&object).ok_or_else(|| Error::BadRequest("object lacks apiVersion, kind or name".into()))?;
+        let api = self.api_for(&r).await?;
+        let created = api.create(&PostParams::default(), &from_value(object)?).await.map_err(map_error)?;
+        Ok(to_value(&created, &r.gvk))
+    }
+
+    async fn replace(&self, object: Value, subresource: Subresource) -> Result<Value> {
+        let r =
+            ObjectRef::of(&object).ok_or_else(|| Error::BadRequest("object lacks apiVersion, kind or name".into()))?;
+        let api = self.api_for(&r).await?;
+        let pp = PostParams::default();
+        let replaced = match subresource {
+            Subresource::Main => api.replace(&r.name, &pp, &from_value(object)?).await,
+            Subresource::Status => api.replace_status(&r.name, &pp, &from_value(object)?).await,
+        }
+        .map_err(map_error)?;
+        Ok(to_value(&replaced, &r.gvk))
+    }
+
+    async fn patch(&self, object: &ObjectRef, patch: Patch, subresource: Subresource) -> Result<Value> {
+        let api = self.api_for(object).await?;
+        let (params, patch) = match patch {
+            Patch::Merge(v) => (PatchParams::default(), kube::api::Patch::Merge(v)),
+            Patch::Strategic(v) => (PatchParams::default(), kube::api::Patch::Strategic(v)),
+            Patch::Json(v) => {
+                let ops: json_patch::Patch =
+                    serde_json::from_value(v).map_err(|e| Error::BadRequest(format!("invalid JSON patch: {e}")))?;
+                (PatchParams::default(), kube::api::Patch::Json::<Value>(ops))
+            }
+            Patch::Apply { object, field_manager, force } => {
+                let mut params = PatchParams::apply(&field_manager);
+                if force {
+                    params = params.force();
+                }
+                (params, kube::api::Patch::Apply(object))
+            }
+        };
+        let patched = match subresource {
+            Subresource::Main => api.patch(&object.name, &params, &patch).await,
+            Subresource::Status => api.patch_status(&object.name, &params, &patch).await,
+        }
+        .map_err(map_error)?;
+        Ok(to_value(&patched, &object.gvk))
+    }
+
+    async fn delete(&self, object: &ObjectRef, propagation: Propagation) -> Result<()> {
+        let api = self.api_for(object).await?;
+        let params = DeleteParams {
+            propagation_policy: match propagation {
+                Propagation::Default => None,
+                Propagation::Background => Some(PropagationPolicy::Background),
+                Propagation::Foreground => Some(PropagationPolicy::Foreground),
+                Propagation::Orphan => Some(PropagationPolicy::Orphan),
+            },
+            ..DeleteParams::default()
+        };
+        api.delete(&object.name, &params).await.map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn record_event(&self, event: EventRecord) -> Result<()> {
+        let recorder = {
+            let mut recorders = lock(&self.recorders);
+            recorders
+                .entry(event.reporting_controller.clone())
+                .or_insert_with(|| {
+                    let reporter = Reporter {
+                        controller: format!("capstan.dev/{}", event.reporting_controller),
+                        instance: self.instance.clone(),
+                    };
+                    Recorder::new(self.client.clone(), reporter)
+                })
+                .clone()
+        };
+        let reference = ObjectReference {
+            api_version: Some(event.regarding.gvk.api_version()),
+            kind: Some(event.regarding.gvk.kind.clone()),
+            name: Some(event.regarding.name.clone()),
+            namespace: event.regarding.namespace.clone(),
+            uid: event.regarding_uid.clone(),
+            ..ObjectReference::default()
+        };
+        let ev = Event {
+            type_: if event.warning { EventType::Warning } else { EventType::Normal },
+            reason: event.reason,
+            note: event.note.map(|n| truncate(n, MAX_EVENT_NOTE)),
+            action: event.action,
+            secondary: None,
+        };
+        recorder.publish(&ev, &reference).await.map_err(map_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_event_notes_are_cut_to_what_the_api_server_accepts() {
+        let cut = truncate("é".repeat(1000), MAX_EVENT_NOTE);
+        assert!(cut.len() <= MAX_EVENT_NOTE && cut.ends_with('…'));
+        assert_eq!(truncate("short".into(), MAX_EVENT_NOTE), "short");
+    }
+
+    #[test]
+    fn api_errors_map_to_typed_cluster_errors() {
+        let status = kube::core::Status::failure("x exists", "AlreadyExists").with_code(409);
+        assert!(matches!(map_error(kube::Error::Api(status.boxed())), Error::AlreadyExists(_)));
+    }
+}

@@ -1,0 +1,373 @@
+//! A controller on a real cluster: waits until the kinds its manifest
+//! names are served, subscribes to their shared watches, maps changes to
+//! primary objects, and runs up to `max_concurrency` reconciles at a time
+//! from a keyed queue, with requeue-after, periodic resync, and exponential
+//! backoff with jitter after errors and traps.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::cluster::kube::KubeCluster;
+use crate::informer::{Change, Informer, Informers};
+use crate::manifest::{Manifest, Mapping};
+use crate::object::{Gvk, ObjectRef};
+use crate::queue::Queue;
+use crate::reconciler::{Action, Reconciler};
+
+/// Retry timing after failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Backoff {
+    /// Delay after the first failure; doubles per consecutive failure.
+    /// Default: 1 s.
+    pub base: Duration,
+    /// Longest delay. Default: 5 min.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { base: Duration::from_secs(1), max: Duration::from_secs(300) }
+    }
+}
+
+impl Backoff {
+    /// The delay after `failures` consecutive failures, with ±20 % jitter so
+    /// that many objects failing together do not retry in lockstep.
+    pub fn delay(&self, failures: u32, jitter_seed: u64) -> Duration {
+        let factor = 1u32.checked_shl(failures.saturating_sub(1).min(20)).unwrap_or(u32::MAX);
+        let plain = self.base.saturating_mul(factor).min(self.max);
+        // A cheap, well-spread number in [0.8, 1.2).
+        let spread = (jitter_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as f64 / (1u64 << 24) as f64;
+        plain.mul_f64(0.8 + 0.4 * spread)
+    }
+}
+
+/// Where a controller is in its life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for kinds the cluster does not serve yet.
+    WaitingForKinds(Vec<Gvk>),
+    /// Watching and reconciling.
+    Running,
+    /// Stopped.
+    Stopped,
+}
+
+/// Settings of the controller runner.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Retry timing.
+    pub backoff: Backoff,
+    /// How often to look again for kinds that are not served yet.
+    pub rediscovery: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { backoff: Backoff::default(), rediscovery: Duration::from_secs(5) }
+    }
+}
+
+/// Counters of one controller.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Successful reconciles.
+    pub succeeded: u64,
+    /// Failed reconciles (errors and traps).
+    pub failed: u64,
+    /// The last error, if any.
+    pub last_error: Option<String>,
+}
+
+/// A running controller.
+pub struct Controller {
+    name: String,
+    state: Arc<Mutex<State>>,
+    counts: Arc<Mutex<Counts>>,
+    queue: Arc<Queue>,
+    tasks: JoinSet<()>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller").field("name", &self.name).field("state", &self.state()).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Controller {
+    /// Starts a controller for `reconciler` on the shared `informers`.
+    pub fn start(
+        reconciler: Arc<Reconciler>,
+        cluster: KubeCluster,
+        informers: Arc<Informers>,
+        settings: Settings,
+    ) -> Self {
+        let manifest = Arc::clone(&reconciler.component().manifest);
+        let name = manifest.name.clone();
+        let state = Arc::new(Mutex::new(State::WaitingForKinds(vec![])));
+        let counts = Arc::new(Mutex::new(Counts::default()));
+        let queue = Arc::new(Queue::new());
+        let mut tasks = JoinSet::new();
+        let span = tracing::info_span!("controller", controller = %name);
+        let run = run(
+            manifest,
+            reconciler,
+            cluster,
+            informers,
+            settings,
+            Arc::clone(&state),
+            Arc::clone(&counts),
+            Arc::clone(&queue),
+        );
+        tasks.spawn(run.instrument(span));
+        Self { name, state, counts, queue, tasks }
+    }
+
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where it is.
+    pub fn state(&self) -> State {
+        lock(&self.state).clone()
+    }
+
+    /// Its counters.
+    pub fn counts(&self) -> Counts {
+        lock(&self.counts).clone()
+    }
+
+    /// Objects waiting in its queue.
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Stops watching and reconciling; reconciles in flight are cancelled
+    /// at their next await point.
+    pub async fn stop(mut self) {
+        self.queue.close();
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        *lock(&self.state) = State::Stopped;
+    }
+}
+
+#[allow(clippy::too_many_arguments, reason = "one private entry point wiring the shared parts together")]
+async fn run(
+    manifest: Arc<Manifest>,
+    reconciler: Arc<Reconciler>,
+    cluster: KubeCluster,
+    informers: Arc<Informers>,
+    settings: Settings,
+    state: Arc<Mutex<State>>,
+    counts: Arc<Mutex<Counts>>,
+    queue: Arc<Queue>,
+) {
+    let mut kinds = vec![manifest.primary.clone()];
+    kinds.extend(manifest.owns.iter().cloned());
+    kinds.extend(manifest.watches.iter().map(|w| w.kind.clone()));
+
+    // Discovery: wait until every kind is served.
+    let mut reported: Option<Vec<Gvk>> = None;
+    loop {
+        let mut missing = Vec::new();
+        for kind in &kinds {
+            if let Err(e) = cluster.resolve(kind).await {
+                tracing::debug!(kind = %kind, error = %e, "kind not resolved");
+                missing.push(kind.clone());
+            }
+        }
+        if missing.is_empty() {
+            break;
+        }
+        if reported.as_ref() != Some(&missing) {
+            let names: Vec<String> = missing.iter().map(ToString::to_string).collect();
+            tracing::warn!(kinds = %names.join(", "), "waiting for kinds the cluster does not serve");
+            reported = Some(missing.clone());
+        }
+        *lock(&state) = State::WaitingForKinds(missing);
+        tokio::time::sleep(settings.rediscovery).await;
+    }
+
+    let mut subscriptions = Vec::new();
+    for kind in &kinds {
+        match informers.get(kind).await {
+            Ok(informer) => subscriptions.push((kind.clone(), informer.subscribe(), informer)),
+            Err(e) => {
+                tracing::error!(kind = %kind, error = %e, "cannot watch kind");
+                *lock(&state) = State::WaitingForKinds(vec![kind.clone()]);
+                return;
+            }
+        }
+    }
+    for (_, _, informer) in &subscriptions {
+        informer.synced().await;
+    }
+    let primary_informer = subscriptions.first().map(|(_, _, i)| Arc::clone(i)).expect("the primary kind is first");
+
+    let mut tasks = JoinSet::new();
+    for (kind, receiver, informer) in subscriptions {
+        let manifest = Arc::clone(&manifest);
+        let queue = Arc::clone(&queue);
+        let primary = Arc::clone(&primary_informer);
+        tasks.spawn(async move { route(manifest, kind, receiver, informer, primary, queue).await });
+    }
+    for object in primary_informer.store().state() {
+        if let Some(r) = primary_ref(&manifest.primary, &object) {
+            queue.add(r);
+        }
+    }
+    *lock(&state) = State::Running;
+    tracing::info!(concurrency = manifest.max_concurrency, "controller running");
+
+    let failures: Arc<Mutex<HashMap<ObjectRef, u32>>> = Arc::default();
+    for _ in 0..manifest.max_concurrency {
+        let queue = Arc::clone(&queue);
+        let reconciler = Arc::clone(&reconciler);
+        let counts = Arc::clone(&counts);
+        let failures = Arc::clone(&failures);
+        let backoff = settings.backoff;
+        tasks.spawn(async move {
+            while let Some(r) = queue.next().await {
+                let span = tracing::info_span!("reconcile", object = %r, event = tracing::field::Empty);
+                let report = reconciler.reconcile(&r).instrument(span.clone()).await;
+                if let Some(event) = report.event {
+                    span.record("event", event.as_str());
+                }
+                let mut n = lock(&failures);
+                match &report.result {
+                    Ok(action) => {
+                        n.remove(&r);
+                        lock(&counts).succeeded += 1;
+                        if let Action::Requeue(after) = action {
+                            queue.add_after(r.clone(), *after);
+                        }
+                    }
+                    Err(e) => {
+                        let mut c = lock(&counts);
+                        c.failed += 1;
+                        c.last_error = Some(format!("{r}: {e}"));
+                        drop(c);
+                        tracing::warn!(parent: &span, error = %e, "reconcile failed");
+                        if e.is_retryable() {
+                            let failures = n.entry(r.clone()).or_insert(0);
+                            *failures += 1;
+                            let seed = std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map(|d| d.subsec_nanos().into())
+                                .unwrap_or(0);
+                            queue.add_after(r.clone(), backoff.delay(*failures, seed));
+                        } else {
+                            n.remove(&r);
+                        }
+                    }
+                }
+                drop(n);
+                queue.done(&r);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// The primary object reference of a cached object.
+fn primary_ref(primary: &Gvk, object: &DynamicObject) -> Option<ObjectRef> {
+    Some(ObjectRef::new(primary.clone(), object.metadata.namespace.as_deref(), object.metadata.name.clone()?))
+}
+
+/// Turns the changes of one watched kind into queue entries.
+async fn route(
+    manifest: Arc<Manifest>,
+    kind: Gvk,
+    mut receiver: tokio::sync::broadcast::Receiver<Change>,
+    informer: Arc<Informer>,
+    primary: Arc<Informer>,
+    queue: Arc<Queue>,
+) {
+    loop {
+        let changes: Vec<Arc<DynamicObject>> = match receiver.recv().await {
+            Ok(change) => vec![change.object],
+            Err(RecvError::Lagged(missed)) => {
+                tracing::warn!(kind = %kind, missed, "change stream lagged, rereading the cache");
+                informer.store().state()
+            }
+            Err(RecvError::Closed) => return,
+        };
+        for object in changes {
+            for r in targets(&manifest, &kind, &object, &primary) {
+                queue.add(r);
+            }
+        }
+    }
+}
+
+/// The primary objects a change to `object` (of `kind`) triggers.
+fn targets(manifest: &Manifest, kind: &Gvk, object: &DynamicObject, primary: &Informer) -> Vec<ObjectRef> {
+    let ns = object.metadata.namespace.as_deref();
+    let mut out = Vec::new();
+    if manifest.primary.same_group_kind(kind) {
+        out.extend(primary_ref(&manifest.primary, object));
+    }
+    if manifest.owns.iter().any(|o| o.same_group_kind(kind)) {
+        for owner in object.metadata.owner_references.iter().flatten() {
+            let is_primary = owner.controller == Some(true)
+                && owner.kind == manifest.primary.kind
+                && Gvk::from_api_version(&owner.api_version, "").group == manifest.primary.group;
+            if is_primary {
+                out.push(ObjectRef::new(manifest.primary.clone(), ns, owner.name.clone()));
+            }
+        }
+    }
+    for watch in manifest.watches.iter().filter(|w| w.kind.same_group_kind(kind)) {
+        match &watch.mapping {
+            Mapping::None => {}
+            Mapping::SameName => {
+                if let Some(name) = &object.metadata.name {
+                    out.push(ObjectRef::new(manifest.primary.clone(), ns, name.clone()));
+                }
+            }
+            Mapping::Label(key) => {
+                if let Some(v) = object.metadata.labels.as_ref().and_then(|l| l.get(key)) {
+                    out.push(ObjectRef::new(manifest.primary.clone(), ns, v.clone()));
+                }
+            }
+            Mapping::Namespace => {
+                for p in primary.store().state() {
+                    if p.metadata.namespace.as_deref() == ns {
+                        out.extend(primary_ref(&manifest.primary, &p));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_with_jitter_and_caps() {
+        let b = Backoff { base: Duration::from_secs(1), max: Duration::from_secs(60) };
+        for seed in [0, 1, 12345, u64::MAX] {
+            let first = b.delay(1, seed);
+            assert!(first >= Duration::from_millis(800) && first < Duration::from_millis(1200), "{first:?}");
+            let third = b.delay(3, seed);
+            assert!(third >= Duration::from_millis(3200) && third < Duration::from_millis(4800), "{third:?}");
+            assert!(b.delay(30, seed) < Duration::from_secs(72));
+        }
+    }
+}

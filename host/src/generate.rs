@@ -1,0 +1,725 @@
+//! Deployment manifests generated from components: the CRDs they define,
+//! the RBAC they need and the host's Deployment, as multi-document YAML,
+//! as files, or as a kustomize base or overlay (`capstan gen`).
+//!
+//! The single source of truth is each component's own [`Manifest`]: its
+//! CRDs as declared, and RBAC rules derived from [`Grants::from_manifest`],
+//! the same rules the host checks on every call.
+//!
+//! ```no_run
+//! # async fn example(loader: capstan_host::component::Loader) -> Result<(), Box<dyn std::error::Error>> {
+//! use capstan_host::generate::{self, Component, Options};
+//!
+//! let wasm = std::fs::read("greeter.wasm")?;
+//! let loaded = loader.load_bytes("greeter.wasm".as_ref(), wasm.clone()).await?;
+//! let greeter = Component::new((*loaded.manifest).clone(), wasm);
+//! let options = Options::default().namespace("operators");
+//! let objects = generate::manifest(&[greeter], &options)?;
+//! print!("{}", generate::to_yaml(&objects, "generated for the docs")?);
+//! # Ok(()) }
+//! ```
+//!
+//! # What is generated
+//!
+//! | object | name | notes |
+//! |---|---|---|
+//! | Namespace | `--namespace` (`capstan-system`) | enforces the `restricted` Pod Security Standard |
+//! | CustomResourceDefinition | as declared | every CRD of every component, once, by name |
+//! | ServiceAccount | `--name` (`capstan`) | the host runs as it |
+//! | ClusterRole + binding | `capstan` | the host's own needs: Events, reading CRDs |
+//! | Role + binding | `capstan`, in the host's namespace | Leases (leader election) |
+//! | ClusterRole + binding | `capstan-<controller>` | one per component: see [`rbac`](self#rbac) |
+//! | Role + binding | `capstan-<controller>` | in each namespace a permission is limited to |
+//! | ConfigMap | `capstan-components` | the components, `<controller>.wasm` each, at most 1 MiB in all |
+//! | Deployment | `capstan` | one replica of `capstan run --components /components` |
+//!
+//! # RBAC
+//!
+//! Each rule of [`Grants::from_manifest`] becomes a rule on the kind's
+//! resource: the CRD's `spec.names.plural` for kinds a given component
+//! defines, else a table of the built-in kinds, else a `--plural`
+//! override; an unknown kind is an error, never a guess. A grant that
+//! includes status adds `<plural>/status` with the verbs a status
+//! subresource serves (get, update, patch). A grant limited to the
+//! reconciled object's namespace becomes cluster-wide (the host reconciles
+//! in every namespace); one limited to named namespaces becomes Roles
+//! there. On top, what the host does for the component: primary kind get,
+//! list, watch, update, patch (finalizers) and status patch; owned kinds
+//! every verb (server-side apply and pruning); watched kinds get, list,
+//! watch; with `install_crds`, create of CRDs and patch of its own CRDs by
+//! name. Rules are merged per group + resource and sorted; nothing is a
+//! wildcard unless a component declared one.
+//!
+//! # Component delivery
+//!
+//! The simplest honest option: a ConfigMap with `binaryData`, mounted at
+//! `/components`. A ConfigMap holds at most 1 MiB, so larger components
+//! fail with [`Error::TooLargeForConfigMap`]; those go into an image that
+//! holds them at `/components` ([`Delivery::Image`]). Delivery from an OCI
+//! registry or a volume is future work. Apply a large ConfigMap with
+//! server-side apply: client-side `kubectl apply` copies it into an
+//! annotation limited to 256 KiB.
+
+mod deployment;
+mod kustomize;
+pub mod names;
+mod rbac;
+mod resources;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+pub use deployment::{CACHE_DIR, COMPONENTS_DIR, CONFIG_MAP_LIMIT, HEALTH_PORT, RUN_AS};
+pub use resources::PluralOverride;
+
+#[cfg(doc)]
+use crate::grants::Grants;
+use crate::manifest::Manifest;
+use names::Rule;
+use resources::Resources;
+
+/// The image of the host this version of capstan generates by default.
+/// Build it from `deploy/Dockerfile`; nothing is published there yet.
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/capstan-dev/capstan:", env!("CARGO_PKG_VERSION"));
+
+/// Why manifests cannot be generated.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A name breaks a Kubernetes naming rule.
+    #[error("{what} {value:?} is not a valid {rule}")]
+    Name {
+        /// What the name is for.
+        what: String,
+        /// The name as given.
+        value: String,
+        /// The rule it breaks.
+        rule: Rule,
+    },
+    /// No component defines the kind's CRD, it is not a common built-in
+    /// kind, and no `--plural` names its resource.
+    #[error(
+        "unknown kind {kind} in group {group:?}: no component defines its CRD and it is not a common built-in kind; \
+         pass --plural {}=<plural>",
+        kind_key(.kind, .group)
+    )]
+    UnknownKind {
+        /// API group.
+        group: String,
+        /// Kind.
+        kind: String,
+    },
+    /// A `--plural` value is not `KIND.GROUP=PLURAL`.
+    #[error("invalid plural {0:?}: expected KIND.GROUP=PLURAL, or KIND=PLURAL for the core group")]
+    PluralOverride(String),
+    /// Two components declare the same controller name.
+    #[error("two components are named {0:?}: controller names must be unique")]
+    DuplicateController(String),
+    /// Two components define the same CRD differently.
+    #[error("crd {name} is defined differently by controllers {first} and {second}")]
+    ConflictingCrd {
+        /// The CRD's name.
+        name: String,
+        /// One controller.
+        first: String,
+        /// The other.
+        second: String,
+    },
+    /// A CRD lacks something the output needs.
+    #[error("crd {name}: {reason}")]
+    Crd {
+        /// The CRD's name.
+        name: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// The components do not fit into a ConfigMap.
+    #[error(
+        "the components add up to {total} bytes ({}), more than the {CONFIG_MAP_LIMIT} bytes (1 MiB) a ConfigMap \
+         holds: bake them into an image and pass --image IMAGE --components-in-image \
+         (delivery from an OCI registry or a volume is future work)",
+        .sizes.join(", ")
+    )]
+    TooLargeForConfigMap {
+        /// Their size in bytes.
+        total: usize,
+        /// `<controller> <n> bytes` for each.
+        sizes: Vec<String>,
+    },
+    /// The image reference is empty or has whitespace.
+    #[error("image {0:?} is not a valid image reference")]
+    Image(String),
+    /// An object could not be serialised.
+    #[error("cannot serialise {what}: {reason}")]
+    Serialise {
+        /// What.
+        what: String,
+        /// The serialiser's reason.
+        reason: String,
+    },
+    /// An output file could not be written.
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn kind_key(kind: &str, group: &str) -> String {
+    if group.is_empty() { kind.to_owned() } else { format!("{kind}.{group}") }
+}
+
+/// `Result` with this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// One component as input: its validated manifest and, for the ConfigMap
+/// delivery, its bytes.
+#[derive(Clone, Debug)]
+pub struct Component {
+    /// What it declares.
+    pub manifest: Manifest,
+    /// The `.wasm` file's bytes (may be empty unless delivered by ConfigMap).
+    pub wasm: Vec<u8>,
+}
+
+impl Component {
+    /// A component from its manifest (as [`Loader`](crate::component::Loader)
+    /// reads it) and its bytes.
+    pub fn new(manifest: Manifest, wasm: Vec<u8>) -> Self {
+        Self { manifest, wasm }
+    }
+}
+
+/// How the components reach the host's pod.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// In a ConfigMap (`<name>-components`) mounted at `/components`: at
+    /// most 1 MiB in all. The default.
+    #[default]
+    ConfigMap,
+    /// Already in the image, at `/components`.
+    Image,
+}
+
+/// What to generate, beyond the components. Every default is documented on
+/// its builder method.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Options {
+    namespace: String,
+    name: String,
+    image: String,
+    delivery: Delivery,
+    install_crds: bool,
+    skip_deployment: bool,
+    plurals: Vec<PluralOverride>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            namespace: "capstan-system".to_owned(),
+            name: "capstan".to_owned(),
+            image: DEFAULT_IMAGE.to_owned(),
+            delivery: Delivery::ConfigMap,
+            install_crds: false,
+            skip_deployment: false,
+            plurals: Vec::new(),
+        }
+    }
+}
+
+impl Options {
+    /// The host's namespace. Default: `capstan-system`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The name of the host's ServiceAccount, ClusterRole, Deployment, and
+    /// the prefix of the per-component roles and the components ConfigMap.
+    /// Default: `capstan`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The host's image. Default: [`DEFAULT_IMAGE`].
+    pub fn image(mut self, image: impl Into<String>) -> Self {
+        self.image = image.into();
+        self
+    }
+
+    /// How the components reach the pod. Default: [`Delivery::ConfigMap`].
+    pub fn delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
+        self
+    }
+
+    /// Lets the host create CRDs and patch the components' own CRDs.
+    /// Default: false (install the CRDs with the manifest).
+    pub fn install_crds(mut self, yes: bool) -> Self {
+        self.install_crds = yes;
+        self
+    }
+
+    /// Leaves out the Deployment and the components ConfigMap, to run the
+    /// host outside the cluster. Default: false.
+    pub fn skip_deployment(mut self, yes: bool) -> Self {
+        self.skip_deployment = yes;
+        self
+    }
+
+    /// Adds a plural for a kind no component defines. Default: none.
+    pub fn plural(mut self, plural: PluralOverride) -> Self {
+        self.plurals.push(plural);
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        names::check("namespace", &self.namespace, Rule::Dns1123Label)?;
+        names::check("name", &self.name, Rule::Dns1123Label)?;
+        names::check("name of the components ConfigMap", &deployment::config_map_name(self), Rule::Dns1123Subdomain)?;
+        if self.image.is_empty() || self.image.chars().any(char::is_whitespace) {
+            return Err(Error::Image(self.image.clone()));
+        }
+        Ok(())
+    }
+
+    /// Labels of every generated object; `controller` for a component's own.
+    fn labels(&self, controller: Option<&str>) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([
+            ("app.kubernetes.io/name".to_owned(), self.name.clone()),
+            ("app.kubernetes.io/part-of".to_owned(), "capstan".to_owned()),
+        ]);
+        if let Some(c) = controller {
+            labels.insert("capstan.dev/controller".to_owned(), c.to_owned());
+        }
+        labels
+    }
+
+    /// `<name>-<controller>`, checked.
+    fn component_object_name(&self, controller: &str) -> Result<String> {
+        let name = format!("{}-{controller}", self.name);
+        names::check(format!("role name for controller {controller}"), &name, Rule::Dns1123Subdomain)?;
+        Ok(name)
+    }
+}
+
+fn to_value<T: serde::Serialize + k8s_openapi::Resource>(object: &T) -> Result<Value> {
+    serde_json::to_value(object).map_err(|e| Error::Serialise { what: format!("a {}", T::KIND), reason: e.to_string() })
+}
+
+/// Checks a CRD's names the way the API server will.
+fn check_crd(crd: &Value) -> Result<String> {
+    let name = crate::object::meta_str(crd, "name").unwrap_or_default().to_owned();
+    let names = crd
+        .pointer("/spec/names")
+        .ok_or_else(|| Error::Crd { name: name.clone(), reason: "has no spec.names".into() })?;
+    let field = |f: &str| names.get(f).and_then(Value::as_str);
+    let what = |f: &str| format!("crd {name} spec.names.{f}");
+    let plural = field("plural").unwrap_or_default();
+    names::check(what("plural"), plural, Rule::Dns1035Label)?;
+    names::check(what("kind"), field("kind").unwrap_or_default(), Rule::Kind)?;
+    for optional in ["singular"] {
+        if let Some(v) = field(optional) {
+            names::check(what(optional), v, Rule::Dns1035Label)?;
+        }
+    }
+    if let Some(v) = field("listKind") {
+        names::check(what("listKind"), v, Rule::Kind)?;
+    }
+    for list in ["shortNames", "categories"] {
+        for v in names.get(list).and_then(Value::as_array).into_iter().flatten() {
+            names::check(what(list), v.as_str().unwrap_or_default(), Rule::Dns1035Label)?;
+        }
+    }
+    names::check("crd name", &name, Rule::Dns1123Subdomain)?;
+    Ok(name)
+}
+
+/// Checks the components together: unique controller names, valid CRD
+/// names, each CRD defined once or identically.
+fn check_components(components: &[Component]) -> Result<BTreeMap<String, Value>> {
+    let mut controllers = BTreeMap::new();
+    let mut crds: BTreeMap<String, (Value, &str)> = BTreeMap::new();
+    for c in components {
+        let controller = c.manifest.name.as_str();
+        if controllers.insert(controller, ()).is_some() {
+            return Err(Error::DuplicateController(controller.to_owned()));
+        }
+        for crd in &c.manifest.crds {
+            let name = check_crd(crd)?;
+            match crds.get(&name) {
+                Some((existing, _)) if existing == crd => {}
+                Some((_, first)) => {
+                    return Err(Error::ConflictingCrd {
+                        name,
+                        first: (*first).to_owned(),
+                        second: controller.to_owned(),
+                    });
+                }
+                None => {
+                    crds.insert(name, (crd.clone(), controller));
+                }
+            }
+        }
+    }
+    Ok(crds.into_iter().map(|(name, (crd, _))| (name, crd)).collect())
+}
+
+/// The CRDs the components define, each once, sorted by name.
+///
+/// # Errors
+///
+/// [`Error::Name`] for a CRD name Kubernetes would reject,
+/// [`Error::ConflictingCrd`], [`Error::DuplicateController`].
+pub fn crds(components: &[Component]) -> Result<Vec<Value>> {
+    Ok(check_components(components)?.into_values().collect())
+}
+
+/// One output file: a path relative to the output folder and the objects
+/// it holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct File {
+    /// Relative path, e.g. `deployment.yaml`.
+    pub path: PathBuf,
+    /// Its objects, written as YAML documents.
+    pub objects: Vec<Value>,
+}
+
+impl File {
+    fn new(path: impl Into<PathBuf>, objects: Vec<Value>) -> Self {
+        Self { path: path.into(), objects }
+    }
+}
+
+/// The pieces of an installation, as files in apply order.
+struct Parts {
+    namespace: Option<File>,
+    crds: Vec<File>,
+    host_rbac: Option<File>,
+    component_rbac: Vec<File>,
+    config_map: Option<File>,
+    deployment: Option<File>,
+}
+
+impl Parts {
+    fn new(components: &[Component], options: &Options) -> Result<Self> {
+        options.validate()?;
+        let crds = check_components(components)?;
+        let resources = Resources::new(crds.values(), &options.plurals);
+        let crd_files = crds.into_iter().map(|(name, crd)| File::new(format!("crd-{name}.yaml"), vec![crd])).collect();
+        let component_rbac = components
+            .iter()
+            .map(|c| {
+                Ok(File::new(
+                    format!("rbac-{}.yaml", c.manifest.name),
+                    rbac::component_objects(c, &resources, options)?,
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let deliver_config_map =
+            !options.skip_deployment && options.delivery == Delivery::ConfigMap && !components.is_empty();
+        let config_map = if deliver_config_map {
+            Some(File::new("components.yaml", vec![deployment::components_config_map(components, options)?]))
+        } else {
+            None
+        };
+        let deployment = if options.skip_deployment {
+            None
+        } else {
+            Some(File::new("deployment.yaml", vec![deployment::deployment(options, deliver_config_map)?]))
+        };
+        Ok(Self {
+            namespace: Some(File::new("namespace.yaml", vec![deployment::namespace(options)?])),
+            crds: crd_files,
+            host_rbac: Some(File::new("rbac.yaml", rbac::host_objects(options)?)),
+            component_rbac,
+            config_map,
+            deployment,
+        })
+    }
+
+    fn into_files(self) -> Vec<File> {
+        let mut files: Vec<File> = self.namespace.into_iter().collect();
+        files.extend(self.crds);
+        files.extend(self.host_rbac);
+        files.extend(self.component_rbac);
+        files.extend(self.config_map);
+        files.extend(self.deployment);
+        files
+    }
+}
+
+/// The ServiceAccount, ClusterRoles, Roles and bindings the host and the
+/// components need (see [RBAC](self#rbac)).
+///
+/// # Errors
+///
+/// [`Error::UnknownKind`], [`Error::Name`], and the errors of [`crds`].
+pub fn rbac(components: &[Component], options: &Options) -> Result<Vec<Value>> {
+    let parts = Parts::new(components, &options.clone().skip_deployment(true))?;
+    Ok(parts.host_rbac.into_iter().chain(parts.component_rbac).flat_map(|f| f.objects).collect())
+}
+
+/// Every object of an installation, in apply order: Namespace, CRDs, RBAC,
+/// the components ConfigMap and the Deployment.
+///
+/// # Errors
+///
+/// [`Error::TooLargeForConfigMap`], [`Error::Image`], and the errors of
+/// [`rbac`].
+pub fn manifest(components: &[Component], options: &Options) -> Result<Vec<Value>> {
+    Ok(files(components, options)?.into_iter().flat_map(|f| f.objects).collect())
+}
+
+/// The objects of [`manifest`], one file per piece: `namespace.yaml`,
+/// `crd-<name>.yaml`, `rbac.yaml`, `rbac-<controller>.yaml`,
+/// `components.yaml`, `deployment.yaml`.
+///
+/// # Errors
+///
+/// As [`manifest`].
+pub fn files(components: &[Component], options: &Options) -> Result<Vec<File>> {
+    Ok(Parts::new(components, options)?.into_files())
+}
+
+/// A kustomize folder. Without `base`: a self-contained base, the
+/// [`files`] and a `kustomization.yaml` listing them. With `base` (a path
+/// relative to the output folder): an overlay that adds the components to
+/// a base generated without them: their CRDs, their RBAC, the components
+/// ConfigMap, and `deployment-patch.yaml`, which sets the image (and mounts
+/// the ConfigMap). The overlay's namespace and name must be the base's.
+///
+/// # Errors
+///
+/// As [`manifest`].
+pub fn kustomize(components: &[Component], options: &Options, base: Option<&str>) -> Result<Vec<File>> {
+    let parts = Parts::new(components, options)?;
+    Ok(match base {
+        None => kustomize::base(parts.into_files()),
+        Some(base) => {
+            let patch = (!options.skip_deployment).then(|| {
+                let with_config_map = parts.config_map.is_some();
+                File::new("deployment-patch.yaml", vec![deployment::deployment_patch(options, with_config_map)])
+            });
+            let resources = parts.crds.into_iter().chain(parts.component_rbac).chain(parts.config_map).collect();
+            kustomize::overlay(base, resources, patch)
+        }
+    })
+}
+
+/// The header comment of generated files: `command` is what generated
+/// them.
+pub fn header(command: &str, components: &[Component]) -> String {
+    let from = if components.is_empty() {
+        "no components".to_owned()
+    } else {
+        let names: Vec<&str> = components.iter().map(|c| c.manifest.name.as_str()).collect();
+        format!("controllers {}", names.join(", "))
+    };
+    format!(
+        "Generated by `{command}` (capstan {}) from {from}.\nDo not edit: change the components or the command \
+         line and generate again.",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// Renders objects as multi-document YAML after `header` (each of its
+/// lines becomes a `#` comment).
+///
+/// # Errors
+///
+/// [`Error::Serialise`] if an object cannot be written as YAML.
+pub fn to_yaml(objects: &[Value], header: &str) -> Result<String> {
+    let mut out: String = header.lines().map(|l| format!("# {l}\n")).collect();
+    for (i, object) in objects.iter().enumerate() {
+        if i > 0 {
+            out.push_str("---\n");
+        }
+        let yaml = serde_yaml_ng::to_string(object)
+            .map_err(|e| Error::Serialise { what: "an object as YAML".into(), reason: e.to_string() })?;
+        out.push_str(&yaml);
+    }
+    Ok(out)
+}
+
+/// Writes `files` under `dir` (created if missing), each with `header`.
+/// Other files in `dir` are left alone.
+///
+/// # Errors
+///
+/// [`Error::Write`] naming the file, [`Error::Serialise`].
+pub fn write(dir: &Path, files: &[File], header: &str) -> Result<()> {
+    for file in files {
+        let path = dir.join(&file.path);
+        let yaml = to_yaml(&file.objects, header)?;
+        let write_err = |source| Error::Write { path: path.clone(), source };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(write_err)?;
+        }
+        std::fs::write(&path, yaml).map_err(write_err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::object::Gvk;
+
+    fn crd(plural: &str, kind: &str) -> Value {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.examples.capstan.dev")},
+            "spec": {
+                "group": "examples.capstan.dev",
+                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "shortNames": ["gr"]},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1alpha1", "served": true, "storage": true}],
+            },
+        })
+    }
+
+    fn component(name: &str, crds: Vec<Value>) -> Component {
+        Component::new(
+            Manifest {
+                name: name.into(),
+                primary: Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting"),
+                crds,
+                owns: vec![Gvk::new("", "v1", "ConfigMap")],
+                watches: vec![],
+                finalizer: None,
+                permissions: vec![],
+                resync: None,
+                max_concurrency: 1,
+            },
+            b"\0asm".to_vec(),
+        )
+    }
+
+    fn kinds(objects: &[Value]) -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| format!("{}/{}", o["kind"].as_str().unwrap_or("?"), o["metadata"]["name"].as_str().unwrap_or("?")))
+            .collect()
+    }
+
+    #[test]
+    fn the_manifest_lists_objects_in_apply_order() {
+        let objects = manifest(&[component("greeter", vec![crd("greetings", "Greeting")])], &Options::default())
+            .expect("generates");
+        assert_eq!(
+            kinds(&objects),
+            [
+                "Namespace/capstan-system",
+                "CustomResourceDefinition/greetings.examples.capstan.dev",
+                "ServiceAccount/capstan",
+                "ClusterRole/capstan",
+                "ClusterRoleBinding/capstan",
+                "Role/capstan",
+                "RoleBinding/capstan",
+                "ClusterRole/capstan-greeter",
+                "ClusterRoleBinding/capstan-greeter",
+                "ConfigMap/capstan-components",
+                "Deployment/capstan",
+            ]
+        );
+    }
+
+    #[test]
+    fn skip_deployment_leaves_out_the_deployment_and_the_components() {
+        let options = Options::default().skip_deployment(true);
+        let objects = manifest(&[component("greeter", vec![])], &options).expect("generates");
+        assert!(kinds(&objects).iter().all(|k| !k.starts_with("Deployment/") && !k.starts_with("ConfigMap/")));
+    }
+
+    #[test]
+    fn a_crd_defined_twice_alike_is_generated_once_and_differently_is_an_error() {
+        let same =
+            [component("a", vec![crd("greetings", "Greeting")]), component("b", vec![crd("greetings", "Greeting")])];
+        assert_eq!(crds(&same).expect("identical").len(), 1);
+        let mut other = crd("greetings", "Greeting");
+        other["spec"]["scope"] = json!("Cluster");
+        let clash = [component("a", vec![crd("greetings", "Greeting")]), component("b", vec![other])];
+        assert!(matches!(crds(&clash), Err(Error::ConflictingCrd { .. })));
+        let twins = [component("a", vec![]), component("a", vec![])];
+        assert!(matches!(crds(&twins), Err(Error::DuplicateController(_))));
+    }
+
+    #[test]
+    fn crd_names_kubernetes_would_reject_are_errors() {
+        let mut bad = crd("greetings", "Greeting");
+        bad["spec"]["names"]["shortNames"] = json!(["1gr"]);
+        let err = crds(&[component("a", vec![bad])]).expect_err("short name starts with a digit");
+        assert!(
+            err.to_string().starts_with(
+                "crd greetings.examples.capstan.dev spec.names.shortNames \"1gr\" is not a valid DNS-1035 label"
+            ),
+            "{err}"
+        );
+        let mut bad = crd("greetings", "Greeting");
+        bad["spec"]["names"]["listKind"] = json!("greeting-list");
+        assert!(matches!(crds(&[component("a", vec![bad])]), Err(Error::Name { rule: Rule::Kind, .. })));
+    }
+
+    #[test]
+    fn invalid_options_are_errors_not_broken_manifests() {
+        let c = [component("greeter", vec![])];
+        assert!(matches!(manifest(&c, &Options::default().namespace("Ops")), Err(Error::Name { .. })));
+        assert!(matches!(manifest(&c, &Options::default().name("capstan_host")), Err(Error::Name { .. })));
+        assert!(matches!(manifest(&c, &Options::default().image("has space")), Err(Error::Image(_))));
+    }
+
+    #[test]
+    fn yaml_has_the_header_and_one_document_per_object() {
+        let yaml = to_yaml(&[json!({"kind": "A"}), json!({"kind": "B"})], "line one\nline two").expect("renders");
+        assert_eq!(yaml, "# line one\n# line two\nkind: A\n---\nkind: B\n");
+    }
+
+    #[test]
+    fn an_overlay_adds_only_the_components_parts_and_a_patch() {
+        let c = [component("greeter", vec![crd("greetings", "Greeting")])];
+        let options = Options::default().image("example.com/greeter:1").delivery(Delivery::Image);
+        let files = kustomize(&c, &options, Some("../../base")).expect("generates");
+        let paths: Vec<_> = files.iter().map(|f| f.path.display().to_string()).collect();
+        assert_eq!(
+            paths,
+            [
+                "crd-greetings.examples.capstan.dev.yaml",
+                "rbac-greeter.yaml",
+                "deployment-patch.yaml",
+                "kustomization.yaml"
+            ]
+        );
+        let kustomization = &files[3].objects[0];
+        assert_eq!(kustomization["resources"][0], "../../base");
+        assert_eq!(files[2].objects[0]["spec"]["template"]["spec"]["containers"][0]["image"], "example.com/greeter:1");
+    }
+
+    #[test]
+    fn error_messages_read_right() {
+        let e = Error::UnknownKind { group: String::new(), kind: "Widget".into() };
+        assert_eq!(
+            e.to_string(),
+            "unknown kind Widget in group \"\": no component defines its CRD and it is not a common built-in kind; \
+             pass --plural Widget=<plural>"
+        );
+        let e = Error::TooLargeForConfigMap { total: 2_000_000, sizes: vec!["greeter 2000000 bytes".into()] };
+        assert!(e.to_string().starts_with(
+            "the components add up to 2000000 bytes (greeter 2000000 bytes), more than the 1048576 bytes (1 MiB)"
+        ));
+        assert_eq!(
+            Error::DuplicateController("a".into()).to_string(),
+            "two components are named \"a\": controller names must be unique"
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! The host's own objects: its Namespace, the ConfigMap that carries the
+//! components, and its Deployment.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, Namespace, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde_json::{Value, json};
+
+use super::{Component, Error, Options, to_value};
+
+/// The most a ConfigMap holds (`data` and `binaryData` together), as the
+/// API server checks it.
+pub const CONFIG_MAP_LIMIT: usize = 1024 * 1024;
+
+/// Where the components are in the host's container.
+pub const COMPONENTS_DIR: &str = "/components";
+
+/// Where the host keeps its compile cache (`CAPSTAN_CACHE`).
+pub const CACHE_DIR: &str = "/cache";
+
+/// The port of `/healthz` and `/readyz`.
+pub const HEALTH_PORT: i32 = 8080;
+
+/// The user (and group) the host runs as: distroless `nonroot`.
+pub const RUN_AS: i64 = 65532;
+
+/// The host's Namespace; enforces the `restricted` Pod Security Standard.
+pub(crate) fn namespace(options: &Options) -> Result<Value, Error> {
+    let mut labels = options.labels(None);
+    labels.insert("pod-security.kubernetes.io/enforce".to_owned(), "restricted".to_owned());
+    let ns = Namespace {
+        metadata: ObjectMeta { name: Some(options.namespace.clone()), labels: Some(labels), ..ObjectMeta::default() },
+        ..Namespace::default()
+    };
+    to_value(&ns)
+}
+
+/// The name of the ConfigMap carrying the components.
+pub(crate) fn config_map_name(options: &Options) -> String {
+    format!("{}-components", options.name)
+}
+
+/// The ConfigMap carrying the components, one `<controller>.wasm` key each.
+///
+/// # Errors
+///
+/// [`Error::TooLargeForConfigMap`] when they add up to more than
+/// [`CONFIG_MAP_LIMIT`].
+pub(crate) fn components_config_map(components: &[Component], options: &Options) -> Result<Value, Error> {
+    let total: usize = components.iter().map(|c| c.wasm.len()).sum();
+    if total > CONFIG_MAP_LIMIT {
+        let sizes = components.iter().map(|c| format!("{} {} bytes", c.manifest.name, c.wasm.len())).collect();
+        return Err(Error::TooLargeForConfigMap { total, sizes });
+    }
+    let data: BTreeMap<String, ByteString> =
+        components.iter().map(|c| (format!("{}.wasm", c.manifest.name), ByteString(c.wasm.clone()))).collect();
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(config_map_name(options)),
+            namespace: Some(options.namespace.clone()),
+            labels: Some(options.labels(None)),
+            ..ObjectMeta::default()
+        },
+        binary_data: Some(data),
+        ..ConfigMap::default()
+    };
+    to_value(&cm)
+}
+
+fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([("cpu".to_owned(), Quantity(cpu.to_owned())), ("memory".to_owned(), Quantity(memory.to_owned()))])
+}
+
+fn probe(path: &str, initial_delay: i32, period: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("http".to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        initial_delay_seconds: Some(initial_delay),
+        period_seconds: Some(period),
+        ..Probe::default()
+    }
+}
+
+fn components_volume(options: &Options) -> (Volume, VolumeMount) {
+    let volume = Volume {
+        name: "components".to_owned(),
+        config_map: Some(ConfigMapVolumeSource { name: config_map_name(options), ..ConfigMapVolumeSource::default() }),
+        ..Volume::default()
+    };
+    let mount = VolumeMount {
+        name: "components".to_owned(),
+        mount_path: COMPONENTS_DIR.to_owned(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    };
+    (volume, mount)
+}
+
+/// The host's command line: `run --components /components`, and
+/// `--install-crds` when the host is to install the CRDs itself.
+fn args(options: &Options) -> Vec<String> {
+    let mut args = vec!["run".to_owned(), "--components".to_owned(), COMPONENTS_DIR.to_owned()];
+    if options.install_crds {
+        args.push("--install-crds".to_owned());
+    }
+    args
+}
+
+/// The host's Deployment: one replica of `capstan run --components
+/// /components`, as the ServiceAccount of the same name, meeting the
+/// `restricted` Pod Security Standard, with a writable `emptyDir` for the
+/// compile cache (`CAPSTAN_CACHE`), and `POD_NAME` from the downward API
+/// (the replica's name in Events). `with_config_map` mounts the components ConfigMap at
+/// `/components`; without it the components are whatever the image holds
+/// there.
+///
+/// The strategy is `Recreate`: until the host has leader election, two
+/// hosts must not reconcile side by side during a rollout.
+pub(crate) fn deployment(options: &Options, with_config_map: bool) -> Result<Value, Error> {
+    let labels = options.labels(None);
+    let selector = BTreeMap::from([("app.kubernetes.io/name".to_owned(), options.name.clone())]);
+    let mut volumes = vec![Volume {
+        name: "cache".to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(Quantity("1Gi".to_owned())),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    let mut mounts =
+        vec![VolumeMount { name: "cache".to_owned(), mount_path: CACHE_DIR.to_owned(), ..VolumeMount::default() }];
+    if with_config_map {
+        let (volume, mount) = components_volume(options);
+        volumes.push(volume);
+        mounts.push(mount);
+    }
+    let container = Container {
+        name: "capstan".to_owned(),
+        image: Some(options.image.clone()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        args: Some(args(options)),
+        env: Some(vec![
+            EnvVar { name: "CAPSTAN_CACHE".to_owned(), value: Some(CACHE_DIR.to_owned()), ..EnvVar::default() },
+            EnvVar {
+                name: "POD_NAME".to_owned(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.name".to_owned(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".to_owned()),
+            container_port: HEALTH_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(probe("/healthz", 15, 20)),
+        readiness_probe: Some(probe("/readyz", 5, 10)),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities("100m", "128Mi")),
+            limits: Some(quantities("1", "512Mi")),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities { drop: Some(vec!["ALL".to_owned()]), ..Capabilities::default() }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    };
+    let deployment = Deployment {
+        metadata: ObjectMeta {
+            name: Some(options.name.clone()),
+            namespace: Some(options.namespace.clone()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentSpec {
+            replicas: Some(1),
+            selector: LabelSelector { match_labels: Some(selector), ..LabelSelector::default() },
+            strategy: Some(DeploymentStrategy { type_: Some("Recreate".to_owned()), ..DeploymentStrategy::default() }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(options.name.clone()),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(RUN_AS),
+                        run_as_group: Some(RUN_AS),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    };
+    to_value(&deployment)
+}
+
+/// A strategic-merge patch for a kustomize overlay: sets the image and,
+/// `with_config_map`, mounts the components ConfigMap.
+pub(crate) fn deployment_patch(options: &Options, with_config_map: bool) -> Value {
+    let mut container = json!({"name": "capstan", "image": options.image});
+    let mut spec = json!({});
+    if with_config_map {
+        let (volume, mount) = components_volume(options);
+        container["volumeMounts"] = json!([mount]);
+        spec["volumes"] = json!([volume]);
+    }
+    spec["containers"] = json!([container]);
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": options.name, "namespace": options.namespace},
+        "spec": {"template": {"spec": spec}},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::Manifest;
+    use crate::object::Gvk;
+
+    fn component(name: &str, size: usize) -> Component {
+        Component::new(
+            Manifest {
+                name: name.into(),
+                primary: Gvk::new("", "v1", "ConfigMap"),
+                crds: vec![],
+                owns: vec![],
+                watches: vec![],
+                finalizer: None,
+                permissions: vec![],
+                resync: None,
+                max_concurrency: 1,
+            },
+            vec![0; size],
+        )
+    }
+
+    #[test]
+    fn components_up_to_the_config_map_limit_fit_and_more_fail_clearly() {
+        let options = Options::default();
+        let cm = components_config_map(
+            &[component("a", CONFIG_MAP_LIMIT / 2), component("b", CONFIG_MAP_LIMIT / 2)],
+            &options,
+        )
+        .expect("fits exactly");
+        assert!(cm.pointer("/binaryData/a.wasm").is_some());
+        let err = components_config_map(&[component("a", CONFIG_MAP_LIMIT), component("b", 1)], &options)
+            .expect_err("one byte too many");
+        assert!(matches!(err, Error::TooLargeForConfigMap { total, .. } if total == CONFIG_MAP_LIMIT + 1));
+    }
+
+    #[test]
+    fn the_deployment_runs_as_a_non_root_user_with_a_read_only_root() {
+        let d = deployment(&Options::default(), true).expect("serialises");
+        let pod = d.pointer("/spec/template/spec").expect("pod spec");
+        assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        let c = &pod["containers"][0];
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+        assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(c["args"], json!(["run", "--components", "/components"]));
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http");
+        assert_eq!(pod["volumes"][1]["configMap"]["name"], "capstan-components");
+        let without = deployment(&Options::default(), false).expect("serialises");
+        assert_eq!(without.pointer("/spec/template/spec/volumes").and_then(Value::as_array).map(Vec::len), Some(1));
+    }
+}

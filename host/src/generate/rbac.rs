@@ -1,0 +1,430 @@
+//! RBAC from grants: the ServiceAccount the host runs as, one ClusterRole
+//! for what the host itself needs, and one ClusterRole per component for
+//! what running that component needs (Roles in the namespaces a permission
+//! is limited to).
+//!
+//! One ClusterRole per component, rather than one for everything, keeps the
+//! roles composable: adding a component to an installation (a kustomize
+//! overlay, or later a hot-loaded component) adds its role and binding and
+//! touches nothing else, and `kubectl describe clusterrole capstan-greeter`
+//! shows exactly what the greeter may do.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+use super::resources::Resources;
+use super::{Component, Error, Options, to_value};
+use crate::grants::Grants;
+use crate::manifest::{Scope, Verb};
+
+/// The verbs a status subresource serves.
+const STATUS_VERBS: [Verb; 3] = [Verb::Get, Verb::Update, Verb::Patch];
+
+/// Where one set of verbs applies: group, resource (plural or
+/// `plural/subresource`) and, when limited, object names.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Target {
+    group: String,
+    resource: String,
+    names: Vec<String>,
+}
+
+/// Policy rules, merged: one per group + resource (+ names), verbs united.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Rules(BTreeMap<Target, BTreeSet<Verb>>);
+
+impl Rules {
+    /// Adds `verbs` on `group`/`resource`; an empty verb list adds nothing.
+    pub(crate) fn add(&mut self, group: &str, resource: &str, verbs: impl IntoIterator<Item = Verb>) {
+        self.add_named(group, resource, &[], verbs);
+    }
+
+    /// Adds `verbs` on the objects `names` of `group`/`resource`.
+    pub(crate) fn add_named(
+        &mut self,
+        group: &str,
+        resource: &str,
+        names: &[String],
+        verbs: impl IntoIterator<Item = Verb>,
+    ) {
+        let verbs: BTreeSet<Verb> = verbs.into_iter().collect();
+        if verbs.is_empty() {
+            return;
+        }
+        let mut names = names.to_vec();
+        names.sort();
+        names.dedup();
+        let target = Target { group: group.to_owned(), resource: resource.to_owned(), names };
+        self.0.entry(target).or_default().extend(verbs);
+    }
+
+    /// Adds `verbs` on a resource and, if `status`, the subset of them the
+    /// status subresource serves on `<resource>/status`.
+    fn add_with_status(&mut self, group: &str, resource: &str, verbs: &BTreeSet<Verb>, status: bool) {
+        self.add(group, resource, verbs.iter().copied());
+        if status {
+            self.add(group, &format!("{resource}/status"), verbs.iter().copied().filter(|v| STATUS_VERBS.contains(v)));
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The rules in a deterministic order: by group, resource, names; verbs
+    /// in the order get, list, watch, create, update, patch, delete.
+    pub(crate) fn policy_rules(&self) -> Vec<PolicyRule> {
+        self.0
+            .iter()
+            .map(|(t, verbs)| PolicyRule {
+                api_groups: Some(vec![t.group.clone()]),
+                resources: Some(vec![t.resource.clone()]),
+                resource_names: (!t.names.is_empty()).then(|| t.names.clone()),
+                verbs: verbs.iter().map(|v| v.as_str().to_owned()).collect(),
+                ..PolicyRule::default()
+            })
+            .collect()
+    }
+}
+
+/// What one component needs: cluster-wide rules, and rules limited to
+/// named namespaces.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ComponentRules {
+    pub(crate) cluster: Rules,
+    pub(crate) namespaces: BTreeMap<String, Rules>,
+}
+
+/// What the host needs whatever it runs: Events everywhere (cluster-wide)
+/// and CRDs read (cluster-wide); Leases for leader election in its own
+/// namespace (namespaced).
+pub(crate) fn host_rules() -> (Rules, Rules) {
+    let mut cluster = Rules::default();
+    cluster.add("events.k8s.io", "events", [Verb::Create, Verb::Patch]);
+    cluster.add("apiextensions.k8s.io", "customresourcedefinitions", Verb::READ);
+    let mut own_namespace = Rules::default();
+    own_namespace.add(
+        "coordination.k8s.io",
+        "leases",
+        [Verb::Get, Verb::List, Verb::Watch, Verb::Create, Verb::Update, Verb::Patch],
+    );
+    (cluster, own_namespace)
+}
+
+/// The rules one component needs: each rule of [`Grants::from_manifest`]
+/// (its own namespace means any namespace: the host reconciles in all of
+/// them), what the host does on its behalf (primary: read, update and
+/// patch for finalizers, patch status; owned: every verb for server-side
+/// apply and pruning; watched: read), and with `install_crds`, create and
+/// patch of its own CRDs.
+///
+/// # Errors
+///
+/// [`Error::UnknownKind`] for a kind whose plural is not known.
+pub(crate) fn component_rules(
+    component: &Component,
+    resources: &Resources,
+    install_crds: bool,
+) -> Result<ComponentRules, Error> {
+    let manifest = &component.manifest;
+    let mut out = ComponentRules::default();
+    for rule in Grants::from_manifest(manifest).rules() {
+        let plural = resources.plural(&rule.group, &rule.kind)?;
+        match &rule.scope {
+            Scope::Cluster | Scope::OwnNamespace => {
+                out.cluster.add_with_status(&rule.group, &plural, &rule.verbs, rule.status);
+            }
+            Scope::Namespaces(namespaces) => {
+                for ns in namespaces {
+                    super::names::check(
+                        format!("namespace of a permission of controller {}", manifest.name),
+                        ns,
+                        super::names::Rule::Dns1123Label,
+                    )?;
+                    let rules = out.namespaces.entry(ns.clone()).or_default();
+                    rules.add_with_status(&rule.group, &plural, &rule.verbs, rule.status);
+                }
+            }
+        }
+    }
+    let primary = resources.plural(&manifest.primary.group, &manifest.primary.kind)?;
+    out.cluster.add(&manifest.primary.group, &primary, [Verb::Get, Verb::List, Verb::Watch, Verb::Update, Verb::Patch]);
+    out.cluster.add(&manifest.primary.group, &format!("{primary}/status"), [Verb::Patch]);
+    for owned in &manifest.owns {
+        out.cluster.add(&owned.group, &resources.plural(&owned.group, &owned.kind)?, Verb::ALL);
+    }
+    for watch in &manifest.watches {
+        out.cluster.add(&watch.kind.group, &resources.plural(&watch.kind.group, &watch.kind.kind)?, Verb::READ);
+    }
+    if install_crds && !manifest.crds.is_empty() {
+        let names: Vec<String> =
+            manifest.crds.iter().filter_map(|c| crate::object::meta_str(c, "name").map(str::to_owned)).collect();
+        // `create` cannot be limited to names: the name is not known when
+        // the request is authorised.
+        out.cluster.add("apiextensions.k8s.io", "customresourcedefinitions", [Verb::Create]);
+        out.cluster.add_named("apiextensions.k8s.io", "customresourcedefinitions", &names, [Verb::Patch]);
+    }
+    Ok(out)
+}
+
+fn meta(name: &str, namespace: Option<&str>, labels: &BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(labels.clone()),
+        ..ObjectMeta::default()
+    }
+}
+
+fn subject(options: &Options) -> Vec<Subject> {
+    vec![Subject {
+        kind: "ServiceAccount".to_owned(),
+        name: options.name.clone(),
+        namespace: Some(options.namespace.clone()),
+        ..Subject::default()
+    }]
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef { api_group: Some("rbac.authorization.k8s.io".to_owned()), kind: kind.to_owned(), name: name.to_owned() }
+}
+
+/// A Role with `rules` in `namespace` and its binding, as JSON objects.
+fn role(
+    name: &str,
+    namespace: &str,
+    rules: &Rules,
+    options: &Options,
+    labels: &BTreeMap<String, String>,
+) -> Result<[Value; 2], Error> {
+    let role = Role { metadata: meta(name, Some(namespace), labels), rules: Some(rules.policy_rules()) };
+    let binding = RoleBinding {
+        metadata: meta(name, Some(namespace), labels),
+        role_ref: role_ref("Role", name),
+        subjects: Some(subject(options)),
+    };
+    Ok([to_value(&role)?, to_value(&binding)?])
+}
+
+/// A ClusterRole with `rules` and its binding, as JSON objects.
+fn cluster_role_and_binding(
+    name: &str,
+    rules: &Rules,
+    options: &Options,
+    labels: &BTreeMap<String, String>,
+) -> Result<[Value; 2], Error> {
+    let role =
+        ClusterRole { metadata: meta(name, None, labels), rules: Some(rules.policy_rules()), ..ClusterRole::default() };
+    let binding = ClusterRoleBinding {
+        metadata: meta(name, None, labels),
+        role_ref: role_ref("ClusterRole", name),
+        subjects: Some(subject(options)),
+    };
+    Ok([to_value(&role)?, to_value(&binding)?])
+}
+
+/// The host's ServiceAccount, its ClusterRole and binding, and the Role
+/// and binding in its own namespace.
+pub(crate) fn host_objects(options: &Options) -> Result<Vec<Value>, Error> {
+    let labels = options.labels(None);
+    let account = ServiceAccount {
+        metadata: meta(&options.name, Some(&options.namespace), &labels),
+        ..ServiceAccount::default()
+    };
+    let (cluster, own_namespace) = host_rules();
+    let mut out = vec![to_value(&account)?];
+    out.extend(cluster_role_and_binding(&options.name, &cluster, options, &labels)?);
+    out.extend(role(&options.name, &options.namespace, &own_namespace, options, &labels)?);
+    Ok(out)
+}
+
+/// The ClusterRole and binding of one component (named
+/// `<host name>-<controller name>`), and a Role and binding in each
+/// namespace one of its permissions is limited to.
+pub(crate) fn component_objects(
+    component: &Component,
+    resources: &Resources,
+    options: &Options,
+) -> Result<Vec<Value>, Error> {
+    let rules = component_rules(component, resources, options.install_crds)?;
+    let name = options.component_object_name(&component.manifest.name)?;
+    let labels = options.labels(Some(&component.manifest.name));
+    let mut out = Vec::new();
+    if !rules.cluster.is_empty() {
+        out.extend(cluster_role_and_binding(&name, &rules.cluster, options, &labels)?);
+    }
+    for (namespace, rules) in &rules.namespaces {
+        out.extend(role(&name, namespace, rules, options, &labels)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::manifest::{Manifest, Mapping, Permission, Watch};
+    use crate::object::Gvk;
+
+    fn greeter() -> Component {
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "greetings.examples.capstan.dev"},
+            "spec": {"group": "examples.capstan.dev", "names": {"kind": "Greeting", "plural": "greetings"}},
+        });
+        Component::new(
+            Manifest {
+                name: "greeter".into(),
+                primary: Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting"),
+                crds: vec![crd],
+                owns: vec![Gvk::new("", "v1", "ConfigMap"), Gvk::new("apps", "v1", "Deployment")],
+                watches: vec![Watch {
+                    kind: Gvk::new("", "v1", "Secret"),
+                    mapping: Mapping::None,
+                    label_selector: None,
+                }],
+                finalizer: None,
+                permissions: vec![],
+                resync: None,
+                max_concurrency: 1,
+            },
+            Vec::new(),
+        )
+    }
+
+    fn resources(c: &Component) -> Resources {
+        Resources::new(&c.manifest.crds, &[])
+    }
+
+    fn verbs(rules: &[PolicyRule], group: &str, resource: &str) -> Vec<String> {
+        rules
+            .iter()
+            .find(|r| {
+                r.api_groups.as_deref() == Some(&[group.to_owned()])
+                    && r.resources.as_deref() == Some(&[resource.to_owned()])
+                    && r.resource_names.is_none()
+            })
+            .map(|r| r.verbs.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn rules_for_the_same_group_and_resource_are_merged() {
+        let mut rules = Rules::default();
+        rules.add("", "configmaps", Verb::READ);
+        rules.add("", "configmaps", [Verb::Create, Verb::Get]);
+        rules.add("apps", "deployments", [Verb::Patch]);
+        rules.add("", "secrets", []);
+        let policy = rules.policy_rules();
+        assert_eq!(policy.len(), 2, "{policy:?}");
+        assert_eq!(verbs(&policy, "", "configmaps"), ["get", "list", "watch", "create"]);
+        assert_eq!(verbs(&policy, "apps", "deployments"), ["patch"]);
+    }
+
+    #[test]
+    fn merged_rules_come_out_in_a_deterministic_order() {
+        let mut a = Rules::default();
+        a.add("apps", "deployments", [Verb::Patch]);
+        a.add("", "configmaps", [Verb::Get]);
+        let mut b = Rules::default();
+        b.add("", "configmaps", [Verb::Get]);
+        b.add("apps", "deployments", [Verb::Patch]);
+        assert_eq!(a.policy_rules(), b.policy_rules());
+        assert_eq!(a.policy_rules()[0].resources.as_deref(), Some(&["configmaps".to_owned()][..]));
+    }
+
+    #[test]
+    fn the_status_subresource_gets_only_the_verbs_it_serves() {
+        let mut rules = Rules::default();
+        rules.add_with_status("apps", "deployments", &Verb::ALL.into_iter().collect(), true);
+        let policy = rules.policy_rules();
+        assert_eq!(verbs(&policy, "apps", "deployments/status"), ["get", "update", "patch"]);
+        let mut rules = Rules::default();
+        rules.add_with_status("", "pods", &[Verb::Create].into_iter().collect(), true);
+        assert_eq!(rules.policy_rules().len(), 1, "no empty status rule");
+    }
+
+    #[test]
+    fn a_component_gets_what_its_kinds_imply_and_nothing_else() {
+        let c = greeter();
+        let rules = component_rules(&c, &resources(&c), false).expect("known kinds");
+        let policy = rules.cluster.policy_rules();
+        assert_eq!(verbs(&policy, "examples.capstan.dev", "greetings"), ["get", "list", "watch", "update", "patch"]);
+        assert_eq!(verbs(&policy, "examples.capstan.dev", "greetings/status"), ["get", "update", "patch"]);
+        let all = ["get", "list", "watch", "create", "update", "patch", "delete"];
+        assert_eq!(verbs(&policy, "", "configmaps"), all);
+        assert_eq!(verbs(&policy, "apps", "deployments"), all);
+        assert_eq!(verbs(&policy, "", "secrets"), ["get", "list", "watch"]);
+        assert!(verbs(&policy, "apiextensions.k8s.io", "customresourcedefinitions").is_empty());
+        assert!(rules.namespaces.is_empty());
+        assert!(policy.iter().all(|r| r.api_groups.iter().flatten().all(|g| g != "*")), "no wildcard");
+        assert!(policy.iter().all(|r| r.resources.iter().flatten().all(|g| g != "*")), "no wildcard");
+    }
+
+    #[test]
+    fn install_crds_adds_create_and_patch_limited_to_the_components_crds() {
+        let c = greeter();
+        let rules = component_rules(&c, &resources(&c), true).expect("known kinds");
+        let policy = rules.cluster.policy_rules();
+        assert_eq!(verbs(&policy, "apiextensions.k8s.io", "customresourcedefinitions"), ["create"]);
+        let named = policy.iter().find(|r| r.resource_names.is_some()).expect("a named rule");
+        assert_eq!(named.resource_names.as_deref(), Some(&["greetings.examples.capstan.dev".to_owned()][..]));
+        assert_eq!(named.verbs, ["patch"]);
+    }
+
+    #[test]
+    fn a_permission_limited_to_namespaces_becomes_roles_there() {
+        let mut c = greeter();
+        c.manifest.permissions.push(Permission {
+            group: String::new(),
+            kind: "Secret".into(),
+            verbs: vec![Verb::Get],
+            scope: Scope::Namespaces(vec!["vault".into(), "keys".into()]),
+            status: false,
+        });
+        let rules = component_rules(&c, &resources(&c), false).expect("known kinds");
+        assert_eq!(rules.namespaces.keys().collect::<Vec<_>>(), ["keys", "vault"]);
+        assert_eq!(verbs(&rules.namespaces["vault"].policy_rules(), "", "secrets"), ["get"]);
+        assert_eq!(verbs(&rules.cluster.policy_rules(), "", "secrets"), ["get", "list", "watch"], "from the watch");
+    }
+
+    #[test]
+    fn a_declared_wildcard_is_kept_as_declared() {
+        let mut c = greeter();
+        c.manifest.permissions.push(Permission {
+            group: "apps".into(),
+            kind: "*".into(),
+            verbs: vec![Verb::List],
+            scope: Scope::Cluster,
+            status: false,
+        });
+        let rules = component_rules(&c, &resources(&c), false).expect("known kinds");
+        assert_eq!(verbs(&rules.cluster.policy_rules(), "apps", "*"), ["list"]);
+    }
+
+    #[test]
+    fn a_kind_without_a_known_plural_fails_instead_of_being_guessed() {
+        let mut c = greeter();
+        c.manifest.owns.push(Gvk::new("cert-manager.io", "v1", "Certificate"));
+        let err = component_rules(&c, &resources(&c), false).expect_err("unknown kind");
+        assert!(matches!(err, Error::UnknownKind { ref kind, .. } if kind == "Certificate"), "{err}");
+    }
+
+    #[test]
+    fn the_host_reads_crds_records_events_and_holds_leases_in_its_namespace() {
+        let (cluster, own) = host_rules();
+        let cluster = cluster.policy_rules();
+        assert_eq!(verbs(&cluster, "events.k8s.io", "events"), ["create", "patch"]);
+        assert_eq!(verbs(&cluster, "apiextensions.k8s.io", "customresourcedefinitions"), ["get", "list", "watch"]);
+        assert_eq!(
+            verbs(&own.policy_rules(), "coordination.k8s.io", "leases"),
+            ["get", "list", "watch", "create", "update", "patch"]
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! Which resource (the plural in RBAC rules and URLs) serves a kind: the
+//! CRDs the components define, plurals given by the user, and a table of
+//! the built-in kinds taken from k8s-openapi. An unknown kind is an error,
+//! never a guess.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use k8s_openapi::Resource;
+use k8s_openapi::api::{
+    admissionregistration, apps, autoscaling, batch, certificates, coordination, core, discovery, events, networking,
+    node, policy, rbac, scheduling, storage,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration;
+use serde_json::Value;
+
+use super::Error;
+use super::names::{self, Rule};
+
+/// `(group, kind, plural)` of each listed k8s-openapi type.
+macro_rules! builtin {
+    ($($ty:ty),* $(,)?) => {
+        &[$((<$ty as Resource>::GROUP, <$ty as Resource>::KIND, <$ty as Resource>::URL_PATH_SEGMENT)),*]
+    };
+}
+
+/// The built-in kinds whose plural is known without asking a cluster.
+const BUILTIN: &[(&str, &str, &str)] = builtin![
+    core::v1::ConfigMap,
+    core::v1::Endpoints,
+    core::v1::Event,
+    core::v1::LimitRange,
+    core::v1::Namespace,
+    core::v1::Node,
+    core::v1::PersistentVolume,
+    core::v1::PersistentVolumeClaim,
+    core::v1::Pod,
+    core::v1::PodTemplate,
+    core::v1::ReplicationController,
+    core::v1::ResourceQuota,
+    core::v1::Secret,
+    core::v1::Service,
+    core::v1::ServiceAccount,
+    apps::v1::ControllerRevision,
+    apps::v1::DaemonSet,
+    apps::v1::Deployment,
+    apps::v1::ReplicaSet,
+    apps::v1::StatefulSet,
+    autoscaling::v2::HorizontalPodAutoscaler,
+    batch::v1::CronJob,
+    batch::v1::Job,
+    certificates::v1::CertificateSigningRequest,
+    coordination::v1::Lease,
+    discovery::v1::EndpointSlice,
+    events::v1::Event,
+    networking::v1::Ingress,
+    networking::v1::IngressClass,
+    networking::v1::NetworkPolicy,
+    node::v1::RuntimeClass,
+    policy::v1::PodDisruptionBudget,
+    rbac::v1::ClusterRole,
+    rbac::v1::ClusterRoleBinding,
+    rbac::v1::Role,
+    rbac::v1::RoleBinding,
+    scheduling::v1::PriorityClass,
+    storage::v1::CSIDriver,
+    storage::v1::CSINode,
+    storage::v1::CSIStorageCapacity,
+    storage::v1::StorageClass,
+    storage::v1::VolumeAttachment,
+    admissionregistration::v1::MutatingWebhookConfiguration,
+    admissionregistration::v1::ValidatingAdmissionPolicy,
+    admissionregistration::v1::ValidatingAdmissionPolicyBinding,
+    admissionregistration::v1::ValidatingWebhookConfiguration,
+    apiextensions::v1::CustomResourceDefinition,
+    apiregistration::v1::APIService,
+];
+
+/// A plural given on the command line for a kind no component defines and
+/// the built-in table does not know: `Certificate.cert-manager.io=certificates`
+/// (`KIND=PLURAL` for the core group).
+///
+/// ```
+/// let p: capstan_host::generate::PluralOverride = "Certificate.cert-manager.io=certificates".parse()?;
+/// assert_eq!((p.group.as_str(), p.kind.as_str(), p.plural.as_str()), ("cert-manager.io", "Certificate", "certificates"));
+/// # Ok::<(), capstan_host::generate::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluralOverride {
+    /// API group (`""`: core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural resource name.
+    pub plural: String,
+}
+
+impl FromStr for PluralOverride {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let invalid = || Error::PluralOverride(s.to_owned());
+        let (kind_group, plural) = s.split_once('=').ok_or_else(invalid)?;
+        let (kind, group) = kind_group.split_once('.').unwrap_or((kind_group, ""));
+        if !Rule::Kind.allows(kind) || !(group.is_empty() || Rule::Dns1123Subdomain.allows(group)) {
+            return Err(invalid());
+        }
+        names::check(format!("plural of {kind_group}"), plural, Rule::Dns1035Label)?;
+        Ok(Self { group: group.to_owned(), kind: kind.to_owned(), plural: plural.to_owned() })
+    }
+}
+
+/// Kind → plural lookup for one generation run.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Resources {
+    plurals: BTreeMap<(String, String), String>,
+}
+
+impl Resources {
+    /// The built-in table, then the CRDs' `spec.names` (checked by the
+    /// caller), then the overrides: a later source wins.
+    pub(crate) fn new<'a>(crds: impl IntoIterator<Item = &'a Value>, overrides: &[PluralOverride]) -> Self {
+        let mut plurals: BTreeMap<(String, String), String> =
+            BUILTIN.iter().map(|(g, k, p)| (((*g).to_owned(), (*k).to_owned()), (*p).to_owned())).collect();
+        for crd in crds {
+            let field = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
+            plurals.insert((field("/spec/group"), field("/spec/names/kind")), field("/spec/names/plural"));
+        }
+        for o in overrides {
+            plurals.insert((o.group.clone(), o.kind.clone()), o.plural.clone());
+        }
+        Self { plurals }
+    }
+
+    /// The plural serving `kind` in `group`; `*` stays `*`. With group `*`
+    /// the kind must have the same plural in every group that has it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnknownKind`] for a kind nobody defines, or one whose plural
+    /// differs between groups under a `*` group.
+    pub(crate) fn plural(&self, group: &str, kind: &str) -> Result<String, Error> {
+        let unknown = || Error::UnknownKind { group: group.to_owned(), kind: kind.to_owned() };
+        if kind == "*" {
+            return Ok("*".to_owned());
+        }
+        if group == "*" {
+            let mut found = self.plurals.iter().filter(|((_, k), _)| k == kind).map(|(_, p)| p);
+            let first = found.next().ok_or_else(unknown)?;
+            return if found.all(|p| p == first) { Ok(first.clone()) } else { Err(unknown()) };
+        }
+        self.plurals.get(&(group.to_owned(), kind.to_owned())).cloned().ok_or_else(unknown)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn crd() -> Value {
+        json!({"spec": {"group": "examples.capstan.dev", "names": {"kind": "Greeting", "plural": "greetings"}}})
+    }
+
+    #[test]
+    fn built_in_kinds_map_to_their_plurals() {
+        let r = Resources::new([], &[]);
+        assert_eq!(r.plural("", "ConfigMap").expect("known"), "configmaps");
+        assert_eq!(r.plural("apps", "Deployment").expect("known"), "deployments");
+        assert_eq!(r.plural("networking.k8s.io", "Ingress").expect("known"), "ingresses");
+        assert_eq!(r.plural("", "Endpoints").expect("known"), "endpoints");
+        assert_eq!(r.plural("events.k8s.io", "Event").expect("known"), "events");
+        assert_eq!(r.plural("policy", "PodDisruptionBudget").expect("known"), "poddisruptionbudgets");
+    }
+
+    #[test]
+    fn crd_kinds_map_to_the_plural_their_crd_declares() {
+        let crd = crd();
+        let r = Resources::new([&crd], &[]);
+        assert_eq!(r.plural("examples.capstan.dev", "Greeting").expect("defined"), "greetings");
+    }
+
+    #[test]
+    fn wildcards_stay_wildcards_and_a_wildcard_group_needs_one_plural() {
+        let r = Resources::new([], &[]);
+        assert_eq!(r.plural("apps", "*").expect("wildcard"), "*");
+        assert_eq!(r.plural("*", "Event").expect("same plural in both groups"), "events");
+        assert!(r.plural("*", "Nothing").is_err());
+    }
+
+    #[test]
+    fn an_unknown_kind_is_an_error_naming_the_way_out() {
+        let r = Resources::new([], &[]);
+        let err = r.plural("cert-manager.io", "Certificate").expect_err("unknown");
+        assert_eq!(
+            err.to_string(),
+            "unknown kind Certificate in group \"cert-manager.io\": no component defines its CRD and it is not a \
+             common built-in kind; pass --plural Certificate.cert-manager.io=<plural>"
+        );
+        let err = r.plural("apps", "ConfigMap").expect_err("wrong group");
+        assert!(matches!(err, Error::UnknownKind { .. }));
+    }
+
+    #[test]
+    fn overrides_supply_plurals_for_kinds_defined_elsewhere() {
+        let o: PluralOverride = "Certificate.cert-manager.io=certificates".parse().expect("valid");
+        let r = Resources::new([], &[o]);
+        assert_eq!(r.plural("cert-manager.io", "Certificate").expect("overridden"), "certificates");
+        let core: PluralOverride = "Widget=widgets".parse().expect("valid");
+        assert_eq!(core.group, "");
+        assert!(matches!("Widget".parse::<PluralOverride>(), Err(Error::PluralOverride(_))));
+        assert!(matches!("widget.x.io=widgets".parse::<PluralOverride>(), Err(Error::PluralOverride(_))));
+        assert!(matches!("Widget.x.io=Widgets".parse::<PluralOverride>(), Err(Error::Name { .. })));
+    }
+}

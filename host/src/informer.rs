@@ -1,0 +1,181 @@
+//! Shared watches: one watcher and reflector store per kind (and
+//! namespace scope), shared by every controller that watches the kind.
+//! Restarts, relists and bookmarks are handled by kube-runtime's watcher
+//! with its default backoff, so an API server restart only delays events.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::{broadcast, watch};
+
+use crate::cluster;
+use crate::cluster::kube::KubeCluster;
+use crate::object::Gvk;
+
+/// Changes buffered per subscriber before it lags (a lagging subscriber
+/// re-reads the whole store instead).
+pub const CHANGE_BUFFER: usize = 4096;
+
+/// One change seen by a watch.
+#[derive(Clone, Debug)]
+pub struct Change {
+    /// The object (its last state, for a deletion).
+    pub object: Arc<DynamicObject>,
+    /// True if it was deleted.
+    pub deleted: bool,
+}
+
+/// A running watch of one kind, with its cache.
+pub struct Informer {
+    gvk: Gvk,
+    store: Store<DynamicObject>,
+    changes: broadcast::Sender<Change>,
+    synced: watch::Receiver<bool>,
+    restarts: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Informer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informer").field("gvk", &self.gvk).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Informer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Informer {
+    /// The kind watched.
+    pub fn gvk(&self) -> &Gvk {
+        &self.gvk
+    }
+
+    /// The cache: every object of the kind, as last seen.
+    pub fn store(&self) -> &Store<DynamicObject> {
+        &self.store
+    }
+
+    /// Subscribes to changes from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
+    }
+
+    /// How often the watch was (re)started after the first list.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the first list is complete.
+    pub async fn synced(&self) {
+        let mut synced = self.synced.clone();
+        let _ = synced.wait_for(|s| *s).await;
+    }
+}
+
+/// The shared watches of one host.
+pub struct Informers {
+    cluster: KubeCluster,
+    namespace: Option<String>,
+    running: Mutex<HashMap<(String, String), Arc<Informer>>>,
+}
+
+impl std::fmt::Debug for Informers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informers").field("namespace", &self.namespace).finish_non_exhaustive()
+    }
+}
+
+impl Informers {
+    /// Watches in `namespace`, or in all namespaces with `None`.
+    pub fn new(cluster: KubeCluster, namespace: Option<String>) -> Self {
+        Self { cluster, namespace, running: Mutex::new(HashMap::new()) }
+    }
+
+    /// How many kinds are watched.
+    pub fn len(&self) -> usize {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// True if no kind is watched.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The informer of `gvk`, started on first use; its store also serves
+    /// the cluster backend's reads of the kind.
+    ///
+    /// # Errors
+    ///
+    /// [`cluster::Error::NotFound`] if the server does not serve the kind.
+    pub async fn get(&self, gvk: &Gvk) -> Result<Arc<Informer>, cluster::Error> {
+        let key = (gvk.group.clone(), gvk.kind.clone());
+        if let Some(i) = self.running.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+            return Ok(Arc::clone(i));
+        }
+        let resolved = self.cluster.resolve(gvk).await?;
+        let client = self.cluster.client().clone();
+        let api: Api<DynamicObject> = match (&self.namespace, resolved.namespaced()) {
+            (Some(ns), true) => Api::namespaced_with(client, ns, &resolved.resource),
+            _ => Api::all_with(client, &resolved.resource),
+        };
+        let writer = reflector::store::Writer::new(resolved.resource.clone());
+        let store = writer.as_reader();
+        let (changes, _) = broadcast::channel(CHANGE_BUFFER);
+        let (synced_tx, synced) = watch::channel(false);
+        let restarts = Arc::new(AtomicU64::new(0));
+        let span = tracing::info_span!("watch", kind = %gvk);
+        let watch = run_watch(gvk.clone(), api, writer, changes.clone(), synced_tx, Arc::clone(&restarts));
+        let task = tokio::spawn(tracing::Instrument::instrument(watch, span));
+        let informer = Arc::new(Informer { gvk: gvk.clone(), store: store.clone(), changes, synced, restarts, task });
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another caller may have started it meanwhile: keep theirs.
+        let informer = Arc::clone(running.entry(key).or_insert(informer));
+        drop(running);
+        self.cluster.use_cache(&gvk.group, &gvk.kind, informer.store.clone());
+        Ok(informer)
+    }
+}
+
+async fn run_watch(
+    gvk: Gvk,
+    api: Api<DynamicObject>,
+    writer: reflector::store::Writer<DynamicObject>,
+    changes: broadcast::Sender<Change>,
+    synced: watch::Sender<bool>,
+    restarts: Arc<AtomicU64>,
+) {
+    tracing::info!(kind = %gvk, "watch starting");
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff().reflect(writer);
+    let mut stream = std::pin::pin!(stream);
+    let mut first_list_done = false;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                let _ = changes.send(Change { object: Arc::new(o), deleted: false });
+            }
+            Ok(Event::Delete(o)) => {
+                let _ = changes.send(Change { object: Arc::new(o), deleted: true });
+            }
+            Ok(Event::Init) => {
+                if first_list_done {
+                    restarts.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(kind = %gvk, "watch restarted, relisting");
+                }
+            }
+            Ok(Event::InitDone) => {
+                first_list_done = true;
+                let _ = synced.send(true);
+            }
+            Err(e) => tracing::warn!(kind = %gvk, error = %e, "watch failed, retrying with backoff"),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The keyed work queue of one controller, with the semantics of
+//! client-go's workqueue: an object is queued at most once, at most one
+//! reconcile per object is in flight, and a trigger that arrives while the
+//! object is being reconciled queues it again once that reconcile ends.
+//! Delayed adds (requeue-after, resync, backoff) replace each other per
+//! object.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use crate::object::ObjectRef;
+
+#[derive(Default)]
+struct State {
+    ready: VecDeque<ObjectRef>,
+    queued: HashSet<ObjectRef>,
+    processing: HashSet<ObjectRef>,
+    dirty: HashSet<ObjectRef>,
+    timers: HashMap<ObjectRef, AbortHandle>,
+    closed: bool,
+}
+
+/// A keyed, de-duplicating work queue.
+#[derive(Default)]
+pub struct Queue {
+    state: Mutex<State>,
+    notify: Notify,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").field("len", &self.len()).finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `r` now (merged with a pending entry; deferred if in flight).
+    pub fn add(&self, r: ObjectRef) {
+        let mut s = self.state();
+        if s.closed {
+            return;
+        }
+        if s.processing.contains(&r) {
+            s.dirty.insert(r);
+        } else if s.queued.insert(r.clone()) {
+            s.ready.push_back(r);
+            drop(s);
+            self.notify.notify_one();
+        }
+    }
+
+    /// Queues `r` after `delay`, replacing an earlier delayed add of `r`.
+    pub fn add_after(self: &std::sync::Arc<Self>, r: ObjectRef, delay: Duration) {
+        let queue = std::sync::Arc::clone(self);
+        let key = r.clone();
+        let handle = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            queue.state().timers.remove(&r);
+            queue.add(r);
+        })
+        .abort_handle();
+        if let Some(old) = self.state().timers.insert(key, handle) {
+            old.abort();
+        }
+    }
+
+    /// Waits for the next object and marks it in flight; `None` once the
+    /// queue is closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an object is only taken when the future completes.
+    pub async fn next(&self) -> Option<ObjectRef> {
+        loop {
+            let notified = self.notify.notified();
+            {
+                let mut s = self.state();
+                if s.closed {
+                    return None;
+                }
+                if let Some(r) = s.ready.pop_front() {
+                    s.queued.remove(&r);
+                    s.processing.insert(r.clone());
+                    let more = !s.ready.is_empty();
+                    drop(s);
+                    if more {
+                        self.notify.notify_one();
+                    }
+                    return Some(r);
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Marks `r` done; queues it again if it was triggered meanwhile.
+    pub fn done(&self, r: &ObjectRef) {
+        let requeue = {
+            let mut s = self.state();
+            s.processing.remove(r);
+            s.dirty.remove(r)
+        };
+        if requeue {
+            self.add(r.clone());
+        }
+    }
+
+    /// Objects waiting (not in flight, not delayed).
+    pub fn len(&self) -> usize {
+        self.state().ready.len()
+    }
+
+    /// True if nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stops handing out work and cancels delayed adds.
+    pub fn close(&self) {
+        let mut s = self.state();
+        s.closed = true;
+        for (_, t) in s.timers.drain() {
+            t.abort();
+        }
+        drop(s);
+        self.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::object::Gvk;
+
+    fn r(name: &str) -> ObjectRef {
+        ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("ns"), name)
+    }
+
+    #[tokio::test]
+    async fn duplicate_adds_are_merged() {
+        let q = Queue::new();
+        q.add(r("a"));
+        q.add(r("a"));
+        q.add(r("b"));
+        assert_eq!(q.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_object_in_flight_is_handed_out_again_only_after_done() {
+        let q = Queue::new();
+        q.add(r("a"));
+        let a = q.next().await.expect("open");
+        q.add(r("a"));
+        assert!(q.is_empty(), "deferred while in flight");
+        q.done(&a);
+        assert_eq!(q.next().await, Some(r("a")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_delayed_add_replaces_an_earlier_one() {
+        let q = Arc::new(Queue::new());
+        q.add_after(r("a"), Duration::from_secs(10));
+        q.add_after(r("a"), Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(q.is_empty());
+        tokio::time::sleep(Duration::from_secs(50)).await;
+        assert_eq!(q.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn closing_wakes_waiters_with_none() {
+        let q = Arc::new(Queue::new());
+        let waiter = tokio::spawn({
+            let q = Arc::clone(&q);
+            async move { q.next().await }
+        });
+        tokio::task::yield_now().await;
+        q.close();
+        assert_eq!(waiter.await.expect("joins"), None);
+    }
+}

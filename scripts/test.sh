@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The test command. On a fresh machine it installs what the tests need (the
+# wasm32-wasip2 target, rustfmt, clippy), builds the guest components and the
+# control plane (cached outside the clone, keyed by version), starts the
+# control plane unless one is running, and runs fmt, clippy and every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CAPSTAN_CACHE=${CAPSTAN_CACHE:-$HOME/.cache/capstan}
+# One target directory for every clone on this machine: builds are slow on
+# two cores, and CI runs in a fresh clone each time.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CAPSTAN_CACHE/target}
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+started=$SECONDS
+step() { printf '\n== %s (%ss)\n' "$*" "$((SECONDS - started))" >&2; }
+
+step "toolchain"
+installed=$(rustup target list --installed)
+grep -qx wasm32-wasip2 <<<"$installed" || rustup target add wasm32-wasip2
+components=$(rustup component list --installed)
+grep -q '^rustfmt' <<<"$components" || rustup component add rustfmt
+grep -q '^clippy' <<<"$components" || rustup component add clippy
+
+guests=(-p capstan-guest -p greeter -p capstan-fixture-guests -p fixture-noop -p fixture-other-world -p fixture-future-contract)
+
+step "format"
+cargo fmt --all --check
+
+step "lint: host and tests"
+cargo clippy --all-targets -- -D warnings
+cargo clippy -p greeter --tests -- -D warnings
+
+step "lint: guests (wasm32-wasip2)"
+cargo clippy --target wasm32-wasip2 "${guests[@]}" -- -D warnings
+
+step "build: guest components"
+CAPSTAN_GUESTS=$(tests/build-guests.sh)
+export CAPSTAN_GUESTS
+
+step "control plane: build (cached) and start"
+tests/control-plane/cp.sh build >/dev/null
+if tests/control-plane/cp.sh status >/dev/null 2>&1; then
+  echo "reusing the running control plane" >&2
+else
+  trap 'tests/control-plane/cp.sh down >&2 || true' EXIT
+  tests/control-plane/cp.sh up --with-controller-manager >/dev/null
+fi
+KUBECONFIG=$(tests/control-plane/cp.sh kubeconfig)
+export KUBECONFIG CAPSTAN_E2E_KUBECONFIG=$KUBECONFIG
+
+step "test"
+cargo test -p capstan-host -p capstan-tests -p greeter -p capstan-guest
+
+step "done"

@@ -1,0 +1,233 @@
+//! `capstan run` semantics on the real API server: the host, in process,
+//! runs components against kube-apiserver + etcd (+ controller-manager)
+//! started by tests/control-plane/cp.sh. Each test watches only its own
+//! namespace, so tests run side by side.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use capstan_host::controller::{Backoff, Settings};
+use capstan_host::host::{Host, HostBuilder};
+use capstan_host::limits::Limits;
+use capstan_host::testing::find_component;
+use capstan_tests::{ControlPlane, TestNamespace, wait_for};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn component(name: &str) -> std::path::PathBuf {
+    find_component(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn greetings(ns: &TestNamespace) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
+    Api::namespaced_with(ns.client(), ns.name(), &ApiResource::from_gvk(&gvk))
+}
+
+fn greeting(name: &str, message: &str, replicas: i64) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "examples.capstan.dev/v1alpha1",
+        "kind": "Greeting",
+        "metadata": {"name": name},
+        "spec": {"message": message, "replicas": replicas},
+    }))
+    .expect("a valid object")
+}
+
+fn fixture_cm(name: &str, behaviour: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"behaviour": behaviour}})).expect("valid")
+}
+
+async fn start_host(ns: &TestNamespace, components: &[&str], settings: Settings, limits: Limits) -> Result<Host> {
+    let mut builder = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .settings(settings)
+        .limits(limits);
+    for c in components {
+        builder = builder.component(component(c));
+    }
+    Ok(builder.start().await?)
+}
+
+/// Events regarding `name` with `reason`, recorded by `controller`.
+async fn events(ns: &TestNamespace, name: &str, reason: &str) -> Vec<Event> {
+    let api: Api<Event> = ns.api();
+    let list = api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+    list.into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+fn ready(g: &DynamicObject, generation: i64) -> bool {
+    let status = &g.data["status"];
+    status["observedGeneration"] == json!(generation)
+        && status["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == json!("Ready") && c["status"] == json!("True")))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_greeter_converges_follows_changes_repairs_children_and_cleans_up() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("run-greeter").await?;
+    let host = start_host(&ns, &["greeter"], Settings::default(), Limits::default()).await?;
+    let greetings = greetings(&ns);
+    let cms: Api<ConfigMap> = ns.api();
+    let deploys: Api<Deployment> = ns.api();
+
+    let created = greetings.create(&PostParams::default(), &greeting("hello", "hi", 2)).await?;
+    let uid = created.metadata.uid.clone().context("uid")?;
+    wait_for(TIMEOUT, || async { greetings.get("hello").await.ok().filter(|g| ready(g, 1)) }).await?;
+    let cm = cms.get("hello-greeting").await?;
+    assert_eq!(cm.data.as_ref().and_then(|d| d.get("message")).map(String::as_str), Some("hi"));
+    let owner = &cm.metadata.owner_references.as_ref().context("owner refs")?[0];
+    assert_eq!((owner.uid.as_str(), owner.controller), (uid.as_str(), Some(true)));
+    let deploy = deploys.get("hello-greeter").await?;
+    assert_eq!(deploy.spec.replicas, Some(2));
+    let g = greetings.get("hello").await?;
+    assert_eq!(g.metadata.finalizers, Some(vec!["examples.capstan.dev/greeter-cleanup".to_owned()]));
+    wait_for(TIMEOUT, || async { (!events(&ns, "hello", "Created").await.is_empty()).then_some(()) }).await?;
+
+    // A spec change: children follow, observedGeneration moves.
+    let patch = json!({"spec": {"message": "hello again", "replicas": 3}});
+    greetings.patch("hello", &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    wait_for(TIMEOUT, || async { greetings.get("hello").await.ok().filter(|g| ready(g, 2)) }).await?;
+    wait_for(TIMEOUT, || async {
+        let cm = cms.get("hello-greeting").await.ok()?;
+        (cm.data?.get("message")? == "hello again").then_some(())
+    })
+    .await?;
+    assert_eq!(deploys.get("hello-greeter").await?.spec.replicas, Some(3));
+    wait_for(TIMEOUT, || async { (!events(&ns, "hello", "Updated").await.is_empty()).then_some(()) }).await?;
+
+    // A child deleted by hand comes back.
+    let old_uid = cms.get("hello-greeting").await?.metadata.uid;
+    cms.delete("hello-greeting", &DeleteParams::default()).await?;
+    wait_for(TIMEOUT, || async { cms.get("hello-greeting").await.ok().filter(|c| c.metadata.uid != old_uid) }).await?;
+
+    // Delete: `deleted` is delivered, the finalizer removed, the object gone.
+    greetings.delete("hello", &DeleteParams::default()).await?;
+    wait_for(TIMEOUT, || async { greetings.get_opt("hello").await.ok().and_then(|g| g.is_none().then_some(())) })
+        .await?;
+    wait_for(TIMEOUT, || async { (!events(&ns, "hello", "Deleted").await.is_empty()).then_some(()) }).await?;
+
+    let counts = host.controllers()[0].counts();
+    assert_eq!(counts.failed, 0, "{counts:?}");
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transient_errors_are_retried_with_growing_delays_and_terminal_ones_are_not() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("run-errors").await?;
+    let settings = Settings {
+        backoff: Backoff { base: Duration::from_millis(200), max: Duration::from_secs(60) },
+        ..Settings::default()
+    };
+    let host = start_host(&ns, &["fixture"], settings, Limits::default()).await?;
+    let cms: Api<ConfigMap> = ns.api();
+    cms.create(&PostParams::default(), &fixture_cm("doomed", "terminal")).await?;
+    wait_for(TIMEOUT, || async { (!events(&ns, "doomed", "ReconcileFailed").await.is_empty()).then_some(()) }).await?;
+    let after_terminal = host.controllers()[0].counts().failed;
+    assert_eq!(after_terminal, 1, "one failure, no retries");
+
+    cms.create(&PostParams::default(), &fixture_cm("flaky", "transient")).await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let retries = host.controllers()[0].counts().failed - after_terminal;
+    // Fixed 200 ms retries would make ~20 attempts in 4 s; doubling delays
+    // (0.2, 0.4, 0.8, 1.6 s, ±20 %) make 4 or 5.
+    assert!((3..=7).contains(&retries), "{retries} attempts in 4 s");
+    assert_eq!(host.controllers()[0].counts().failed - retries, 1, "the terminal one was not retried");
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trapping_or_looping_guest_does_not_stop_other_objects_or_controllers() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("run-traps").await?;
+    let limits = Limits::default().deadline(Duration::from_millis(300));
+    let host = start_host(&ns, &["greeter", "fixture"], Settings::default(), limits).await?;
+    let cms: Api<ConfigMap> = ns.api();
+    cms.create(&PostParams::default(), &fixture_cm("trap", "trap")).await?;
+    cms.create(&PostParams::default(), &fixture_cm("loop", "loop")).await?;
+    cms.create(&PostParams::default(), &fixture_cm("fine", "ok")).await?;
+    greetings(&ns).create(&PostParams::default(), &greeting("hello", "still here", 1)).await?;
+
+    wait_for(TIMEOUT, || async { greetings(&ns).get("hello").await.ok().filter(|g| ready(g, 1)) }).await?;
+    wait_for(TIMEOUT, || async { (!events(&ns, "fine", "Reconciled").await.is_empty()).then_some(()) }).await?;
+    wait_for(TIMEOUT, || async { (!events(&ns, "trap", "GuestFailed").await.is_empty()).then_some(()) }).await?;
+    let loops = events(&ns, "loop", "GuestFailed").await;
+    assert!(
+        loops.iter().any(|e| e.note.as_deref().is_some_and(|n| n.contains("deadline"))),
+        "the loop was stopped at its deadline: {loops:?}"
+    );
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_components_share_the_watch_of_a_kind() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("run-shared").await?;
+    let host = start_host(&ns, &["greeter", "fixture"], Settings::default(), Limits::default()).await?;
+    greetings(&ns).create(&PostParams::default(), &greeting("hello", "hi", 1)).await?;
+    wait_for(TIMEOUT, || async { greetings(&ns).get("hello").await.ok().filter(|g| ready(g, 1)) }).await?;
+    // The fixture reconciles every ConfigMap, the greeter's child included.
+    wait_for(TIMEOUT, || async { (!events(&ns, "hello-greeting", "Reconciled").await.is_empty()).then_some(()) })
+        .await?;
+    // Greeting, ConfigMap (greeter owns it, fixture's primary), Deployment.
+    assert_eq!(host.watched_kinds(), 3);
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_host_restart_every_object_is_added_again_without_duplicate_children() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("run-restart").await?;
+    let names = ["a", "b", "c"];
+    let host = start_host(&ns, &["greeter"], Settings::default(), Limits::default()).await?;
+    for n in names {
+        greetings(&ns).create(&PostParams::default(), &greeting(n, "hi", 1)).await?;
+    }
+    for n in names {
+        wait_for(TIMEOUT, || async { greetings(&ns).get(n).await.ok().filter(|g| ready(g, 1)) }).await?;
+    }
+    host.shutdown().await;
+
+    let host = start_host(&ns, &["greeter"], Settings::default(), Limits::default()).await?;
+    for n in names {
+        // The greeter records `Created` on every `added`: twice now.
+        wait_for(TIMEOUT, || async {
+            let created: i32 =
+                events(&ns, n, "Created").await.iter().map(|e| e.deprecated_count.unwrap_or(1).max(1)).sum();
+            let series: i32 =
+                events(&ns, n, "Created").await.iter().filter_map(|e| e.series.as_ref().map(|s| s.count)).sum();
+            (created + series >= 2).then_some(())
+        })
+        .await
+        .with_context(|| format!("{n} was not added again"))?;
+    }
+    let cms: Api<ConfigMap> = ns.api();
+    let owned: Vec<Value> = cms
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|c| c.metadata.owner_references.is_some())
+        .map(|c| json!(c.metadata.name))
+        .collect();
+    assert_eq!(owned.len(), names.len(), "one ConfigMap per greeting: {owned:?}");
+    host.shutdown().await;
+    ns.cleanup().await
+}
