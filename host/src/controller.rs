@@ -241,6 +241,7 @@ async fn run(
         let backoff = settings.backoff;
         tasks.spawn(async move {
             while let Some(r) = queue.next().await {
+                tracing::trace!(object = %r, "dequeued");
                 let span = tracing::info_span!("reconcile", object = %r, event = tracing::field::Empty);
                 let report = reconciler.reconcile(&r).instrument(span.clone()).await;
                 if let Some(event) = report.event {
@@ -307,6 +308,7 @@ async fn route(
         };
         for object in changes {
             for r in targets(&manifest, &kind, &object, &primary) {
+                tracing::trace!(from = %kind, object = %r, "queued");
                 queue.add(r);
             }
         }

@@ -8,6 +8,8 @@
 #                                      ready, write a kubeconfig; prints its path last
 #   cp.sh down                         stop exactly what `up` started, remove its state
 #   cp.sh status                       exit 0 if a started control plane answers /readyz
+#   cp.sh restart-apiserver [--down-for S]
+#                                      kill kube-apiserver, wait S seconds, start it again (same port)
 #   cp.sh kubeconfig                   print the kubeconfig path of the running one
 #   cp.sh env                          print `export KUBECONFIG=...` for eval
 #
@@ -451,6 +453,37 @@ cmd_down() {
   fi
 }
 
+# Kill kube-apiserver, wait, start it again on the same port with the same
+# PKI and etcd (for tests of how clients survive an API server restart).
+cmd_restart_apiserver() {
+  local down_for=0
+  while (($#)); do
+    case "$1" in
+      --down-for) down_for=${2:?--down-for needs seconds}; shift ;;
+      *) die "usage: cp.sh restart-apiserver [--down-for SECONDS]" ;;
+    esac
+    shift
+  done
+  lock_state
+  healthy || die "step restart-apiserver: no running control plane in $state_dir"
+  local pid with_cm=0
+  pid=$(cat "$state_dir/pids/kube-apiserver")
+  [[ -f "$state_dir/pids/kube-controller-manager" ]] && with_cm=1
+  say "killing kube-apiserver (pid $pid, SIGKILL: a crash, not a drain); down for ${down_for} s"
+  if pid_is "$pid" kube-apiserver; then
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$state_dir/pids/kube-apiserver"
+  sleep "$down_for"
+  trap on_exit EXIT
+  step='restart-kube-apiserver'
+  CAPSTAN_CP_APISERVER_PORT=$(cat "$state_dir/apiserver-port") start_apiserver "$with_cm"
+  up_done=1
+  trap - EXIT
+  say "kube-apiserver restarted on port $(cat "$state_dir/apiserver-port")"
+}
+
 cmd_status() {
   if healthy; then
     say "running and ready: $(recorded | cut -d' ' -f1 | tr '\n' ' ')($state_dir)"
@@ -479,5 +512,6 @@ case "$sub" in
   status) [[ $# -eq 0 ]] || die "usage: cp.sh status"; cmd_status ;;
   kubeconfig) [[ $# -eq 0 ]] || die "usage: cp.sh kubeconfig"; cmd_kubeconfig ;;
   env) [[ $# -eq 0 ]] || die "usage: cp.sh env"; cmd_env ;;
-  *) die "usage: cp.sh build | up [--with-controller-manager] | down | status | kubeconfig | env" ;;
+  restart-apiserver) cmd_restart_apiserver "$@" ;;
+  *) die "usage: cp.sh build | up [--with-controller-manager] | down | status | kubeconfig | env | restart-apiserver [--down-for S]" ;;
 esac

@@ -161,8 +161,17 @@ impl ControlPlane {
 
 /// Runs `cp.sh <args>`; returns its stdout, or an error carrying its stderr.
 async fn run_script(args: &[&str]) -> Result<String> {
+    run_script_in(None, args).await
+}
+
+/// Runs `cp.sh` with `CAPSTAN_CP_DIR` set to `state_dir`, if given.
+async fn run_script_in(state_dir: Option<&Path>, args: &[&str]) -> Result<String> {
     let script = ControlPlane::script();
-    let output = Command::new(&script)
+    let mut command = Command::new(&script);
+    if let Some(dir) = state_dir {
+        command.env("CAPSTAN_CP_DIR", dir);
+    }
+    let output = command
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
@@ -174,6 +183,59 @@ async fn run_script(args: &[&str]) -> Result<String> {
     }
     eprint!("{stderr}");
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// A control plane of one test's own, for tests that change the cluster for
+/// everyone (CRDs installed late, an API server restart). Stopped when
+/// dropped.
+#[derive(Debug)]
+pub struct PrivateControlPlane {
+    state_dir: PathBuf,
+    plane: ControlPlane,
+}
+
+impl PrivateControlPlane {
+    /// Starts etcd and kube-apiserver (and kube-controller-manager if
+    /// asked) in a fresh state directory.
+    ///
+    /// # Errors
+    ///
+    /// When `cp.sh up` fails.
+    pub async fn start(with_controller_manager: bool) -> Result<Self> {
+        let state_dir = std::env::temp_dir().join(format!("capstan-cp-{}", random_suffix(8)));
+        let args: &[&str] = if with_controller_manager { &["up", "--with-controller-manager"] } else { &["up"] };
+        let stdout = run_script_in(Some(&state_dir), args).await?;
+        let kubeconfig = stdout.lines().last().context("`cp.sh up` printed no kubeconfig path")?;
+        let plane = ControlPlane::from_kubeconfig(Path::new(kubeconfig.trim())).await?;
+        Ok(Self { state_dir, plane })
+    }
+
+    /// The control plane.
+    pub fn plane(&self) -> &ControlPlane {
+        &self.plane
+    }
+
+    /// Stops kube-apiserver, waits `down_for`, starts it again on the same
+    /// port.
+    ///
+    /// # Errors
+    ///
+    /// When `cp.sh restart-apiserver` fails.
+    pub async fn restart_apiserver(&self, down_for: Duration) -> Result<()> {
+        let secs = down_for.as_secs().to_string();
+        run_script_in(Some(&self.state_dir), &["restart-apiserver", "--down-for", &secs]).await.map(drop)
+    }
+}
+
+impl Drop for PrivateControlPlane {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(ControlPlane::script())
+            .env("CAPSTAN_CP_DIR", &self.state_dir)
+            .arg("down")
+            .stdin(std::process::Stdio::null())
+            .output();
+        let _ = std::fs::remove_file(self.state_dir.with_extension("lock"));
+    }
 }
 
 /// Deletes namespaces labelled [`TEST_LABEL`] that are older than `max_age`.

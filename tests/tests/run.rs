@@ -231,3 +231,73 @@ async fn after_a_host_restart_every_object_is_added_again_without_duplicate_chil
     host.shutdown().await;
     ns.cleanup().await
 }
+
+/// A namespace on a private control plane.
+async fn namespace(client: &kube::Client, name: &str) -> Result<()> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    api.create(&PostParams::default(), &ns).await?;
+    Ok(())
+}
+
+fn greetings_in(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crd_installed_after_the_host_started_is_picked_up() -> Result<()> {
+    let private = capstan_tests::PrivateControlPlane::start(false).await?;
+    let client = private.plane().client()?;
+    namespace(&client, "late").await?;
+    let settings = Settings { rediscovery: Duration::from_millis(500), ..Settings::default() };
+    let host = HostBuilder::new(client.clone()).component(component("greeter")).settings(settings).start().await?;
+    wait_for(TIMEOUT, || async {
+        matches!(host.controllers()[0].state(), capstan_host::controller::State::WaitingForKinds(ref k) if !k.is_empty())
+            .then_some(())
+    })
+    .await
+    .context("the controller waits for the Greeting kind")?;
+
+    let engine = capstan_host::engine::Engine::new(Default::default())?;
+    let runtime =
+        capstan_host::runtime::Runtime::new(&engine, Limits::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loaded = capstan_host::component::Loader::new(runtime, None).load(&component("greeter")).await?;
+    capstan_tests::install_crd(&client, loaded.manifest.crds[0].clone()).await?;
+
+    let greetings = greetings_in(&client, "late");
+    greetings.create(&PostParams::default(), &greeting("hello", "better late", 1)).await?;
+    wait_for(TIMEOUT, || async { greetings.get("hello").await.ok().filter(|g| ready(g, 1)) }).await?;
+    assert_eq!(host.controllers()[0].state(), capstan_host::controller::State::Running);
+    host.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_server_restart_mid_run_loses_nothing() -> Result<()> {
+    let _ = tracing_subscriber::fmt().with_env_filter("info,kube_client=off").with_test_writer().try_init();
+    let private = capstan_tests::PrivateControlPlane::start(false).await?;
+    let client = private.plane().client()?;
+    namespace(&client, "restart").await?;
+    let host = HostBuilder::new(client.clone()).component(component("greeter")).install_crds(true).start().await?;
+    let greetings = greetings_in(&client, "restart");
+    for i in 0..5 {
+        greetings.create(&PostParams::default(), &greeting(&format!("before-{i}"), "hi", 1)).await?;
+    }
+    // Down while the first greetings are being reconciled.
+    private.restart_apiserver(Duration::from_secs(3)).await?;
+    for i in 0..3 {
+        greetings.create(&PostParams::default(), &greeting(&format!("after-{i}"), "hi", 1)).await?;
+    }
+    let names: Vec<String> =
+        (0..5).map(|i| format!("before-{i}")).chain((0..3).map(|i| format!("after-{i}"))).collect();
+    for name in &names {
+        wait_for(Duration::from_secs(60), || async { greetings.get(name).await.ok().filter(|g| ready(g, 1)) })
+            .await
+            .with_context(|| format!("{name} did not converge after the restart"))?;
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "restart");
+        cms.get(&format!("{name}-greeting")).await.with_context(|| format!("{name} has its ConfigMap"))?;
+    }
+    host.shutdown().await;
+    Ok(())
+}
