@@ -233,7 +233,9 @@ async fn run(
     tracing::info!(concurrency = manifest.max_concurrency, "controller running");
 
     let failures: Arc<Mutex<HashMap<ObjectRef, u32>>> = Arc::default();
+    let controller_span = tracing::Span::current();
     for _ in 0..manifest.max_concurrency {
+        let controller_span = controller_span.clone();
         let queue = Arc::clone(&queue);
         let reconciler = Arc::clone(&reconciler);
         let counts = Arc::clone(&counts);
@@ -242,11 +244,30 @@ async fn run(
         tasks.spawn(async move {
             while let Some(r) = queue.next().await {
                 tracing::trace!(object = %r, "dequeued");
-                let span = tracing::info_span!("reconcile", object = %r, event = tracing::field::Empty);
+                let span = tracing::info_span!(
+                    parent: &controller_span,
+                    "reconcile",
+                    object = %r,
+                    event = tracing::field::Empty,
+                    outcome = tracing::field::Empty,
+                    duration_ms = tracing::field::Empty,
+                );
+                let started = std::time::Instant::now();
                 let report = reconciler.reconcile(&r).instrument(span.clone()).await;
                 if let Some(event) = report.event {
                     span.record("event", event.as_str());
                 }
+                span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
+                span.record(
+                    "outcome",
+                    match &report.result {
+                        Ok(Action::Requeue(_)) => "requeue",
+                        Ok(Action::AwaitChange) => "ok",
+                        Err(e) if e.is_retryable() => "retry",
+                        Err(_) => "terminal",
+                    },
+                );
+                tracing::debug!(parent: &span, "reconciled");
                 let mut n = lock(&failures);
                 match &report.result {
                     Ok(action) => {

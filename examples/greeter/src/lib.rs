@@ -118,21 +118,6 @@ impl Controller for Greeter {
             return Err(Error::terminal("spec.message must not be empty"));
         }
 
-        let labels = BTreeMap::from([
-            ("app.kubernetes.io/name".to_owned(), "greeter".to_owned()),
-            ("examples.capstan.dev/greeting".to_owned(), name.clone()),
-        ]);
-        let configmap = ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(configmap_name(&name)),
-                labels: Some(labels.clone()),
-                ..ObjectMeta::default()
-            },
-            data: Some(BTreeMap::from([("message".to_owned(), greeting.spec.message.clone())])),
-            ..ConfigMap::default()
-        };
-        let deployment = greeter_deployment(&name, greeting.spec.replicas, labels);
-
         // The Deployment as the cluster has it, for the replicas it reports.
         let ready_replicas = ctx
             .api::<Deployment>(ctx.namespace())
@@ -140,14 +125,7 @@ impl Controller for Greeter {
             .and_then(|d| d.status)
             .and_then(|s| s.replicas)
             .unwrap_or(0);
-
-        let previous = greeting.status.clone().unwrap_or_default();
-        let status = GreetingStatus {
-            observed_generation: greeting.metadata.generation,
-            message: Some(greeting.spec.message.clone()),
-            replicas: ready_replicas,
-            conditions: vec![ready_condition(&previous, greeting.metadata.generation)],
-        };
+        let (configmap, deployment, status) = desired(&greeting, ready_replicas);
 
         let mut outcome = Outcome::new().child(&configmap).child(&deployment).status(&status);
         match ctx.event() {
@@ -162,6 +140,35 @@ impl Controller for Greeter {
         ctx.log().info("reconciled", &[("name", &name), ("replicas", &greeting.spec.replicas.to_string())]);
         Ok(outcome)
     }
+}
+
+/// What a Greeting wants: its ConfigMap, its Deployment, and its status
+/// given the replicas its Deployment reports. Pure, so that a native
+/// controller (the benchmark's baseline) computes exactly the same objects.
+pub fn desired(greeting: &Greeting, deployed_replicas: i32) -> (ConfigMap, Deployment, GreetingStatus) {
+    let name = greeting.name_any();
+    let labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), "greeter".to_owned()),
+        ("examples.capstan.dev/greeting".to_owned(), name.clone()),
+    ]);
+    let configmap = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(configmap_name(&name)),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([("message".to_owned(), greeting.spec.message.clone())])),
+        ..ConfigMap::default()
+    };
+    let deployment = greeter_deployment(&name, greeting.spec.replicas, labels);
+    let previous = greeting.status.clone().unwrap_or_default();
+    let status = GreetingStatus {
+        observed_generation: greeting.metadata.generation,
+        message: Some(greeting.spec.message.clone()),
+        replicas: deployed_replicas,
+        conditions: vec![ready_condition(&previous, greeting.metadata.generation)],
+    };
+    (configmap, deployment, status)
 }
 
 /// A `Ready=True` condition, keeping the transition time when it was
