@@ -1,6 +1,9 @@
 //! The `capstan` command line: parsing and the subcommands' output. `main`
 //! only sets up tracing and calls [`run`].
 
+pub mod generate;
+pub mod scaffold;
+
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -20,8 +23,8 @@ use crate::testing::default_cache_dir;
 #[command(name = "capstan", version, about, long_about = None)]
 pub struct Cli {
     /// Log filter, e.g. `info` or `capstan=debug,guest=trace`. Default:
-    /// `warn` for `inspect` and `test` (guest logs would drown the
-    /// results), `info` otherwise.
+    /// `warn` for `inspect`, `test`, `gen` and `new` (guest logs would
+    /// drown the results), `info` otherwise.
     #[arg(long, global = true, env = "CAPSTAN_LOG")]
     pub log: Option<String>,
     /// What to do.
@@ -43,7 +46,7 @@ impl Cli {
     pub fn log_filter(&self) -> &str {
         match (&self.log, &self.command) {
             (Some(filter), _) => filter,
-            (None, Command::Inspect { .. } | Command::Test { .. }) => "warn",
+            (None, Command::Inspect { .. } | Command::Test { .. } | Command::Gen(_) | Command::New(_)) => "warn",
             (None, Command::Run(_)) => "info",
         }
     }
@@ -53,8 +56,12 @@ impl Cli {
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Components (.wasm) to run, one controller each.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "components_dir")]
     pub components: Vec<PathBuf>,
+    /// Also run every `*.wasm` in this directory (read at start; watching
+    /// it for changes comes with hot loading).
+    #[arg(long = "components", value_name = "DIR")]
+    pub components_dir: Option<PathBuf>,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the
     /// in-cluster service account).
     #[arg(long, env = "KUBECONFIG")]
@@ -101,6 +108,12 @@ pub enum Command {
         /// A scenario folder, or a folder of them.
         scenarios: PathBuf,
     },
+    /// Generate CRDs, RBAC and deployment manifests from components.
+    #[command(subcommand)]
+    Gen(generate::Command),
+    /// Create a controller project that builds into a component and passes
+    /// `capstan test`.
+    New(scaffold::Args),
 }
 
 fn loader() -> anyhow::Result<Loader> {
@@ -164,6 +177,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Run(args) => run_host(args).await,
+        Command::Gen(command) => generate::run(command).await,
+        Command::New(args) => scaffold::run(args),
         Command::Test { component, scenarios } => {
             let results = scenario::run_all(&component, &scenarios)
                 .await
@@ -226,7 +241,20 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         .limits(limits)
         .cache_dir(default_cache_dir())
         .instance(instance);
-    for c in args.components {
+    let mut components = args.components;
+    if let Some(dir) = &args.components_dir {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read components directory {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+            .collect();
+        found.sort();
+        if found.is_empty() {
+            anyhow::bail!("no *.wasm components in {}", dir.display());
+        }
+        components.extend(found);
+    }
+    for c in components {
         builder = builder.component(c);
     }
     let host = builder.start().await?;

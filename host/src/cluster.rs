@@ -167,6 +167,13 @@ pub trait Cluster: Send + Sync + 'static {
     async fn get(&self, object: &ObjectRef) -> Result<Value>;
     /// Lists objects of a kind in one namespace, or in all with `None`.
     async fn list(&self, kind: &Gvk, namespace: Option<&str>, params: &ListParams) -> Result<Vec<Value>>;
+    /// Lists the objects of a kind in a namespace that have an
+    /// ownerReference with `owner_uid`. Backends with a cache override
+    /// this to filter before copying objects out.
+    async fn list_owned(&self, kind: &Gvk, namespace: Option<&str>, owner_uid: &str) -> Result<Vec<Value>> {
+        let all = self.list(kind, namespace, &ListParams::default()).await?;
+        Ok(all.into_iter().filter(|o| crate::object::owner_uids(o).any(|u| u == owner_uid)).collect())
+    }
     /// Creates an object; returns it as stored.
     async fn create(&self, object: Value) -> Result<Value>;
     /// Replaces an object or its status; `metadata.resourceVersion`, when

@@ -49,6 +49,9 @@ impl Backoff {
     }
 }
 
+/// How soon an object whose reconcile hit a 409 conflict is looked at again.
+pub const CONFLICT_REQUEUE: Duration = Duration::from_millis(100);
+
 /// Where a controller is in its life.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum State {
@@ -276,6 +279,11 @@ async fn run(
                         if let Action::Requeue(after) = action {
                             queue.add_after(r.clone(), *after);
                         }
+                    }
+                    Err(e) if e.is_conflict() => {
+                        // A stale cache, not a failure: look again shortly.
+                        tracing::debug!(parent: &span, error = %e, "conflict, requeued");
+                        queue.add_after(r.clone(), CONFLICT_REQUEUE);
                     }
                     Err(e) => {
                         let mut c = lock(&counts);

@@ -30,7 +30,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::bindings::capstan::operator::types as wit;
-use crate::cluster::{self, Cluster, EventRecord, ListParams, Patch, Propagation, Subresource};
+use crate::cluster::{self, Cluster, EventRecord, Patch, Propagation, Subresource};
 use crate::component::Loaded;
 use crate::grants::Grants;
 use crate::imports::events::event_record;
@@ -74,6 +74,13 @@ impl Error {
     /// True if retrying with backoff makes sense.
     pub fn is_retryable(&self) -> bool {
         !matches!(self, Error::Terminal(_) | Error::InvalidOutcome(_))
+    }
+
+    /// True for an optimistic-concurrency conflict (409) while applying:
+    /// the cache was behind a write. Not a failure: the object is simply
+    /// reconciled again from fresher state.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Cluster(cluster::Error::Conflict(_)))
     }
 }
 
@@ -382,7 +389,7 @@ impl Reconciler {
         }
 
         for kind in &manifest.owns {
-            let existing = self.cluster.list(kind, r.namespace.as_deref(), &ListParams::default()).await?;
+            let existing = self.cluster.list_owned(kind, r.namespace.as_deref(), &uid).await?;
             for child in existing {
                 let controlled_by_us =
                     child.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {

@@ -333,6 +333,15 @@ mod tests {
     }
 
     #[test]
+    fn error_messages_read_right() {
+        assert_eq!(Error::NotEmpty("x".into()).to_string(), "x: exists and is not empty; choose another --dir");
+        assert_eq!(
+            Error::Group("nodot".into()).to_string(),
+            "group \"nodot\" must be a DNS subdomain with a dot, like example.com"
+        );
+    }
+
+    #[test]
     fn every_placeholder_in_every_template_is_filled() {
         for lang in [Lang::Rust] {
             for file in lang.template() {

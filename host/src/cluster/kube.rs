@@ -62,7 +62,7 @@ pub fn map_error(e: kube::Error) -> Error {
 pub struct KubeCluster {
     client: kube::Client,
     kinds: Arc<Mutex<HashMap<Gvk, Resolved>>>,
-    caches: Arc<RwLock<HashMap<(String, String), Store<DynamicObject>>>>,
+    caches: Arc<RwLock<HashMap<GroupKind, Store<DynamicObject>>>>,
     recorders: Arc<Mutex<HashMap<String, Recorder>>>,
     instance: Option<String>,
 }
@@ -149,6 +149,9 @@ impl KubeCluster {
     }
 }
 
+/// A kind's group and name, without version: the key of the watch caches.
+type GroupKind = (String, String);
+
 /// The JSON of a cached or fetched object, with `apiVersion` and `kind` as
 /// requested (watch caches may hold objects without them).
 fn to_value(object: &DynamicObject, gvk: &Gvk) -> Value {
@@ -212,6 +215,20 @@ impl Cluster for KubeCluster {
         }
         let list = api.list(&lp).await.map_err(map_error)?;
         Ok(list.items.iter().map(|o| to_value(o, kind)).collect())
+    }
+
+    async fn list_owned(&self, kind: &Gvk, namespace: Option<&str>, owner_uid: &str) -> Result<Vec<Value>> {
+        let Some(store) = self.cache(kind) else {
+            let all = self.list(kind, namespace, &ListParams::default()).await?;
+            return Ok(all.into_iter().filter(|o| crate::object::owner_uids(o).any(|u| u == owner_uid)).collect());
+        };
+        Ok(store
+            .state()
+            .iter()
+            .filter(|o| namespace.is_none() || o.metadata.namespace.as_deref() == namespace)
+            .filter(|o| o.metadata.owner_references.iter().flatten().any(|r| r.uid == owner_uid))
+            .map(|o| to_value(o, kind))
+            .collect())
     }
 
     async fn create(&self, object: Value) -> Result<Value> {

@@ -1,0 +1,192 @@
+//! `capstan gen`: CRDs, RBAC and deployment manifests generated from
+//! components (see [`crate::generate`]).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+use crate::generate::{self, Component, Delivery, File, Options, PluralOverride};
+
+/// What to generate.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The CustomResourceDefinitions the components define, as YAML.
+    Crd {
+        /// Components (.wasm).
+        #[arg(required = true)]
+        components: Vec<PathBuf>,
+        /// Write one file per CRD (`<name>.yaml`) into this folder instead
+        /// of printing them.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// The ServiceAccount, ClusterRoles, Roles and bindings with exactly
+    /// the permissions the host and the components need.
+    Rbac {
+        /// Components (.wasm); none gives the host's own RBAC only.
+        components: Vec<PathBuf>,
+        /// RBAC options.
+        #[command(flatten)]
+        rbac: RbacArgs,
+    },
+    /// Everything to install the host: Namespace, CRDs, RBAC, the
+    /// components ConfigMap and the Deployment. Apply it with
+    /// `kubectl apply --server-side -f`.
+    Manifest {
+        /// Components (.wasm).
+        components: Vec<PathBuf>,
+        /// Installation options.
+        #[command(flatten)]
+        install: InstallArgs,
+        /// Write one file per piece into this folder instead of printing.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+    /// A kustomize base with the same objects as `manifest`; with `--base`,
+    /// an overlay that adds the components to a base generated without
+    /// them.
+    Kustomize {
+        /// Components (.wasm).
+        components: Vec<PathBuf>,
+        /// Installation options.
+        #[command(flatten)]
+        install: InstallArgs,
+        /// Make an overlay on this base (a path relative to the output
+        /// folder, e.g. `../../base`).
+        #[arg(long)]
+        base: Option<String>,
+        /// The folder to write.
+        #[arg(long, short, required = true)]
+        output: PathBuf,
+    },
+}
+
+/// Options of the RBAC.
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// The host's namespace.
+    #[arg(long, default_value = "capstan-system")]
+    pub namespace: String,
+    /// Name of the host's ServiceAccount, ClusterRole and Deployment, and
+    /// prefix of the components' roles.
+    #[arg(long, default_value = "capstan")]
+    pub name: String,
+    /// Also let the host create CRDs and patch the components' CRDs (for
+    /// `capstan run --install-crds`).
+    #[arg(long)]
+    pub install_crds: bool,
+    /// The plural of a kind no component defines and capstan does not
+    /// know, as KIND.GROUP=PLURAL (KIND=PLURAL for the core group).
+    /// Repeatable.
+    #[arg(long = "plural", value_name = "KIND.GROUP=PLURAL")]
+    pub plurals: Vec<PluralOverride>,
+}
+
+/// Options of an installation.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// RBAC options.
+    #[command(flatten)]
+    pub rbac: RbacArgs,
+    /// The host's image [default: ghcr.io/capstan-dev/capstan:VERSION].
+    #[arg(long)]
+    pub image: Option<String>,
+    /// The components are in the image, at /components, instead of in a
+    /// ConfigMap (which holds 1 MiB at most).
+    #[arg(long, requires = "image")]
+    pub components_in_image: bool,
+    /// Leave out the Deployment and the components ConfigMap, to run the
+    /// host outside the cluster.
+    #[arg(long)]
+    pub skip_deployment: bool,
+}
+
+impl RbacArgs {
+    fn options(&self) -> Options {
+        let options = Options::default().namespace(&self.namespace).name(&self.name).install_crds(self.install_crds);
+        self.plurals.iter().cloned().fold(options, Options::plural)
+    }
+}
+
+impl InstallArgs {
+    fn options(&self) -> Options {
+        let mut options = self.rbac.options().skip_deployment(self.skip_deployment);
+        if let Some(image) = &self.image {
+            options = options.image(image);
+        }
+        if self.components_in_image {
+            options = options.delivery(Delivery::Image);
+        }
+        options
+    }
+}
+
+/// Reads and loads each component.
+async fn load(paths: &[PathBuf]) -> anyhow::Result<Vec<Component>> {
+    let loader = super::loader()?;
+    let mut components = Vec::with_capacity(paths.len());
+    for path in paths {
+        let wasm = tokio::fs::read(path).await.with_context(|| format!("cannot read {}", path.display()))?;
+        let loaded = loader.load_bytes(path, wasm.clone()).await?;
+        components.push(Component::new((*loaded.manifest).clone(), wasm));
+    }
+    Ok(components)
+}
+
+fn write(dir: &Path, files: &[File], header: &str) -> anyhow::Result<()> {
+    generate::write(dir, files, header)?;
+    for file in files {
+        println!("wrote {}", dir.join(&file.path).display());
+    }
+    Ok(())
+}
+
+fn print_or_write(files: Vec<File>, output: Option<&Path>, header: &str) -> anyhow::Result<()> {
+    match output {
+        Some(dir) => write(dir, &files, header),
+        None => {
+            let objects: Vec<_> = files.into_iter().flat_map(|f| f.objects).collect();
+            print!("{}", generate::to_yaml(&objects, header)?);
+            Ok(())
+        }
+    }
+}
+
+/// Runs `capstan gen …`; returns the exit code.
+///
+/// # Errors
+///
+/// A component that cannot be loaded, or what [`crate::generate`] reports.
+pub async fn run(command: Command) -> anyhow::Result<i32> {
+    match command {
+        Command::Crd { components, output } => {
+            let components = load(&components).await?;
+            let header = generate::header("capstan gen crd", &components);
+            let files = generate::crds(&components)?
+                .into_iter()
+                .map(|crd| {
+                    let name = crate::object::meta_str(&crd, "name").unwrap_or("crd").to_owned();
+                    File { path: PathBuf::from(format!("{name}.yaml")), objects: vec![crd] }
+                })
+                .collect();
+            print_or_write(files, output.as_deref(), &header)?;
+        }
+        Command::Rbac { components, rbac } => {
+            let components = load(&components).await?;
+            let header = generate::header("capstan gen rbac", &components);
+            print!("{}", generate::to_yaml(&generate::rbac(&components, &rbac.options())?, &header)?);
+        }
+        Command::Manifest { components, install, output } => {
+            let components = load(&components).await?;
+            let header = generate::header("capstan gen manifest", &components);
+            print_or_write(generate::files(&components, &install.options())?, output.as_deref(), &header)?;
+        }
+        Command::Kustomize { components, install, base, output } => {
+            let components = load(&components).await?;
+            let header = generate::header("capstan gen kustomize", &components);
+            write(&output, &generate::kustomize(&components, &install.options(), base.as_deref())?, &header)?;
+        }
+    }
+    Ok(0)
+}
