@@ -37,6 +37,13 @@ step "build: guest components"
 CAPSTAN_GUESTS=$(tests/build-guests.sh)
 export CAPSTAN_GUESTS
 
+step "build: Python and JavaScript guest components (toolchains pinned, cached)"
+tests/build-polyglot-guests.sh >/dev/null
+
+step "test: Python and JavaScript guest libraries"
+python3 -m pytest -q guest-sdk/python/tests
+(cd guest-sdk/js && npm test --silent)
+
 step "control plane: build (cached) and start"
 tests/control-plane/cp.sh build >/dev/null
 if tests/control-plane/cp.sh status >/dev/null 2>&1; then

@@ -19,13 +19,12 @@ use crate::runtime::{self, Runtime};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The file could not be read.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {error}")]
     Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not WebAssembly.
     #[error("{path}: not a WebAssembly file (no \\0asm header)")]
@@ -74,22 +73,20 @@ pub enum Error {
         reason: String,
     },
     /// Calling `manifest()` failed.
-    #[error("{path}: manifest() failed: {source}")]
+    #[error("{path}: manifest() failed: {error}")]
     ManifestCall {
         /// The file.
         path: PathBuf,
         /// How the call failed.
-        #[source]
-        source: runtime::Error,
+        error: runtime::Error,
     },
     /// The manifest is invalid.
-    #[error("{path}: invalid manifest: {source}")]
+    #[error("{path}: invalid manifest: {error}")]
     Manifest {
         /// The file.
         path: PathBuf,
         /// What is invalid.
-        #[source]
-        source: manifest::Error,
+        error: manifest::Error,
     },
 }
 
@@ -162,7 +159,7 @@ impl Loader {
     ///
     /// Every [`Error`] variant: each names the file and the reason.
     pub async fn load(&self, path: &Path) -> Result<Loaded, Error> {
-        let bytes = tokio::fs::read(path).await.map_err(|source| Error::Read { path: path.to_owned(), source })?;
+        let bytes = tokio::fs::read(path).await.map_err(|error| Error::Read { path: path.to_owned(), error })?;
         self.load_bytes(path, bytes).await
     }
 
@@ -193,8 +190,8 @@ impl Loader {
         let pre = OperatorPre::new(instance_pre)
             .map_err(|e| Error::WrongWorld { path: path.clone(), exports: vec![format!("{e:#}")] })?;
         let invocation = self.runtime.manifest(&pre).await;
-        let raw = invocation.result.map_err(|source| Error::ManifestCall { path: path.clone(), source })?;
-        let manifest = Manifest::try_from(raw).map_err(|source| Error::Manifest { path: path.clone(), source })?;
+        let raw = invocation.result.map_err(|error| Error::ManifestCall { path: path.clone(), error })?;
+        let manifest = Manifest::try_from(raw).map_err(|error| Error::Manifest { path: path.clone(), error })?;
         Ok(Loaded { path, digest, contract, manifest: Arc::new(manifest), pre, source, compile_time })
     }
 

@@ -178,9 +178,14 @@ async fn run(
     counts: Arc<Mutex<Counts>>,
     queue: Arc<Queue>,
 ) {
+    // Each kind once: a kind that is both primary and owned (or watched) is
+    // routed once per change, and `targets` finds every role it plays.
     let mut kinds = vec![manifest.primary.clone()];
-    kinds.extend(manifest.owns.iter().cloned());
-    kinds.extend(manifest.watches.iter().map(|w| w.kind.clone()));
+    for kind in manifest.owns.iter().chain(manifest.watches.iter().map(|w| &w.kind)) {
+        if !kinds.iter().any(|k| k.same_group_kind(kind)) {
+            kinds.push(kind.clone());
+        }
+    }
 
     // Discovery: wait until every kind is served.
     let mut reported: Option<Vec<Gvk>> = None;

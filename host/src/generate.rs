@@ -159,13 +159,12 @@ pub enum Error {
         reason: String,
     },
     /// An output file could not be written.
-    #[error("{path}: cannot write: {source}")]
+    #[error("{path}: cannot write: {error}")]
     Write {
         /// The file.
         path: PathBuf,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -558,7 +557,7 @@ pub fn write(dir: &Path, files: &[File], header: &str) -> Result<()> {
     for file in files {
         let path = dir.join(&file.path);
         let yaml = to_yaml(&file.objects, header)?;
-        let write_err = |source| Error::Write { path: path.clone(), source };
+        let write_err = |error| Error::Write { path: path.clone(), error };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(write_err)?;
         }

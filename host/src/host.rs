@@ -51,13 +51,12 @@ pub enum Error {
     #[error("two components declare controller {0}")]
     Duplicate(String),
     /// A CRD could not be installed.
-    #[error("cannot install CRD {name}: {source}")]
+    #[error("cannot install CRD {name}: {error}")]
     InstallCrd {
         /// The CRD.
         name: String,
         /// Why.
-        #[source]
-        source: cluster::Error,
+        error: cluster::Error,
     },
     /// A CRD did not become established in time.
     #[error("CRD {0} was not established within 60 s")]
@@ -201,7 +200,7 @@ async fn install_crd(cluster: &KubeCluster, crd: &Value) -> Result<(), Error> {
     cluster
         .patch(&r, patch, Subresource::Main)
         .await
-        .map_err(|source| Error::InstallCrd { name: name.clone(), source })?;
+        .map_err(|error| Error::InstallCrd { name: name.clone(), error })?;
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
         if let Ok(current) = cluster.get(&r).await {

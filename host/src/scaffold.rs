@@ -33,13 +33,12 @@ pub enum Error {
     #[error("{0}: exists and is not empty; choose another --dir")]
     NotEmpty(PathBuf),
     /// A file or folder could not be created or read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The path.
         path: PathBuf,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -52,6 +51,10 @@ pub enum Lang {
     /// Rust, with the `capstan-guest` SDK.
     #[default]
     Rust,
+    /// Python, with `guest-sdk/python` and componentize-py.
+    Python,
+    /// JavaScript, with `guest-sdk/js`, esbuild and jco (QuickJS).
+    Js,
 }
 
 /// One file of a template: where it goes and its text with placeholders.
@@ -78,17 +81,54 @@ const RUST: &[TemplateFile] = template!["rust":
     "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
 ];
 
+const PYTHON: &[TemplateFile] = template!["python":
+    "app.py" => "app.py.tmpl",
+    "build.sh" => "build.sh.tmpl",
+    ".gitignore" => "gitignore.tmpl",
+    "README.md" => "README.md.tmpl",
+    "scenarios/basic/given.yaml" => "scenarios/basic/given.yaml.tmpl",
+    "scenarios/basic/expect.yaml" => "scenarios/basic/expect.yaml.tmpl",
+    "scenarios/empty-message/given.yaml" => "scenarios/empty-message/given.yaml.tmpl",
+    "scenarios/empty-message/absent.yaml" => "scenarios/empty-message/absent.yaml.tmpl",
+    "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
+];
+
+const JS: &[TemplateFile] = template!["js":
+    "app.js" => "app.js.tmpl",
+    "build.sh" => "build.sh.tmpl",
+    "package.json" => "package.json.tmpl",
+    ".gitignore" => "gitignore.tmpl",
+    "README.md" => "README.md.tmpl",
+    "scenarios/basic/given.yaml" => "scenarios/basic/given.yaml.tmpl",
+    "scenarios/basic/expect.yaml" => "scenarios/basic/expect.yaml.tmpl",
+    "scenarios/empty-message/given.yaml" => "scenarios/empty-message/given.yaml.tmpl",
+    "scenarios/empty-message/absent.yaml" => "scenarios/empty-message/absent.yaml.tmpl",
+    "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
+];
+
 impl Lang {
     fn template(self) -> &'static [TemplateFile] {
         match self {
             Lang::Rust => RUST,
+            Lang::Python => PYTHON,
+            Lang::Js => JS,
+        }
+    }
+
+    /// The folder of this language's SDK inside a checkout.
+    fn sdk_subdir(self) -> &'static str {
+        match self {
+            Lang::Rust => "guest-sdk",
+            Lang::Python => "guest-sdk/python",
+            Lang::Js => "guest-sdk/js",
         }
     }
 
     /// Where the built component will be, relative to the project folder.
-    fn component_path(self, crate_name: &str) -> PathBuf {
+    fn component_path(self, crate_name: &str, name: &str) -> PathBuf {
         match self {
             Lang::Rust => Path::new("target/wasm32-wasip2/release").join(format!("{crate_name}.wasm")),
+            Lang::Python | Lang::Js => PathBuf::from(format!("{name}.wasm")),
         }
     }
 }
@@ -210,7 +250,7 @@ pub fn is_sdk(dir: &Path) -> bool {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_owned(), source }
+    move |error| Error::Io { path: path.to_owned(), error }
 }
 
 /// `target` relative to `from` when both are inside `root`, else `target`.
@@ -279,6 +319,19 @@ pub fn create(options: &Options) -> Result<Project> {
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let absolute = std::fs::canonicalize(&dir).map_err(io(&dir))?;
     let (sdk_dependency, sdk_source) = sdk_lines(&options.sdk, &absolute)?;
+    // Python and JavaScript projects build against the checkout's SDK and
+    // WIT folders (absolute paths; their build.sh lets the environment
+    // override both).
+    let checkout = match &options.sdk {
+        Sdk::Path(path) => std::fs::canonicalize(path).ok().and_then(|p| p.parent().map(Path::to_path_buf)),
+        Sdk::Git(_) => None,
+    };
+    let (sdk_dir, wit_dir) = match &checkout {
+        Some(root) => {
+            (root.join(options.lang.sdk_subdir()).display().to_string(), root.join("wit").display().to_string())
+        }
+        None => (format!("<capstan checkout>/{}", options.lang.sdk_subdir()), "<capstan checkout>/wit".to_owned()),
+    };
 
     let vars = [
         ("name", name.as_str()),
@@ -289,6 +342,8 @@ pub fn create(options: &Options) -> Result<Project> {
         ("sdk_dependency", sdk_dependency.as_str()),
         ("sdk_source", sdk_source.as_str()),
         ("capstan_version", env!("CARGO_PKG_VERSION")),
+        ("sdk_dir", sdk_dir.as_str()),
+        ("wit_dir", wit_dir.as_str()),
     ];
     let mut files = Vec::new();
     for file in options.lang.template() {
@@ -299,20 +354,13 @@ pub fn create(options: &Options) -> Result<Project> {
         std::fs::write(&path, render(file.text, &vars)).map_err(io(&path))?;
         files.push(PathBuf::from(file.path));
     }
-    if let Some(lockfile) = &options.lockfile {
+    if let (Some(lockfile), Lang::Rust) = (&options.lockfile, options.lang) {
         let path = dir.join("Cargo.lock");
         std::fs::copy(lockfile, &path).map_err(io(lockfile))?;
         files.push(PathBuf::from("Cargo.lock"));
     }
-    Ok(Project {
-        dir,
-        name,
-        kind,
-        plural,
-        group: options.group.clone(),
-        files,
-        component: options.lang.component_path(&crate_name),
-    })
+    let component = options.lang.component_path(&crate_name, &name);
+    Ok(Project { dir, name, kind, plural, group: options.group.clone(), files, component })
 }
 
 #[cfg(test)]
@@ -328,6 +376,8 @@ mod tests {
             ("group", "example.com"),
             ("sdk_dependency", "capstan-guest = { path = \"../guest-sdk\" }"),
             ("sdk_source", "a checkout"),
+            ("sdk_dir", "/capstan/guest-sdk/python"),
+            ("wit_dir", "/capstan/wit"),
             ("capstan_version", "0.1.0"),
         ]
     }
@@ -343,7 +393,7 @@ mod tests {
 
     #[test]
     fn every_placeholder_in_every_template_is_filled() {
-        for lang in [Lang::Rust] {
+        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
             for file in lang.template() {
                 let out = render(file.text, &vars());
                 assert!(!out.contains("{{"), "{:?} {}: unfilled placeholder in\n{out}", lang, file.path);

@@ -32,13 +32,12 @@ use crate::testing::{self, MockHost, Run};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file or folder could not be read.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {error}")]
     Read {
         /// The path.
         path: PathBuf,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A YAML file does not parse.
     #[error("{path}: invalid YAML: {reason}")]
@@ -76,7 +75,7 @@ fn read(path: &Path) -> Result<Option<String>, Error> {
     match std::fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(Error::Read { path: path.to_owned(), source }),
+        Err(error) => Err(Error::Read { path: path.to_owned(), error }),
     }
 }
 
@@ -102,7 +101,7 @@ pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     if dir.join("given.yaml").is_file() {
         return Ok(vec![dir.to_owned()]);
     }
-    let entries = std::fs::read_dir(dir).map_err(|source| Error::Read { path: dir.to_owned(), source })?;
+    let entries = std::fs::read_dir(dir).map_err(|error| Error::Read { path: dir.to_owned(), error })?;
     let mut cases: Vec<PathBuf> =
         entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("given.yaml").is_file()).collect();
     cases.sort();
@@ -148,7 +147,7 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
     let steps_dir = case.join("steps");
     if steps_dir.is_dir() {
         let mut steps: Vec<PathBuf> = std::fs::read_dir(&steps_dir)
-            .map_err(|source| Error::Read { path: steps_dir.clone(), source })?
+            .map_err(|error| Error::Read { path: steps_dir.clone(), error })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_dir())
             .collect();

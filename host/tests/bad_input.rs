@@ -92,7 +92,7 @@ async fn unsupported_contract_version_is_rejected() {
 async fn invalid_manifest_is_rejected() {
     let err = loader(Limits::default()).load(&guest("invalid-manifest")).await.expect_err("rejected");
     assert!(
-        matches!(&err, component::Error::Manifest { source: capstan_host::manifest::Error::Name(n), .. } if n == "Not_A_Valid_Name"),
+        matches!(&err, component::Error::Manifest { error: capstan_host::manifest::Error::Name(n), .. } if n == "Not_A_Valid_Name"),
         "{err}"
     );
 }

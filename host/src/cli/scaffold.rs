@@ -73,7 +73,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     println!("next:");
     println!("  cd {}", project.dir.display());
-    println!("  cargo build --release --target wasm32-wasip2");
+    match args.lang {
+        Lang::Rust => println!("  cargo build --release --target wasm32-wasip2"),
+        Lang::Python | Lang::Js => println!("  sh build.sh        # see README.md for the toolchain"),
+    }
     println!("  capstan test {} scenarios", project.component.display());
     Ok(0)
 }

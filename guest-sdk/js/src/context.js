@@ -1,0 +1,63 @@
+// What a callback gets besides the object: the `Context`.
+
+import { record } from "capstan:operator/events@0.1.0";
+
+import { Api, call } from "./api.js";
+import { log } from "./log.js";
+
+/**
+ * Why the host called: derived from state by comparing the object with what
+ * this controller last handled successfully.
+ */
+export const EventKind = Object.freeze({
+  /** Not handled before (or not since the host started). */
+  ADDED: "added",
+  /** Changed since last handled. */
+  MODIFIED: "modified",
+  /** Being deleted. */
+  DELETED: "deleted",
+  /** Unchanged: periodic resync, requeue, a child or watched object changed. */
+  RESYNC: "resync",
+});
+
+/**
+ * Handed to every callback: the event kind, the reconciled object's
+ * namespace and name, the Kubernetes client, events and logging.
+ */
+export class Context {
+  /**
+   * Made by the SDK for each call.
+   * @param {"added" | "modified" | "deleted" | "resync"} event
+   * @param {string | undefined} namespace
+   * @param {string} name
+   */
+  constructor(event, namespace, name) {
+    /** Why this reconcile happens. */
+    this.event = event;
+    /** Namespace of the reconciled object (`undefined` if cluster-scoped). */
+    this.namespace = namespace;
+    /** Name of the reconciled object. */
+    this.name = name;
+    /** Structured logging under this reconcile's span. */
+    this.log = log;
+  }
+
+  /**
+   * A client for `kind` in `namespace` (`undefined`: all namespaces for
+   * lists, or a cluster-scoped kind).
+   * @param {string} apiVersion
+   * @param {string} kind
+   * @param {string} [namespace]
+   */
+  api(apiVersion, kind, namespace) {
+    return new Api(apiVersion, kind, namespace);
+  }
+
+  /**
+   * Records an Event right away; throws an `ApiError` when the host cannot.
+   * @param {import("./outcome.js").Event} event
+   */
+  record(event) {
+    call(record, event.wit);
+  }
+}

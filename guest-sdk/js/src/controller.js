@@ -1,0 +1,145 @@
+// The `Controller` base class, and `exportController`, which turns a
+// controller class into the component's `controller` export.
+
+import { Context } from "./context.js";
+import { ApiError, ReconcileError, Terminal, Transient, fromApiError } from "./errors.js";
+import { fromBytes } from "./json.js";
+import { log } from "./log.js";
+import { Outcome } from "./outcome.js";
+
+/**
+ * A controller: declares what it needs, and reconciles objects of its
+ * primary kind. Override at least `manifest` and `reconcile`, and export the
+ * class with `exportController`. A fresh instance is made for every call, so
+ * keep no state in it.
+ *
+ * Throw `Transient` to retry with backoff and `Terminal` to wait for the next
+ * change. An `ApiError` that escapes is transient (terminal for `Denied`);
+ * any other exception is logged with its stack and is transient.
+ */
+export class Controller {
+  /**
+   * What this controller declares. Called once when the component is
+   * loaded; must not call the API.
+   * @returns {import("./manifest.js").Manifest}
+   */
+  manifest() {
+    throw new Error("a controller must define manifest()");
+  }
+
+  /** Called for an object not handled before; defaults to `reconcile`. @param {Context} ctx @param {any} obj */
+  add(ctx, obj) {
+    return this.reconcile(ctx, obj);
+  }
+
+  /** Called for an object that changed; defaults to `reconcile`. @param {Context} ctx @param {any} obj */
+  modify(ctx, obj) {
+    return this.reconcile(ctx, obj);
+  }
+
+  /**
+   * Called for an object being deleted (with a finalizer declared, the host
+   * keeps it until this succeeds); defaults to `reconcile`.
+   * @param {Context} ctx
+   * @param {any} obj
+   */
+  delete(ctx, obj) {
+    return this.reconcile(ctx, obj);
+  }
+
+  /**
+   * Brings the world in line with `obj`. Called directly on resync, and by
+   * the default `add`, `modify` and `delete`.
+   * @param {Context} ctx
+   * @param {any} obj
+   * @returns {Outcome}
+   */
+  reconcile(ctx, obj) {
+    throw new Error("a controller must define reconcile()");
+  }
+}
+
+/**
+ * The `reconcile-error` for a reconcile error, thrown as the export's `err`.
+ * @param {ReconcileError} error
+ */
+function reconcileError(error) {
+  return error instanceof Terminal
+    ? { tag: "terminal", val: error.message }
+    : { tag: "transient", val: error.message };
+}
+
+/**
+ * Decodes the object, calls the controller's callback for `event` and
+ * converts what it returns or throws.
+ * @param {new () => Controller} ControllerClass
+ * @param {string} event
+ * @param {Uint8Array} bytes
+ */
+export function runReconcile(ControllerClass, event, bytes) {
+  let obj;
+  try {
+    obj = fromBytes(bytes);
+  } catch (e) {
+    throw reconcileError(new Terminal(`object is not valid JSON: ${e}`));
+  }
+  if (obj === null || typeof obj !== "object" || Array.isArray(obj)) {
+    throw reconcileError(new Terminal("object is not a JSON object"));
+  }
+  const meta = obj.metadata ?? {};
+  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "");
+  const controller = new ControllerClass();
+  let outcome;
+  try {
+    switch (event) {
+      case "added":
+        outcome = controller.add(ctx, obj);
+        break;
+      case "modified":
+        outcome = controller.modify(ctx, obj);
+        break;
+      case "deleted":
+        outcome = controller.delete(ctx, obj);
+        break;
+      default:
+        outcome = controller.reconcile(ctx, obj);
+    }
+  } catch (e) {
+    if (e instanceof ReconcileError) throw reconcileError(e);
+    if (e instanceof ApiError) throw reconcileError(fromApiError(e));
+    const name = e instanceof Error ? e.name : typeof e;
+    log.error("unhandled exception in reconcile", { error: String(e), stack: e?.stack ?? "" });
+    throw reconcileError(new Transient(`unhandled ${name}: ${e instanceof Error ? e.message : String(e)}`));
+  }
+  if (outcome === undefined || outcome === null) return new Outcome().wit;
+  if (!(outcome instanceof Outcome)) {
+    throw reconcileError(new Terminal("reconcile returned something other than an Outcome"));
+  }
+  return outcome.wit;
+}
+
+/**
+ * The component's `controller` export for a controller class. Export it
+ * from the entry module under the name `controller`:
+ *
+ * ```js
+ * export const controller = exportController(Greeter);
+ * ```
+ * @param {new () => Controller} ControllerClass
+ */
+export function exportController(ControllerClass) {
+  return {
+    /** Calls the controller's `manifest()`. */
+    manifest() {
+      return new ControllerClass().manifest().wit;
+    },
+    /**
+     * Calls the controller's callback for `event`.
+     * @param {string} event
+     * @param {Uint8Array} object
+     */
+    reconcile(event, object) {
+      return runReconcile(ControllerClass, event, object);
+    },
+  };
+}

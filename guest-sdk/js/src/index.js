@@ -1,0 +1,25 @@
+// Write Kubernetes controllers for the Capstan host in JavaScript, as
+// WebAssembly components. See ../README.md and docs/guests/javascript.md.
+
+export { Api, PatchType, Propagation } from "./api.js";
+export { Context, EventKind } from "./context.js";
+export { Controller, exportController } from "./controller.js";
+export {
+  AlreadyExists,
+  ApiError,
+  BadRequest,
+  Conflict,
+  Decode,
+  Denied,
+  Forbidden,
+  Invalid,
+  NotFound,
+  OtherApiError,
+  ReconcileError,
+  Terminal,
+  Transient,
+  Unavailable,
+} from "./errors.js";
+export { Log, log } from "./log.js";
+export { ALL_VERBS, READ_VERBS, Manifest, Mapping, Permission, Scope, Watch } from "./manifest.js";
+export { Event, Outcome } from "./outcome.js";

@@ -1,0 +1,92 @@
+// Objects cross the component boundary as UTF-8 JSON bytes (`list<u8>`),
+// which is far cheaper than strings for JavaScript guests. TextEncoder and
+// TextDecoder are used where the engine has them (SpiderMonkey does); the
+// QuickJS engine does not, so a small UTF-8 codec stands in.
+
+/**
+ * UTF-8 encoding of a string, for engines without TextEncoder.
+ * @param {string} s
+ * @returns {Uint8Array}
+ */
+export function utf8Encode(s) {
+  const out = [];
+  for (let i = 0; i < s.length; i++) {
+    let c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+      const d = s.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+        i++;
+      }
+    }
+    if (c >= 0xd800 && c <= 0xdfff) c = 0xfffd; // lone surrogate
+    if (c < 0x80) out.push(c);
+    else if (c < 0x800) out.push(0xc0 | (c >> 6), 0x80 | (c & 63));
+    else if (c < 0x10000) out.push(0xe0 | (c >> 12), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+    else out.push(0xf0 | (c >> 18), 0x80 | ((c >> 12) & 63), 0x80 | ((c >> 6) & 63), 0x80 | (c & 63));
+  }
+  return Uint8Array.from(out);
+}
+
+/**
+ * UTF-8 decoding of bytes, for engines without TextDecoder. Invalid
+ * sequences become U+FFFD.
+ * @param {Uint8Array} b
+ * @returns {string}
+ */
+export function utf8Decode(b) {
+  let s = "";
+  let chunk = [];
+  const flush = () => {
+    s += String.fromCharCode.apply(null, chunk);
+    chunk = [];
+  };
+  for (let i = 0; i < b.length; ) {
+    const x = b[i];
+    let c = 0xfffd;
+    let n = 1;
+    if (x < 0x80) c = x;
+    else if (x >= 0xc2 && x < 0xe0 && i + 1 < b.length) {
+      c = ((x & 31) << 6) | (b[i + 1] & 63);
+      n = 2;
+    } else if (x >= 0xe0 && x < 0xf0 && i + 2 < b.length) {
+      c = ((x & 15) << 12) | ((b[i + 1] & 63) << 6) | (b[i + 2] & 63);
+      n = 3;
+    } else if (x >= 0xf0 && x < 0xf5 && i + 3 < b.length) {
+      c = ((x & 7) << 18) | ((b[i + 1] & 63) << 12) | ((b[i + 2] & 63) << 6) | (b[i + 3] & 63);
+      n = 4;
+    }
+    i += n;
+    if (c >= 0x10000) {
+      c -= 0x10000;
+      chunk.push(0xd800 + (c >> 10), 0xdc00 + (c & 0x3ff));
+    } else {
+      chunk.push(c);
+    }
+    if (chunk.length > 4096) flush();
+  }
+  flush();
+  return s;
+}
+
+const encoder = typeof TextEncoder === "function" ? new TextEncoder() : undefined;
+const decoder = typeof TextDecoder === "function" ? new TextDecoder() : undefined;
+
+/**
+ * A value as UTF-8 JSON bytes.
+ * @param {unknown} value
+ * @returns {Uint8Array}
+ */
+export function toBytes(value) {
+  const text = JSON.stringify(value);
+  return encoder ? encoder.encode(text) : utf8Encode(text);
+}
+
+/**
+ * UTF-8 JSON bytes parsed.
+ * @param {Uint8Array} bytes
+ * @returns {any}
+ */
+export function fromBytes(bytes) {
+  return JSON.parse(decoder ? decoder.decode(bytes) : utf8Decode(bytes));
+}

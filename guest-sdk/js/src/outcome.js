@@ -1,0 +1,111 @@
+// What a reconcile returns: the `Outcome` builder, and `Event`s.
+
+import { objectRef } from "./kinds.js";
+import { toBytes } from "./json.js";
+
+/**
+ * A Kubernetes Event to record, made with `Event.normal` or `Event.warning`:
+ *
+ * ```js
+ * Event.normal("Created", "Reconcile").note("configmap web created")
+ * ```
+ */
+export class Event {
+  /**
+   * Prefer `Event.normal` and `Event.warning`.
+   * @param {"normal" | "warning"} eventType
+   * @param {string} reason
+   * @param {string} action
+   */
+  constructor(eventType, reason, action) {
+    /** @internal */
+    this.wit = { eventType, reason, action, note: undefined, regarding: undefined };
+  }
+
+  /**
+   * A Normal event: something expected happened. `reason` is short
+   * UpperCamelCase (`Created`), `action` what was done (`Reconcile`).
+   * @param {string} reason
+   * @param {string} action
+   */
+  static normal(reason, action) {
+    return new Event("normal", reason, action);
+  }
+
+  /**
+   * A Warning event: something went wrong or needs attention.
+   * @param {string} reason
+   * @param {string} action
+   */
+  static warning(reason, action) {
+    return new Event("warning", reason, action);
+  }
+
+  /** Human-readable detail. @param {string} note */
+  note(note) {
+    this.wit.note = note;
+    return this;
+  }
+
+  /**
+   * The object the event is about, when it is not the one being reconciled.
+   * @param {string} apiVersion
+   * @param {string} kind
+   * @param {string | undefined} namespace
+   * @param {string} name
+   */
+  regarding(apiVersion, kind, namespace, name) {
+    this.wit.regarding = objectRef(apiVersion, kind, namespace, name);
+    return this;
+  }
+}
+
+/**
+ * What a successful reconcile asks the host to do. Every method returns the
+ * outcome, so calls chain:
+ *
+ * ```js
+ * new Outcome().child(configmap).status({ ready: true }).requeueAfter(60);
+ * ```
+ */
+export class Outcome {
+  /** Nothing to do. */
+  constructor() {
+    /** @internal */
+    this.wit = { children: [], status: undefined, events: [], requeueAfterMs: undefined };
+  }
+
+  /**
+   * A desired child object (with `apiVersion` and `kind`). The host applies
+   * it by server-side apply, sets a controller ownerReference, defaults its
+   * namespace to the owner's, and prunes children of owned kinds that a
+   * later outcome no longer lists.
+   * @param {object} child
+   */
+  child(child) {
+    this.wit.children.push(toBytes(child));
+    return this;
+  }
+
+  /**
+   * The desired `status` of the reconciled object (the status field only),
+   * written through the status subresource.
+   * @param {object} status
+   */
+  status(status) {
+    this.wit.status = toBytes(status);
+    return this;
+  }
+
+  /** An event to record. @param {Event} event */
+  event(event) {
+    this.wit.events.push(event.wit);
+    return this;
+  }
+
+  /** Reconcile this object again after `seconds`, even if nothing changes. @param {number} seconds */
+  requeueAfter(seconds) {
+    this.wit.requeueAfterMs = BigInt(Math.max(0, Math.floor(seconds * 1000)));
+    return this;
+  }
+}

@@ -1,0 +1,3 @@
+import { fn } from "./fake.js";
+
+export const record = fn("events.record");

@@ -1,0 +1,132 @@
+"""The :class:`Controller` base class, and :func:`export`, which turns a
+controller class into the component's ``controller`` export."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from typing import Any, Dict, Optional, Type
+
+from componentize_py_types import Err
+from wit_world import exports as _exports
+from wit_world.imports import types as _wit
+
+from .context import Context, EventKind
+from .errors import ApiError, ReconcileError, Terminal, Transient, from_api_error
+from .log import log
+from .manifest import Manifest
+from .outcome import Outcome
+
+
+class Controller:
+    """A controller: declares what it needs, and reconciles objects of its
+    primary kind.
+
+    Override at least :meth:`manifest` and :meth:`reconcile`, and export the
+    class with :func:`export`. A fresh instance is made for every call, so
+    keep no state in it: what must survive a call belongs in the cluster
+    (status, annotations, children).
+
+    Raise :class:`~capstan_guest.Transient` to retry with backoff and
+    :class:`~capstan_guest.Terminal` to wait for the next change (the host
+    records a Warning event). An :class:`~capstan_guest.ApiError` that
+    escapes is transient (terminal for :class:`~capstan_guest.Denied`);
+    any other exception is logged with its traceback and is transient.
+    """
+
+    def manifest(self) -> Manifest:
+        """What this controller declares: primary kind, CRDs, owned and
+        watched kinds, finalizer, permissions, resync period, concurrency.
+        Called once when the component is loaded; must not call the API."""
+        raise NotImplementedError("a controller must define manifest()")
+
+    def add(self, ctx: Context, obj: Dict[str, Any]) -> Outcome:
+        """Called for an object this controller has not handled before.
+        Defaults to :meth:`reconcile`."""
+        return self.reconcile(ctx, obj)
+
+    def modify(self, ctx: Context, obj: Dict[str, Any]) -> Outcome:
+        """Called for an object that changed since it was last handled.
+        Defaults to :meth:`reconcile`."""
+        return self.reconcile(ctx, obj)
+
+    def delete(self, ctx: Context, obj: Dict[str, Any]) -> Outcome:
+        """Called for an object that is being deleted. With a finalizer
+        declared, the host keeps the object until this succeeds. Children
+        need no cleanup: they are owned and garbage collected. Defaults to
+        :meth:`reconcile`."""
+        return self.reconcile(ctx, obj)
+
+    def reconcile(self, ctx: Context, obj: Dict[str, Any]) -> Outcome:
+        """Brings the world in line with ``obj`` (the object as a dict).
+        Called directly on resync, and by the default :meth:`add`,
+        :meth:`modify` and :meth:`delete`."""
+        raise NotImplementedError("a controller must define reconcile()")
+
+
+def _reconcile_error(error: ReconcileError) -> Err[_wit.ReconcileError]:
+    if isinstance(error, Terminal):
+        return Err(_wit.ReconcileError_Terminal(error.message))
+    return Err(_wit.ReconcileError_Transient(error.message))
+
+
+def run_reconcile(controller: Type[Controller], event: _wit.EventKind, data: bytes) -> _wit.Outcome:
+    """Decodes the object, calls the controller's callback for ``event``
+    and converts what it returns or raises; raises ``Err`` with a
+    ``reconcile-error``."""
+    try:
+        obj = json.loads(data)
+    except ValueError as e:
+        raise _reconcile_error(Terminal(f"object is not valid JSON: {e}")) from None
+    if not isinstance(obj, dict):
+        raise _reconcile_error(Terminal("object is not a JSON object"))
+    meta = obj.get("metadata") or {}
+    namespace: Optional[str] = meta.get("namespace")
+    ctx = Context(EventKind._from_wit(event), namespace, meta.get("name") or "")
+    instance = controller()
+    callback = {
+        EventKind.ADDED: instance.add,
+        EventKind.MODIFIED: instance.modify,
+        EventKind.DELETED: instance.delete,
+        EventKind.RESYNC: instance.reconcile,
+    }[ctx.event]
+    try:
+        outcome = callback(ctx, obj)
+    except ReconcileError as e:
+        raise _reconcile_error(e) from None
+    except ApiError as e:
+        raise _reconcile_error(from_api_error(e)) from None
+    except Exception as e:  # noqa: BLE001 - a bug in the controller must not trap the host call
+        log.error("unhandled exception in reconcile", error=repr(e), traceback=traceback.format_exc())
+        raise _reconcile_error(Transient(f"unhandled {type(e).__name__}: {e}")) from None
+    if outcome is None:
+        return Outcome()._into_wit()
+    if not isinstance(outcome, Outcome):
+        raise _reconcile_error(Terminal(f"reconcile returned {type(outcome).__name__}, not an Outcome"))
+    return outcome._into_wit()
+
+
+def export(controller: Type[Controller]) -> type:
+    """Makes ``controller`` the component's ``controller`` export.
+    componentize-py looks for a class named ``Controller`` in the app
+    module, so bind the result to that name, once, at the end of it::
+
+        class Greeter(capstan.Controller):
+            ...
+
+        Controller = capstan.export(Greeter)
+    """
+
+    class Export(_exports.Controller):
+        """The ``capstan:operator/controller`` export for a controller."""
+
+        def manifest(self) -> _wit.ControllerManifest:
+            """Calls the controller's ``manifest()``."""
+            return controller().manifest()._into_wit()
+
+        def reconcile(self, event: _wit.EventKind, object: bytes) -> _wit.Outcome:
+            """Calls the controller's callback for ``event``."""
+            return run_reconcile(controller, event, object)
+
+    Export.__name__ = Export.__qualname__ = f"Export[{controller.__name__}]"
+    return Export

@@ -1,0 +1,156 @@
+"""Errors: from the Kubernetes API (:class:`ApiError` and its subclasses)
+and from a reconcile (:class:`Transient`, :class:`Terminal`).
+
+API calls raise a subclass of :class:`ApiError`; catch the ones you expect::
+
+    try:
+        cm = ctx.api("v1", "ConfigMap", ctx.namespace).get("settings")
+    except capstan.NotFound:
+        cm = None
+
+An :class:`ApiError` that escapes ``reconcile`` becomes a transient error
+(retried with backoff), except :class:`Denied`, which no retry can fix and
+becomes terminal, as in the Rust SDK.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class ApiStatus:
+    """What the API server said about a failed call."""
+
+    code: int
+    """HTTP status code, e.g. 404."""
+    reason: str
+    """Machine-readable reason, e.g. ``NotFound``."""
+    message: str
+    """Human-readable message."""
+
+
+class ApiError(Exception):
+    """A failed call to the Kubernetes API through the host.
+
+    ``status`` is set for errors the API server answered (``NotFound``,
+    ``AlreadyExists``, ``Conflict``, ``Invalid``, ``Forbidden``, ``Other``)
+    and ``None`` for the others.
+    """
+
+    prefix = "api error"
+
+    def __init__(self, message: str, status: Optional[ApiStatus] = None) -> None:
+        super().__init__(f"{self.prefix}: {message}")
+        self.message: str = message
+        """The host's or API server's message."""
+        self.status: Optional[ApiStatus] = status
+        """The API server's answer, if there was one."""
+
+    @property
+    def is_not_found(self) -> bool:
+        """True for 404."""
+        return isinstance(self, NotFound)
+
+    @property
+    def is_conflict(self) -> bool:
+        """True for 409 (already exists or conflict)."""
+        return isinstance(self, (Conflict, AlreadyExists))
+
+
+class Denied(ApiError):
+    """The controller's grants do not allow the call; nothing was sent.
+    Declare the permission in the :class:`~capstan_guest.Manifest`."""
+
+    prefix = "denied by grants"
+
+
+class NotFound(ApiError):
+    """404: the object or kind does not exist."""
+
+    prefix = "not found"
+
+
+class AlreadyExists(ApiError):
+    """409: create of a name that exists."""
+
+    prefix = "already exists"
+
+
+class Conflict(ApiError):
+    """409: stale resourceVersion or apply conflict."""
+
+    prefix = "conflict"
+
+
+class Invalid(ApiError):
+    """422: the object failed validation."""
+
+    prefix = "invalid"
+
+
+class Forbidden(ApiError):
+    """403 from the API server."""
+
+    prefix = "forbidden"
+
+
+class BadRequest(ApiError):
+    """The request was malformed before it was sent."""
+
+    prefix = "bad request"
+
+
+class Unavailable(ApiError):
+    """The API server could not be reached."""
+
+    prefix = "api server unavailable"
+
+
+class OtherApiError(ApiError):
+    """Any other API error."""
+
+    def __init__(self, message: str, status: Optional[ApiStatus] = None) -> None:
+        super().__init__(message, status)
+        code = status.code if status else 0
+        Exception.__init__(self, f"api error {code}: {message}")
+
+
+class Decode(ApiError):
+    """The host answered with JSON that could not be decoded."""
+
+    prefix = "cannot decode the host's answer"
+
+
+class ReconcileError(Exception):
+    """Why a reconcile gave up: raise :class:`Transient` or :class:`Terminal`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message: str = message
+        """What went wrong."""
+
+
+class Transient(ReconcileError):
+    """A failure worth retrying: the host retries with exponential backoff."""
+
+    def __str__(self) -> str:
+        return f"transient: {self.message}"
+
+
+class Terminal(ReconcileError):
+    """A failure retrying will not fix (e.g. an invalid spec): the host
+    records a Warning event with this message and waits for the object to
+    change."""
+
+    def __str__(self) -> str:
+        return f"terminal: {self.message}"
+
+
+def from_api_error(error: ApiError) -> ReconcileError:
+    """The reconcile error an escaped API error stands for: terminal for a
+    denial by grants, transient otherwise."""
+    if isinstance(error, Denied):
+        return Terminal(str(error))
+    return Transient(str(error))

@@ -1,0 +1,108 @@
+"""What a reconcile returns: the :class:`Outcome` builder, and
+:class:`Event` objects.
+
+Example::
+
+    Outcome()
+        .child(configmap)
+        .status({"ready": True})
+        .event(Event.normal("Reconciled", "Reconcile"))
+        .requeue_after(60)
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any, Mapping, Optional, Union
+
+from wit_world.imports import types as _wit
+
+from .kinds import object_ref
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Event:
+    """A Kubernetes Event to record, made with :meth:`normal` or
+    :meth:`warning`::
+
+        Event.normal("Created", "Reconcile").note("configmap web created")
+    """
+
+    def __init__(self, warning: bool, reason: str, action: str, note: Optional[str] = None) -> None:
+        """Prefer :meth:`normal` and :meth:`warning`."""
+        self._wit = _wit.Event(
+            event_type=_wit.EventType.WARNING if warning else _wit.EventType.NORMAL,
+            reason=reason,
+            action=action,
+            note=note,
+            regarding=None,
+        )
+
+    @staticmethod
+    def normal(reason: str, action: str, note: Optional[str] = None) -> "Event":
+        """A Normal event: something expected happened. ``reason`` is short
+        UpperCamelCase (``Created``), ``action`` what was done
+        (``Reconcile``)."""
+        return Event(False, reason, action, note)
+
+    @staticmethod
+    def warning(reason: str, action: str, note: Optional[str] = None) -> "Event":
+        """A Warning event: something went wrong or needs attention."""
+        return Event(True, reason, action, note)
+
+    def note(self, note: str) -> "Event":
+        """Human-readable detail."""
+        self._wit.note = note
+        return self
+
+    def regarding(self, api_version: str, kind: str, namespace: Optional[str], name: str) -> "Event":
+        """The object the event is about, when it is not the one being
+        reconciled."""
+        self._wit.regarding = object_ref(api_version, kind, namespace, name)
+        return self
+
+
+class Outcome:
+    """What a successful reconcile asks the host to do. Every method
+    returns the outcome, so calls chain."""
+
+    def __init__(self) -> None:
+        """Nothing to do."""
+        self._wit = _wit.Outcome(children=[], status=None, events=[], requeue_after_ms=None)
+
+    def child(self, child: Mapping[str, Any]) -> "Outcome":
+        """A desired child object (with ``apiVersion`` and ``kind``). The
+        host applies it by server-side apply, sets a controller
+        ownerReference to the reconciled object, defaults its namespace to
+        the owner's, and deletes children of owned kinds that a later
+        outcome no longer lists. Its kind must be declared with
+        :meth:`Manifest.owns <capstan_guest.Manifest.owns>`."""
+        self._wit.children.append(_json(child))
+        return self
+
+    def status(self, status: Mapping[str, Any]) -> "Outcome":
+        """The desired ``status`` of the reconciled object (the status field
+        only), written through the status subresource.
+        ``observedGeneration`` is filled in when absent."""
+        self._wit.status = _json(status)
+        return self
+
+    def event(self, event: Event) -> "Outcome":
+        """An event to record about the reconciled object (or the one
+        :meth:`Event.regarding` names)."""
+        self._wit.events.append(event._wit)
+        return self
+
+    def requeue_after(self, delay: Union[float, timedelta]) -> "Outcome":
+        """Reconcile this object again after ``delay`` (seconds, or a
+        ``timedelta``), even if nothing changes."""
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        self._wit.requeue_after_ms = max(0, min(int(seconds * 1000), 2**64 - 1))
+        return self
+
+    def _into_wit(self) -> _wit.Outcome:
+        return self._wit

@@ -1,0 +1,273 @@
+//! The cost of a guest language: the greeter in Rust, Python and JavaScript
+//! (QuickJS and SpiderMonkey), measured on the same host.
+//!
+//! Build the components first (`tests/build-guests.sh`,
+//! `tests/build-polyglot-guests.sh`), then:
+//!
+//! ```text
+//! cargo bench -p capstan-host --bench languages
+//! ```
+//!
+//! Prints a Markdown table of medians; a component that is not built is
+//! skipped. `CAPSTAN_BENCH_COMPILES` (default 3) and
+//! `CAPSTAN_BENCH_RECONCILES` (default 300) set the number of runs.
+//!
+//! What each column measures:
+//!
+//! - **size**: the component file.
+//! - **compile**: wasmtime compiling it (cranelift, no cache): the
+//!   loader's `compile_time`.
+//! - **cached load**: the whole `Loader::load` with a warm compile cache:
+//!   read, hash (SHA-256 of the file), load the precompiled artefact,
+//!   pre-instantiate, call `manifest()`; in parentheses the part spent
+//!   loading the artefact (the loader's `compile_time` on a cache hit).
+//! - **reconcile**: one greeter resync through the `Reconciler` on the mock
+//!   cluster: a fresh instance, the guest's `get` of its Deployment, the
+//!   server-side apply of two children and the status; median and p99.
+//! - **memory/instance**: the growth of the process's resident set (VmRSS;
+//!   RssAnon, the private part, in parentheses) per live instance, with
+//!   16 instances alive at once, each after one reconcile. Linear memories
+//!   and core instances per component instance come from the pooling
+//!   allocator's metrics.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capstan_host::cluster::Cluster;
+use capstan_host::cluster::mock::MockCluster;
+use capstan_host::component::{CompileSource, Loaded, Loader};
+use capstan_host::engine::{Engine, EngineConfig};
+use capstan_host::grants::Grants;
+use capstan_host::imports::{Caller, HostState};
+use capstan_host::limits::Limits;
+use capstan_host::object::{Gvk, ObjectRef};
+use capstan_host::reconciler::{EventKind, Reconciler};
+use capstan_host::runtime::Runtime;
+use capstan_host::testing::find_component;
+use serde_json::json;
+use wasmtime::Store;
+
+/// The implementations measured: label and component file stem.
+const LANGUAGES: [(&str, &str); 4] = [
+    ("Rust", "greeter"),
+    ("Python (componentize-py)", "greeter-python"),
+    ("JavaScript (jco, QuickJS)", "greeter-js"),
+    ("JavaScript (componentize-js, SpiderMonkey)", "greeter-js-spidermonkey"),
+];
+
+/// Instances kept alive at once to measure memory.
+const LIVE_INSTANCES: usize = 16;
+
+/// One row of the table.
+struct Row {
+    label: &'static str,
+    size: u64,
+    compile: Duration,
+    cached_load: Duration,
+    artefact_load: Duration,
+    reconcile: Duration,
+    reconcile_p99: Duration,
+    rss_per_instance: i64,
+    anon_per_instance: i64,
+    memories: f64,
+    core_instances: f64,
+}
+
+fn runs(var: &str, default: usize) -> usize {
+    std::env::var(var).ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(default)
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn percentile(mut samples: Vec<Duration>, p: f64) -> Duration {
+    samples.sort();
+    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[index.min(samples.len() - 1)]
+}
+
+/// `VmRSS` and `RssAnon` of this process, in bytes.
+fn rss() -> (i64, i64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    };
+    (field("VmRSS:"), field("RssAnon:"))
+}
+
+fn caller(loaded: &Loaded, cluster: Arc<dyn Cluster>, greeting: &ObjectRef) -> Caller {
+    Caller {
+        controller: loaded.manifest.name.as_str().into(),
+        field_manager: loaded.manifest.field_manager().into(),
+        grants: Arc::new(Grants::from_manifest(&loaded.manifest)),
+        cluster,
+        reconciling: Some((greeting.clone(), None)),
+    }
+}
+
+fn greeting_ref() -> ObjectRef {
+    ObjectRef::new(Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting"), Some("bench"), "hello")
+}
+
+/// A mock cluster with the greeter's CRD and one Greeting.
+fn cluster_for(loaded: &Loaded) -> Arc<MockCluster> {
+    let mock = Arc::new(MockCluster::new());
+    for crd in &loaded.manifest.crds {
+        mock.register_crd(crd).expect("the greeter's CRD registers");
+    }
+    mock.seed(json!({
+        "apiVersion": "examples.capstan.dev/v1alpha1",
+        "kind": "Greeting",
+        "metadata": {"name": "hello", "namespace": "bench"},
+        "spec": {"message": "hi", "replicas": 2},
+    }))
+    .expect("seed");
+    mock
+}
+
+async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Runtime) -> Row {
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+
+    let compiles: Vec<Duration> = {
+        let mut samples = Vec::new();
+        for _ in 0..runs("CAPSTAN_BENCH_COMPILES", 3) {
+            let loaded = Loader::new(runtime.clone(), None).load(path).await.expect("loads");
+            assert_eq!(loaded.source, CompileSource::Compiled);
+            samples.push(loaded.compile_time);
+        }
+        samples
+    };
+
+    let cache = std::env::temp_dir().join(format!("capstan-bench-languages-{}", std::process::id()));
+    let cached = Loader::new(runtime.clone(), Some(cache.clone()));
+    let loaded = cached.load(path).await.expect("warms the cache");
+    let mut loads = Vec::new();
+    let mut artefacts = Vec::new();
+    for _ in 0..20 {
+        let start = Instant::now();
+        let again = cached.load(path).await.expect("loads from cache");
+        loads.push(start.elapsed());
+        assert_eq!(again.source, CompileSource::Cache);
+        artefacts.push(again.compile_time);
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+
+    let mock = cluster_for(&loaded);
+    let backend: Arc<dyn Cluster> = mock.clone();
+    let greeting = greeting_ref();
+    let reconciler = Reconciler::new(runtime.clone(), loaded.clone(), backend.clone());
+    let first = reconciler.reconcile(&greeting).await;
+    assert!(first.result.is_ok(), "{label}: {:?}", first.result);
+    let mut reconciles = Vec::new();
+    for _ in 0..runs("CAPSTAN_BENCH_RECONCILES", 300) {
+        let start = Instant::now();
+        let report = reconciler.reconcile(&greeting).await;
+        reconciles.push(start.elapsed());
+        assert!(report.result.is_ok(), "{label}: {:?}", report.result);
+    }
+
+    // Memory: instances alive at once, each after one reconcile.
+    let object = serde_json::to_vec(&mock.get_sync(&greeting).expect("the greeting exists")).expect("json");
+    let (rss_before, anon_before) = rss();
+    let mut live = Vec::new();
+    for _ in 0..LIVE_INSTANCES {
+        let state = HostState::new(&Limits::default(), Some(caller(&loaded, backend.clone(), &greeting)));
+        let mut store = Store::new(engine.wasmtime(), state);
+        store.limiter(|s| &mut s.limiter);
+        // Epochs tick every 10 ms; this deadline is hours away.
+        store.set_epoch_deadline(1 << 20);
+        let instance = loaded.pre.instantiate_async(&mut store).await.expect("instantiates");
+        let outcome = instance
+            .capstan_operator_controller()
+            .call_reconcile(&mut store, EventKind::Resync.into(), &object)
+            .await
+            .expect("no trap");
+        assert!(outcome.is_ok(), "{label}: {outcome:?}");
+        live.push((store, instance));
+    }
+    let (rss_after, anon_after) = rss();
+    let pool = engine.wasmtime().pooling_allocator_metrics();
+    let per = |n: f64| n / LIVE_INSTANCES as f64;
+    let (memories, core_instances) =
+        pool.map(|m| (per(m.memories() as f64), per(m.core_instances() as f64))).unwrap_or((f64::NAN, f64::NAN));
+    drop(live);
+
+    Row {
+        label,
+        size,
+        compile: median(compiles),
+        cached_load: median(loads),
+        artefact_load: median(artefacts),
+        reconcile: median(reconciles.clone()),
+        reconcile_p99: percentile(reconciles, 0.99),
+        rss_per_instance: (rss_after - rss_before) / LIVE_INSTANCES as i64,
+        anon_per_instance: (anon_after - anon_before) / LIVE_INSTANCES as i64,
+        memories,
+        core_instances,
+    }
+}
+
+fn ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 1.0 {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{ms:.3} ms")
+    }
+}
+
+fn mib(bytes: i64) -> String {
+    format!("{:.2} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio");
+    let engine = Engine::new(EngineConfig::default()).expect("engine");
+    let runtime = Runtime::new(&engine, Limits::default()).expect("runtime");
+    let components: Vec<(&'static str, PathBuf)> = LANGUAGES
+        .iter()
+        .filter_map(|(label, stem)| match find_component(stem) {
+            Ok(path) => Some((*label, path)),
+            Err(e) => {
+                eprintln!("skipping {label}: {e}");
+                None
+            }
+        })
+        .collect();
+
+    let mut rows = Vec::new();
+    for (label, path) in &components {
+        eprintln!("measuring {label} ({})", path.display());
+        rows.push(rt.block_on(measure(label, path, &engine, &runtime)));
+    }
+
+    println!(
+        "| guest | size | compile | cached load (artefact) | reconcile (median) | reconcile (p99) | memory/instance (RSS, anon) | memories, core instances |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {:.2} MB | {} | {} ({}) | {} | {} | {} ({}) | {:.0}, {:.0} |",
+            r.label,
+            r.size as f64 / 1e6,
+            ms(r.compile),
+            ms(r.cached_load),
+            ms(r.artefact_load),
+            ms(r.reconcile),
+            ms(r.reconcile_p99),
+            mib(r.rss_per_instance),
+            mib(r.anon_per_instance),
+            r.memories,
+            r.core_instances,
+        );
+    }
+}
