@@ -301,3 +301,32 @@ async fn an_api_server_restart_mid_run_loses_nothing() -> Result<()> {
     host.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_and_javascript_greeters_converge_too() -> Result<()> {
+    ControlPlane::shared().await?;
+    for language in ["greeter-python", "greeter-js"] {
+        let ns = TestNamespace::new("run-polyglot").await?;
+        let host = start_host(&ns, &[language], Settings::default(), Limits::default()).await?;
+        let greetings = greetings(&ns);
+        let cms: Api<ConfigMap> = ns.api();
+        greetings.create(&PostParams::default(), &greeting("hello", &format!("hi from {language}"), 2)).await?;
+        wait_for(TIMEOUT, || async { greetings.get("hello").await.ok().filter(|g| ready(g, 1)) })
+            .await
+            .with_context(|| format!("{language} did not converge"))?;
+        let cm = cms.get("hello-greeting").await?;
+        assert_eq!(
+            cm.data.as_ref().and_then(|d| d.get("message")).map(String::as_str),
+            Some(format!("hi from {language}").as_str())
+        );
+        assert_eq!(ns.api::<Deployment>().get("hello-greeter").await?.spec.replicas, Some(2));
+        greetings.delete("hello", &DeleteParams::default()).await?;
+        wait_for(TIMEOUT, || async { greetings.get_opt("hello").await.ok().and_then(|g| g.is_none().then_some(())) })
+            .await
+            .with_context(|| format!("{language} did not remove its finalizer"))?;
+        assert_eq!(host.controllers()[0].counts().failed, 0, "{language}: {:?}", host.controllers()[0].counts());
+        host.shutdown().await;
+        ns.cleanup().await?;
+    }
+    Ok(())
+}
