@@ -56,6 +56,12 @@ KUBECONFIG=$(tests/control-plane/cp.sh kubeconfig)
 export KUBECONFIG CAPSTAN_E2E_KUBECONFIG=$KUBECONFIG
 
 step "test"
-cargo test -p capstan-host -p capstan-tests -p greeter -p capstan-guest
-
+results=$(mktemp)
+status=0
+cargo test -p capstan-host -p capstan-tests -p greeter -p capstan-guest 2>&1 | tee "$results" || status=$?
 step "done"
+# One closing line over every suite (cargo prints one per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
+rm -f "$results"
+exit "$status"
