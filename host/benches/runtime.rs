@@ -78,6 +78,14 @@ fn benches(c: &mut Criterion) {
     let object = object_4k();
 
     let mut group = c.benchmark_group("invoke");
+    // The part of every invocation spent before any guest code: WASI
+    // context (clocks, random, captured stdio), limiter, Store.
+    group.bench_function("store_setup_only", |b| {
+        b.iter(|| {
+            let state = capstan_host::imports::HostState::new(&Limits::default(), None);
+            black_box(wasmtime::Store::new(engine.wasmtime(), state))
+        })
+    });
     group.bench_function("noop_4k_object", |b| {
         b.to_async(&rt).iter(|| async {
             let inv = runtime
