@@ -57,6 +57,8 @@ pub const CONFLICT_REQUEUE: Duration = Duration::from_millis(100);
 pub enum State {
     /// Waiting for kinds the cluster does not serve yet.
     WaitingForKinds(Vec<Gvk>),
+    /// Kinds are served; waiting for the first list of each.
+    Syncing,
     /// Watching and reconciling.
     Running,
     /// Stopped.
@@ -220,8 +222,20 @@ async fn run(
             }
         }
     }
-    for (_, _, informer) in &subscriptions {
-        informer.synced().await;
+    *lock(&state) = State::Syncing;
+    for (kind, _, informer) in &subscriptions {
+        // Wait for the first list, reporting why it does not come (a 403
+        // from RBAC, an API server that is down).
+        loop {
+            match tokio::time::timeout(Duration::from_secs(1), informer.synced()).await {
+                Ok(()) => break,
+                Err(_) => {
+                    if let Some(e) = informer.last_error() {
+                        lock(&counts).last_error = Some(format!("watching {kind}: {e}"));
+                    }
+                }
+            }
+        }
     }
     let primary_informer = subscriptions.first().map(|(_, _, i)| Arc::clone(i)).expect("the primary kind is first");
 

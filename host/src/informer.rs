@@ -38,6 +38,7 @@ pub struct Informer {
     changes: broadcast::Sender<Change>,
     synced: watch::Receiver<bool>,
     restarts: Arc<AtomicU64>,
+    last_error: Arc<Mutex<Option<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -72,6 +73,12 @@ impl Informer {
     /// How often the watch was (re)started after the first list.
     pub fn restarts(&self) -> u64 {
         self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// The last error of the watch, cleared by the next event it delivers
+    /// (e.g. a 403 when the host's RBAC does not allow watching the kind).
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Waits until the first list is complete.
@@ -132,10 +139,13 @@ impl Informers {
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
         let (synced_tx, synced) = watch::channel(false);
         let restarts = Arc::new(AtomicU64::new(0));
+        let last_error = Arc::new(Mutex::new(None));
         let span = tracing::info_span!("watch", kind = %gvk);
-        let watch = run_watch(gvk.clone(), api, writer, changes.clone(), synced_tx, Arc::clone(&restarts));
+        let errors = Arc::clone(&last_error);
+        let watch = run_watch(gvk.clone(), api, writer, changes.clone(), synced_tx, Arc::clone(&restarts), errors);
         let task = tokio::spawn(tracing::Instrument::instrument(watch, span));
-        let informer = Arc::new(Informer { gvk: gvk.clone(), store: store.clone(), changes, synced, restarts, task });
+        let informer =
+            Arc::new(Informer { gvk: gvk.clone(), store: store.clone(), changes, synced, restarts, last_error, task });
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         // Another caller may have started it meanwhile: keep theirs.
         let informer = Arc::clone(running.entry(key).or_insert(informer));
@@ -188,6 +198,7 @@ async fn run_watch(
     changes: broadcast::Sender<Change>,
     synced: watch::Sender<bool>,
     restarts: Arc<AtomicU64>,
+    last_error: Arc<Mutex<Option<String>>>,
 ) {
     tracing::info!(kind = %gvk, "watch starting");
     let stream = watcher::watcher(api, watcher::Config::default()).backoff(WatchBackoff::default()).reflect(writer);
@@ -198,6 +209,9 @@ async fn run_watch(
     // the store on an earlier announcement would find the object missing.
     let mut listed = Vec::new();
     while let Some(event) = stream.next().await {
+        let mut error = last_error.lock().unwrap_or_else(PoisonError::into_inner);
+        *error = event.as_ref().err().map(ToString::to_string);
+        drop(error);
         match event {
             Ok(Event::Apply(o)) => {
                 tracing::trace!(kind = %gvk, name = ?o.metadata.name, "applied");

@@ -425,3 +425,58 @@ async fn the_committed_greeter_overlay_renders_with_kustomize() -> Result<()> {
     ensure!(image.starts_with("ghcr.io/capstan-dev/capstan-greeter:"), "the overlay's image: {image}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_permission_removed_from_the_generated_role_surfaces_as_a_403() -> Result<()> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let ns = TestNamespace::new("gen-403").await?;
+    let (installed, sa) = install_rbac(&ns).await?;
+    let admin = ns.client();
+    // Take `configmaps` out of whichever generated ClusterRole grants it.
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let mut role = roles
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|r| r.metadata.name.as_deref().is_some_and(|n| n.starts_with(ns.name())))
+        .find(|r| r.rules.iter().flatten().any(|rule| rule.resources.iter().flatten().any(|x| x == "configmaps")))
+        .context("no generated ClusterRole grants configmaps")?;
+    let name = role.metadata.name.clone().context("role name")?;
+    if let Some(rules) = role.rules.as_mut() {
+        for rule in rules.iter_mut() {
+            if let Some(resources) = rule.resources.as_mut() {
+                resources.retain(|r| r != "configmaps");
+            }
+        }
+        rules.retain(|rule| rule.resources.as_ref().is_none_or(|r| !r.is_empty()));
+    }
+    role.metadata.managed_fields = None;
+    roles.replace(&name, &PostParams::default(), &role).await?;
+    let sa_cms: Api<ConfigMap> = Api::namespaced(sa.clone(), ns.name());
+    wait_for(Duration::from_secs(10), || async { sa_cms.list(&ListParams::default()).await.err().map(|_| ()) })
+        .await
+        .context("the ServiceAccount can still list configmaps")?;
+
+    let host = HostBuilder::new(sa)
+        .namespace(Some(ns.name().to_owned()))
+        .component(find_component("greeter").map_err(anyhow::Error::msg)?)
+        .start()
+        .await?;
+    // Without `configmaps` the host cannot even watch its owned kind: the
+    // controller reports the 403 rather than reconciling half-blind.
+    let api = greetings(admin.clone(), ns.name());
+    api.create(&PostParams::default(), &greeting("hello", "hi", 1)?).await?;
+    let reported = wait_for(TIMEOUT, || async {
+        host.controllers()[0].counts().last_error.filter(|e| e.contains("configmaps") && e.contains("forbidden"))
+    })
+    .await
+    .context("the host did not report the 403")?;
+    assert_eq!(host.controllers()[0].state(), capstan_host::controller::State::Syncing, "{reported}");
+    let g = api.get("hello").await?;
+    assert!(g.data.get("status").is_none_or(|s| s.get("observedGeneration").is_none()), "must not converge: {g:?}");
+    assert!(ns.api::<ConfigMap>().get_opt("hello-greeting").await?.is_none());
+    host.shutdown().await;
+    installed.remove(&admin).await?;
+    ns.cleanup().await
+}
