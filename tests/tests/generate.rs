@@ -480,3 +480,53 @@ async fn a_permission_removed_from_the_generated_role_surfaces_as_a_403() -> Res
     installed.remove(&admin).await?;
     ns.cleanup().await
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_made_by_capstan_new_runs_on_the_control_plane() -> Result<()> {
+    use capstan_host::scaffold::{self, Options as NewOptions, Sdk};
+    let ns = TestNamespace::new("gen-new").await?;
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize()?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| repo.join("target"));
+    let dir = target.join("tmp").join(format!("capstan-new-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let project = scaffold::create(
+        &NewOptions::new("NewE2e").dir(&dir).sdk(Sdk::Path(repo.join("guest-sdk"))).lockfile(repo.join("Cargo.lock")),
+    )?;
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = tokio::process::Command::new(cargo)
+        .args(["build", "--quiet", "--release", "--target", "wasm32-wasip2"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .await?;
+    ensure!(built.success(), "the scaffolded project does not build");
+    let wasm = target.join("wasm32-wasip2/release/new_e2e.wasm");
+
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .component(&wasm)
+        .start()
+        .await?;
+    let gvk = GroupVersionKind::gvk(&project.group, "v1alpha1", &project.kind);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ns.client(), ns.name(), &ApiResource::from_gvk_with_plural(&gvk, &project.plural));
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{}/v1alpha1", project.group),
+        "kind": project.kind,
+        "metadata": {"name": "hello"},
+        "spec": {"message": "scaffolded"},
+    }))?;
+    api.create(&PostParams::default(), &object).await?;
+    wait_for(TIMEOUT, || async {
+        api.get("hello").await.ok().filter(|o| o.data["status"]["observedGeneration"] == json!(1))
+    })
+    .await
+    .context("the scaffolded controller did not reconcile")?;
+    let cm: ConfigMap = ns.api().get("hello-message").await?;
+    assert_eq!(cm.data.and_then(|d| d.get("message").cloned()).as_deref(), Some("scaffolded"));
+    host.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    ns.cleanup().await
+}
