@@ -295,6 +295,7 @@ impl Reconciler {
             Ok(Err(wit::ReconcileError::Transient(m))) => Err(Error::Transient(m)),
             Ok(Err(wit::ReconcileError::Terminal(m))) => {
                 self.record(warn("ReconcileFailed", m.clone())).await;
+                self.mark_terminal(component, r, &object, &m).await;
                 Err(Error::Terminal(m))
             }
             Err(e) => {
@@ -302,6 +303,40 @@ impl Reconciler {
                 self.record(warn("GuestFailed", e.to_string())).await;
                 Err(Error::Guest(e))
             }
+        }
+    }
+
+    /// Sets a `Reconciled=False` condition (reason `TerminalError`) in the
+    /// object's status, with a field manager of the host's own. Best
+    /// effort: a kind without a status subresource, or whose status schema
+    /// has no conditions, simply keeps no condition. The guest's next
+    /// successful status replaces it.
+    async fn mark_terminal(&self, component: &Loaded, r: &ObjectRef, object: &Value, message: &str) {
+        let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let mut condition = json!({
+            "type": "Reconciled",
+            "status": "False",
+            "reason": "TerminalError",
+            "message": message.chars().take(1024).collect::<String>(),
+            "lastTransitionTime": now,
+        });
+        if let Some(generation) = object::generation(object) {
+            condition["observedGeneration"] = json!(generation);
+        }
+        let mut metadata = json!({"name": r.name});
+        if let Some(ns) = &r.namespace {
+            metadata["namespace"] = json!(ns);
+        }
+        let applied = json!({
+            "apiVersion": r.gvk.api_version(),
+            "kind": r.gvk.kind,
+            "metadata": metadata,
+            "status": {"conditions": [condition]},
+        });
+        let field_manager = format!("{}-host", component.manifest.field_manager());
+        let patch = Patch::Apply { object: applied, field_manager, force: true };
+        if let Err(e) = self.cluster.patch(r, patch, Subresource::Status).await {
+            tracing::debug!(object = %r, error = %e, "no terminal condition written");
         }
     }
 

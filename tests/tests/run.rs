@@ -330,3 +330,26 @@ async fn the_python_and_javascript_greeters_converge_too() -> Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_terminal_error_sets_a_reconciled_false_condition() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("run-terminal").await?;
+    let host = start_host(&ns, &["greeter"], Settings::default(), Limits::default()).await?;
+    let greetings = greetings(&ns);
+    greetings.create(&PostParams::default(), &greeting("mute", " ", 1)).await?;
+    let g = wait_for(TIMEOUT, || async {
+        greetings.get("mute").await.ok().filter(|g| {
+            g.data["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == json!("Reconciled") && c["status"] == json!("False")))
+        })
+    })
+    .await
+    .context("no Reconciled=False condition")?;
+    let condition = &g.data["status"]["conditions"][0];
+    assert_eq!(condition["reason"], json!("TerminalError"));
+    assert!(condition["message"].as_str().is_some_and(|m| m.contains("spec.message must not be empty")));
+    host.shutdown().await;
+    ns.cleanup().await
+}

@@ -120,6 +120,10 @@ async fn an_empty_message_is_a_terminal_error_with_a_warning() {
     assert!(failure.report.result.as_ref().is_err_and(|e| !e.is_retryable()));
     assert_eq!(host.next_due(), None, "not retried");
     assert!(host.events().iter().any(|e| e.warning && e.reason == "ReconcileFailed"));
+    let g = host.cluster().get_sync(&r(greeting_kind(), "mute")).expect("greeting");
+    let condition = &g["status"]["conditions"][0];
+    assert_eq!((&condition["type"], &condition["status"]), (&json!("Reconciled"), &json!("False")), "{g}");
+    assert_eq!(condition["reason"], "TerminalError");
 }
 
 #[tokio::test]
