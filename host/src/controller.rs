@@ -188,6 +188,15 @@ async fn run(
             kinds.push(kind.clone());
         }
     }
+    // A kind that is only watched may be scoped by the watch's label
+    // selector; a kind that is also primary or owned is watched whole.
+    let selector_of = |kind: &Gvk| -> Option<String> {
+        let whole = manifest.primary.same_group_kind(kind) || manifest.owns.iter().any(|o| o.same_group_kind(kind));
+        if whole {
+            return None;
+        }
+        manifest.watches.iter().find(|w| w.kind.same_group_kind(kind)).and_then(|w| w.label_selector.clone())
+    };
 
     // Discovery: wait until every kind is served.
     let mut reported: Option<Vec<Gvk>> = None;
@@ -213,7 +222,7 @@ async fn run(
 
     let mut subscriptions = Vec::new();
     for kind in &kinds {
-        match informers.get(kind).await {
+        match informers.get_selected(kind, selector_of(kind).as_deref()).await {
             Ok(informer) => subscriptions.push((kind.clone(), informer.subscribe(), informer)),
             Err(e) => {
                 tracing::error!(kind = %kind, error = %e, "cannot watch kind");
@@ -246,6 +255,10 @@ async fn run(
         let primary = Arc::clone(&primary_informer);
         tasks.spawn(async move { route(manifest, kind, receiver, informer, primary, queue).await });
     }
+    // Everything already cached: an informer shared with another
+    // controller may have announced its first list before this controller
+    // subscribed. (An object can be queued twice at start; a reconcile is
+    // idempotent.)
     for object in primary_informer.store().state() {
         if let Some(r) = primary_ref(&manifest.primary, &object) {
             queue.add(r);

@@ -88,11 +88,14 @@ impl Informer {
     }
 }
 
+/// Group, kind and label selector of a watch.
+type InformerKey = (String, String, Option<String>);
+
 /// The shared watches of one host.
 pub struct Informers {
     cluster: KubeCluster,
     namespace: Option<String>,
-    running: Mutex<HashMap<(String, String), Arc<Informer>>>,
+    running: Mutex<HashMap<InformerKey, Arc<Informer>>>,
 }
 
 impl std::fmt::Debug for Informers {
@@ -124,7 +127,19 @@ impl Informers {
     ///
     /// [`cluster::Error::NotFound`] if the server does not serve the kind.
     pub async fn get(&self, gvk: &Gvk) -> Result<Arc<Informer>, cluster::Error> {
-        let key = (gvk.group.clone(), gvk.kind.clone());
+        self.get_selected(gvk, None).await
+    }
+
+    /// The informer of the objects of `gvk` that match `label_selector`
+    /// (all objects with `None`). Only unfiltered informers serve the cluster
+    /// backend's reads: a filtered cache would answer "not found" for
+    /// objects that exist.
+    ///
+    /// # Errors
+    ///
+    /// [`cluster::Error::NotFound`] if the server does not serve the kind.
+    pub async fn get_selected(&self, gvk: &Gvk, label_selector: Option<&str>) -> Result<Arc<Informer>, cluster::Error> {
+        let key = (gvk.group.clone(), gvk.kind.clone(), label_selector.map(str::to_owned));
         if let Some(i) = self.running.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
             return Ok(Arc::clone(i));
         }
@@ -140,9 +155,14 @@ impl Informers {
         let (synced_tx, synced) = watch::channel(false);
         let restarts = Arc::new(AtomicU64::new(0));
         let last_error = Arc::new(Mutex::new(None));
-        let span = tracing::info_span!("watch", kind = %gvk);
+        let span = tracing::info_span!("watch", kind = %gvk, selector = label_selector.unwrap_or_default());
         let errors = Arc::clone(&last_error);
-        let watch = run_watch(gvk.clone(), api, writer, changes.clone(), synced_tx, Arc::clone(&restarts), errors);
+        let mut config = watcher::Config::default();
+        if let Some(selector) = label_selector {
+            config = config.labels(selector);
+        }
+        let watch =
+            run_watch(gvk.clone(), api, config, writer, changes.clone(), synced_tx, Arc::clone(&restarts), errors);
         let task = tokio::spawn(tracing::Instrument::instrument(watch, span));
         let informer =
             Arc::new(Informer { gvk: gvk.clone(), store: store.clone(), changes, synced, restarts, last_error, task });
@@ -150,7 +170,9 @@ impl Informers {
         // Another caller may have started it meanwhile: keep theirs.
         let informer = Arc::clone(running.entry(key).or_insert(informer));
         drop(running);
-        self.cluster.use_cache(&gvk.group, &gvk.kind, informer.store.clone());
+        if label_selector.is_none() {
+            self.cluster.use_cache(&gvk.group, &gvk.kind, informer.store.clone());
+        }
         Ok(informer)
     }
 }
@@ -191,9 +213,11 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+#[allow(clippy::too_many_arguments, reason = "one private task wiring a watch to its consumers")]
 async fn run_watch(
     gvk: Gvk,
     api: Api<DynamicObject>,
+    config: watcher::Config,
     writer: reflector::store::Writer<DynamicObject>,
     changes: broadcast::Sender<Change>,
     synced: watch::Sender<bool>,
@@ -201,7 +225,7 @@ async fn run_watch(
     last_error: Arc<Mutex<Option<String>>>,
 ) {
     tracing::info!(kind = %gvk, "watch starting");
-    let stream = watcher::watcher(api, watcher::Config::default()).backoff(WatchBackoff::default()).reflect(writer);
+    let stream = watcher::watcher(api, config).backoff(WatchBackoff::default()).reflect(writer);
     let mut stream = std::pin::pin!(stream);
     let mut first_list_done = false;
     // Objects of a (re)list are announced only once the list is complete:
