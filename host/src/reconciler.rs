@@ -323,16 +323,7 @@ impl Reconciler {
         if let Some(generation) = object::generation(object) {
             condition["observedGeneration"] = json!(generation);
         }
-        let mut metadata = json!({"name": r.name});
-        if let Some(ns) = &r.namespace {
-            metadata["namespace"] = json!(ns);
-        }
-        let applied = json!({
-            "apiVersion": r.gvk.api_version(),
-            "kind": r.gvk.kind,
-            "metadata": metadata,
-            "status": {"conditions": [condition]},
-        });
+        let applied = status_apply_body(r, json!({"conditions": [condition]}));
         let field_manager = format!("{}-host", component.manifest.field_manager());
         let patch = Patch::Apply { object: applied, field_manager, force: true };
         if let Err(e) = self.cluster.patch(r, patch, Subresource::Status).await {
@@ -453,16 +444,7 @@ impl Reconciler {
                 map.entry("observedGeneration").or_insert_with(|| json!(generation));
             }
             if object.get("status") != Some(&status) {
-                let mut metadata = json!({"name": r.name});
-                if let Some(ns) = &r.namespace {
-                    metadata["namespace"] = json!(ns);
-                }
-                let applied = json!({
-                    "apiVersion": r.gvk.api_version(),
-                    "kind": r.gvk.kind,
-                    "metadata": metadata,
-                    "status": status,
-                });
+                let applied = status_apply_body(r, status);
                 let patch = Patch::Apply { object: applied, field_manager: field_manager.clone(), force: true };
                 latest = self.cluster.patch(r, patch, Subresource::Status).await?;
             }
@@ -480,6 +462,15 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// The body of a server-side apply of `status` to the object `r`.
+fn status_apply_body(r: &ObjectRef, status: Value) -> Value {
+    let mut metadata = json!({"name": r.name});
+    if let Some(ns) = &r.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    json!({"apiVersion": r.gvk.api_version(), "kind": r.gvk.kind, "metadata": metadata, "status": status})
 }
 
 #[cfg(test)]
