@@ -168,10 +168,17 @@ async fn a_trapping_or_looping_guest_does_not_stop_other_objects_or_controllers(
     wait_for(TIMEOUT, || async { greetings(&ns).get("hello").await.ok().filter(|g| ready(g, 1)) }).await?;
     wait_for(TIMEOUT, || async { (!events(&ns, "fine", "Reconciled").await.is_empty()).then_some(()) }).await?;
     wait_for(TIMEOUT, || async { (!events(&ns, "trap", "GuestFailed").await.is_empty()).then_some(()) }).await?;
-    let loops = events(&ns, "loop", "GuestFailed").await;
+    // The loop's Event is written after its 300 ms deadline, independently of
+    // the trap's: wait for it rather than reading once.
+    let stopped_at_deadline = wait_for(TIMEOUT, || async {
+        let loops = events(&ns, "loop", "GuestFailed").await;
+        loops.iter().any(|e| e.note.as_deref().is_some_and(|n| n.contains("deadline"))).then_some(())
+    })
+    .await;
     assert!(
-        loops.iter().any(|e| e.note.as_deref().is_some_and(|n| n.contains("deadline"))),
-        "the loop was stopped at its deadline: {loops:?}"
+        stopped_at_deadline.is_ok(),
+        "the loop was stopped at its deadline: {:?}",
+        events(&ns, "loop", "GuestFailed").await
     );
     host.shutdown().await;
     ns.cleanup().await
