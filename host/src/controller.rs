@@ -5,7 +5,7 @@
 //! backoff with jitter after errors and traps.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use kube::api::DynamicObject;
@@ -91,13 +91,24 @@ pub struct Counts {
     pub last_error: Option<String>,
 }
 
-/// A running controller.
+/// How long [`Controller::stop`] lets reconciles in flight finish before
+/// cancelling them.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running controller. Its methods take `&self`, so the host can share it
+/// with the status API while it runs.
 pub struct Controller {
     name: String,
+    reconciler: Arc<Reconciler>,
+    cluster: KubeCluster,
+    informers: Arc<Informers>,
+    settings: Settings,
     state: Arc<Mutex<State>>,
     counts: Arc<Mutex<Counts>>,
     queue: Arc<Queue>,
-    tasks: JoinSet<()>,
+    /// The primary kind's informer, once the controller runs.
+    primary: Arc<OnceLock<Arc<Informer>>>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -118,30 +129,71 @@ impl Controller {
         informers: Arc<Informers>,
         settings: Settings,
     ) -> Self {
+        Self::start_with(reconciler, cluster, informers, settings, Counts::default())
+    }
+
+    /// Starts `previous`'s reconciler again (after a swap that changed what
+    /// it watches), keeping its counters and what it handled. `previous`
+    /// should be [stopped](Self::stop) first; the shared watches stay, only
+    /// the subscriptions are made anew.
+    pub fn resume(previous: &Controller) -> Self {
+        Self::start_with(
+            Arc::clone(&previous.reconciler),
+            previous.cluster.clone(),
+            Arc::clone(&previous.informers),
+            previous.settings.clone(),
+            previous.counts(),
+        )
+    }
+
+    fn start_with(
+        reconciler: Arc<Reconciler>,
+        cluster: KubeCluster,
+        informers: Arc<Informers>,
+        settings: Settings,
+        counts: Counts,
+    ) -> Self {
         let manifest = Arc::clone(&reconciler.component().manifest);
         let name = manifest.name.clone();
         let state = Arc::new(Mutex::new(State::WaitingForKinds(vec![])));
-        let counts = Arc::new(Mutex::new(Counts::default()));
+        let counts = Arc::new(Mutex::new(counts));
         let queue = Arc::new(Queue::new());
-        let mut tasks = JoinSet::new();
+        let primary = Arc::new(OnceLock::new());
         let span = tracing::info_span!("controller", controller = %name);
         let run = run(
             manifest,
+            Arc::clone(&reconciler),
+            cluster.clone(),
+            Arc::clone(&informers),
+            settings.clone(),
+            Arc::clone(&state),
+            Arc::clone(&counts),
+            Arc::clone(&queue),
+            Arc::clone(&primary),
+        );
+        let task = tokio::spawn(run.instrument(span));
+        Self {
+            name,
             reconciler,
             cluster,
             informers,
             settings,
-            Arc::clone(&state),
-            Arc::clone(&counts),
-            Arc::clone(&queue),
-        );
-        tasks.spawn(run.instrument(span));
-        Self { name, state, counts, queue, tasks }
+            state,
+            counts,
+            queue,
+            primary,
+            task: Mutex::new(Some(task)),
+        }
     }
 
     /// The controller's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its reconciler (and through it, the component version in use).
+    pub fn reconciler(&self) -> &Arc<Reconciler> {
+        &self.reconciler
     }
 
     /// Where it is.
@@ -159,13 +211,46 @@ impl Controller {
         self.queue.len()
     }
 
-    /// Stops watching and reconciling; reconciles in flight are cancelled
-    /// at their next await point.
-    pub async fn stop(mut self) {
+    /// Queues every primary object the cache holds (after a new component
+    /// version was swapped in, so that it sees each object once). A
+    /// controller that does not run yet queues them when it starts anyway.
+    /// Returns how many were queued.
+    pub fn resync_all(&self) -> usize {
+        let Some(primary) = self.primary.get() else { return 0 };
+        let manifest = self.reconciler.component().manifest.clone();
+        let mut n = 0;
+        for object in primary.store().state() {
+            if let Some(r) = primary_ref(&manifest.primary, &object) {
+                self.queue.add(r);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Stops watching and reconciling. Reconciles in flight finish (for at
+    /// most [`DRAIN_TIMEOUT`]); nothing new starts. Idempotent.
+    pub async fn stop(&self) {
+        let Some(mut task) = lock(&self.task).take() else { return };
         self.queue.close();
-        self.tasks.abort_all();
-        while self.tasks.join_next().await.is_some() {}
+        if !matches!(self.state(), State::Running) {
+            // Still discovering or syncing: nothing in flight.
+            task.abort();
+        }
+        if tokio::time::timeout(DRAIN_TIMEOUT, &mut task).await.is_err() {
+            tracing::warn!(controller = %self.name, "reconciles still running after {DRAIN_TIMEOUT:?}, cancelled");
+            task.abort();
+            let _ = task.await;
+        }
         *lock(&self.state) = State::Stopped;
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.task).take() {
+            task.abort();
+        }
     }
 }
 
@@ -179,6 +264,7 @@ async fn run(
     state: Arc<Mutex<State>>,
     counts: Arc<Mutex<Counts>>,
     queue: Arc<Queue>,
+    primary_slot: Arc<OnceLock<Arc<Informer>>>,
 ) {
     // Each kind once: a kind that is both primary and owned (or watched) is
     // routed once per change, and `targets` finds every role it plays.
@@ -248,12 +334,14 @@ async fn run(
     }
     let primary_informer = subscriptions.first().map(|(_, _, i)| Arc::clone(i)).expect("the primary kind is first");
 
-    let mut tasks = JoinSet::new();
+    let _ = primary_slot.set(Arc::clone(&primary_informer));
+    // Routers end when this task does (the JoinSet aborts them on drop).
+    let mut routers = JoinSet::new();
     for (kind, receiver, informer) in subscriptions {
         let manifest = Arc::clone(&manifest);
         let queue = Arc::clone(&queue);
         let primary = Arc::clone(&primary_informer);
-        tasks.spawn(async move { route(manifest, kind, receiver, informer, primary, queue).await });
+        routers.spawn(async move { route(manifest, kind, receiver, informer, primary, queue).await });
     }
     // Everything already cached: an informer shared with another
     // controller may have announced its first list before this controller
@@ -269,6 +357,9 @@ async fn run(
 
     let failures: Arc<Mutex<HashMap<ObjectRef, u32>>> = Arc::default();
     let controller_span = tracing::Span::current();
+    // Workers end when the queue is closed, each after its reconcile in
+    // flight.
+    let mut tasks = JoinSet::new();
     for _ in 0..manifest.max_concurrency {
         let controller_span = controller_span.clone();
         let queue = Arc::clone(&queue);
@@ -342,6 +433,8 @@ async fn run(
         });
     }
     while tasks.join_next().await.is_some() {}
+    routers.abort_all();
+    tracing::info!("controller stopped");
 }
 
 /// The primary object reference of a cached object.

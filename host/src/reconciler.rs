@@ -115,8 +115,8 @@ struct Handled {
 /// A controller's reconcile logic: one component version, the cluster, and
 /// what it last handled.
 pub struct Reconciler {
-    component: Mutex<Arc<Loaded>>,
-    grants: Mutex<Arc<Grants>>,
+    /// The version in use and its grants, swapped together.
+    version: Mutex<(Arc<Loaded>, Arc<Grants>)>,
     runtime: Runtime,
     cluster: Arc<dyn Cluster>,
     handled: Mutex<HashMap<ObjectRef, Handled>>,
@@ -137,8 +137,7 @@ impl Reconciler {
     pub fn new(runtime: Runtime, component: Loaded, cluster: Arc<dyn Cluster>) -> Self {
         let grants = Arc::new(Grants::from_manifest(&component.manifest));
         Self {
-            component: Mutex::new(Arc::new(component)),
-            grants: Mutex::new(grants),
+            version: Mutex::new((Arc::new(component), grants)),
             runtime,
             cluster,
             handled: Mutex::new(HashMap::new()),
@@ -147,15 +146,27 @@ impl Reconciler {
 
     /// The component version in use.
     pub fn component(&self) -> Arc<Loaded> {
-        Arc::clone(&lock(&self.component))
+        Arc::clone(&lock(&self.version).0)
     }
 
-    /// Replaces the component version: calls in flight finish on the old
-    /// one, new calls use the new one.
-    pub fn swap(&self, component: Loaded) {
+    /// Replaces the component version and returns the one it replaces:
+    /// calls in flight finish on the old version (with its grants), calls
+    /// that start afterwards use the new one. What was handled is kept, so
+    /// an unchanged object is a `resync` for the new version.
+    pub fn swap(&self, component: Loaded) -> Arc<Loaded> {
         let grants = Arc::new(Grants::from_manifest(&component.manifest));
-        *lock(&self.component) = Arc::new(component);
-        *lock(&self.grants) = grants;
+        std::mem::replace(&mut *lock(&self.version), (Arc::new(component), grants)).0
+    }
+
+    /// The grants of `component`: those of the version in use, or, for a
+    /// call still running on a version swapped out meanwhile, its own.
+    fn grants_for(&self, component: &Loaded) -> Arc<Grants> {
+        let version = lock(&self.version);
+        if std::ptr::eq(Arc::as_ptr(&version.0), component) {
+            Arc::clone(&version.1)
+        } else {
+            Arc::new(Grants::from_manifest(&component.manifest))
+        }
     }
 
     /// Forgets what was handled, so every object is `added` again (as after
@@ -263,7 +274,7 @@ impl Reconciler {
         Caller {
             controller: component.manifest.name.as_str().into(),
             field_manager: component.manifest.field_manager().into(),
-            grants: Arc::clone(&lock(&self.grants)),
+            grants: self.grants_for(component),
             cluster: Arc::clone(&self.cluster),
             reconciling: Some((r.clone(), object::meta_str(object, "uid").map(str::to_owned))),
         }
