@@ -18,6 +18,10 @@ build() { # <package> [cargo args...]
 }
 release="$target/wasm32-wasip2/release"
 
+build greeter --features v2
+cp "$release/greeter.wasm" "$out/greeter-v2.wasm"
+build greeter --features v3
+cp "$release/greeter.wasm" "$out/greeter-v3.wasm"
 build greeter
 cp "$release/greeter.wasm" "$out/greeter.wasm"
 build fixture-other-world

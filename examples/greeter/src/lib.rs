@@ -102,7 +102,7 @@ impl Controller for Greeter {
             .owns::<Deployment>()
             .finalizer(FINALIZER)
             .resync(std::time::Duration::from_secs(300))
-            .max_concurrency(4)
+            .max_concurrency(if cfg!(feature = "v3") { 2 } else { 4 })
     }
 
     fn delete(&self, ctx: &Context, greeting: Greeting) -> Result<Outcome> {
@@ -157,7 +157,7 @@ pub fn desired(greeting: &Greeting, deployed_replicas: i32) -> (ConfigMap, Deplo
             labels: Some(labels.clone()),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([("message".to_owned(), greeting.spec.message.clone())])),
+        data: Some(configmap_data(&greeting.spec.message)),
         ..ConfigMap::default()
     };
     let deployment = greeter_deployment(&name, greeting.spec.replicas, labels);
@@ -169,6 +169,17 @@ pub fn desired(greeting: &Greeting, deployed_replicas: i32) -> (ConfigMap, Deplo
         conditions: vec![ready_condition(&previous, greeting.metadata.generation)],
     };
     (configmap, deployment, status)
+}
+
+/// The greeting's ConfigMap data (with the `v2` or `v3` feature, the
+/// version too: a visible change for the hot-loading tests).
+fn configmap_data(message: &str) -> BTreeMap<String, String> {
+    let mut data = BTreeMap::from([("message".to_owned(), message.to_owned())]);
+    let version = if cfg!(feature = "v3") { Some("3") } else { cfg!(feature = "v2").then_some("2") };
+    if let Some(version) = version {
+        data.insert("greeter-version".to_owned(), version.to_owned());
+    }
+    data
 }
 
 /// A `Ready=True` condition, keeping the transition time when it was
