@@ -72,13 +72,14 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 pub use deployment::{CACHE_DIR, COMPONENTS_DIR, CONFIG_MAP_LIMIT, HEALTH_PORT, RUN_AS};
+pub(crate) use rbac::component_rules;
 pub use resources::PluralOverride;
+pub(crate) use resources::Resources;
 
 #[cfg(doc)]
 use crate::grants::Grants;
 use crate::manifest::Manifest;
 use names::Rule;
-use resources::Resources;
 
 /// The image of the host this version of capstan generates by default.
 /// Build it from `deploy/Dockerfile`; nothing is published there yet.
