@@ -58,10 +58,15 @@ pub struct RunArgs {
     /// Components (.wasm) to run, one controller each.
     #[arg(required_unless_present = "components_dir")]
     pub components: Vec<PathBuf>,
-    /// Also run every `*.wasm` in this directory (read at start; watching
-    /// it for changes comes with hot loading).
+    /// Also run every `*.wasm` in this directory, and follow it: a new file
+    /// starts a controller, a changed one replaces the running version
+    /// (a rejected one leaves it serving), a removed one stops it.
     #[arg(long = "components", value_name = "DIR")]
     pub components_dir: Option<PathBuf>,
+    /// Do not review each component's permissions against the host's own
+    /// (SelfSubjectAccessReview) before running it.
+    #[arg(long)]
+    pub skip_permission_check: bool,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the
     /// in-cluster service account).
     #[arg(long, env = "KUBECONFIG")]
@@ -238,23 +243,12 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     let mut builder = crate::host::HostBuilder::new(client)
         .namespace(args.namespace)
         .install_crds(args.install_crds)
+        .check_permissions(!args.skip_permission_check)
         .limits(limits)
         .cache_dir(default_cache_dir())
-        .instance(instance);
-    let mut components = args.components;
-    if let Some(dir) = &args.components_dir {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .with_context(|| format!("cannot read components directory {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
-            .collect();
-        found.sort();
-        if found.is_empty() {
-            anyhow::bail!("no *.wasm components in {}", dir.display());
-        }
-        components.extend(found);
-    }
-    for c in components {
+        .instance(instance)
+        .components_dir(args.components_dir);
+    for c in args.components {
         builder = builder.component(c);
     }
     let host = builder.start().await?;

@@ -1,5 +1,8 @@
 //! A host on a real cluster: loads components, optionally installs the
 //! CRDs they define, and runs each as a [`Controller`] on shared watches.
+//! Components can be loaded, replaced and removed while it runs (hot
+//! loading, see [`Host::load`] and [`HostBuilder::components_dir`]); a
+//! component that is rejected never replaces the version that serves.
 //!
 //! ```no_run
 //! # async fn f(client: kube::Client) -> anyhow::Result<()> {
@@ -15,27 +18,33 @@
 //! # Ok(()) }
 //! ```
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 
+use crate::access;
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{self, Cluster, Patch, Subresource};
-use crate::component::{self, Loader};
-use crate::controller::{Controller, Settings};
+use crate::component::{self, CompileSource, Loaded, Loader};
+use crate::controller::{Controller, Settings, State};
 use crate::engine::{self, Engine, EngineConfig};
 use crate::informer::Informers;
 use crate::limits::Limits;
+use crate::manifest::Manifest;
 use crate::object::{Gvk, ObjectRef};
 use crate::reconciler::Reconciler;
+use crate::reload::DirWatch;
 use crate::runtime::Runtime;
 
 /// Field manager the host uses for its own applies (CRDs).
 pub const HOST_FIELD_MANAGER: &str = "capstan";
 
-/// Why a host could not start.
+/// Why a host could not start, or a component was rejected.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The wasm engine could not be set up.
@@ -47,9 +56,24 @@ pub enum Error {
     /// A component was rejected.
     #[error(transparent)]
     Component(#[from] component::Error),
-    /// Two components declare the same controller name.
-    #[error("two components declare controller {0}")]
-    Duplicate(String),
+    /// Another file already runs a controller of this name.
+    #[error("{path}: controller {name} already runs from {other}")]
+    Duplicate {
+        /// The rejected file.
+        path: PathBuf,
+        /// The controller name.
+        name: String,
+        /// The file that runs it.
+        other: PathBuf,
+    },
+    /// The component needs permissions the host does not have.
+    #[error("{path}: {error}")]
+    Access {
+        /// The rejected file.
+        path: PathBuf,
+        /// What is missing.
+        error: access::Error,
+    },
     /// A CRD could not be installed.
     #[error("cannot install CRD {name}: {error}")]
     InstallCrd {
@@ -61,6 +85,34 @@ pub enum Error {
     /// A CRD did not become established in time.
     #[error("CRD {0} was not established within 60 s")]
     CrdNotEstablished(String),
+    /// The components directory cannot be watched.
+    #[error("cannot watch components directory {path}: {error}")]
+    Watch {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        error: String,
+    },
+}
+
+impl Error {
+    /// A short, stable word for why a component was rejected (a metrics
+    /// label and the status API's `reason` prefix).
+    pub fn kind(&self) -> &'static str {
+        use component::Error as C;
+        match self {
+            Self::Component(C::Read { .. }) => "read",
+            Self::Component(C::NotWasm { .. } | C::CoreModule { .. }) => "format",
+            Self::Component(C::Compile { .. }) => "compile",
+            Self::Component(C::WrongWorld { .. } | C::Imports { .. }) => "world",
+            Self::Component(C::UnsupportedContract { .. }) => "contract",
+            Self::Component(C::ManifestCall { .. } | C::Manifest { .. }) => "manifest",
+            Self::Duplicate { .. } => "duplicate",
+            Self::Access { .. } => "permissions",
+            Self::InstallCrd { .. } | Self::CrdNotEstablished(_) => "crd",
+            Self::Engine(_) | Self::Link(_) | Self::Watch { .. } => "host",
+        }
+    }
 }
 
 /// Builds a [`Host`].
@@ -68,8 +120,10 @@ pub enum Error {
 pub struct HostBuilder {
     client: kube::Client,
     components: Vec<PathBuf>,
+    components_dir: Option<PathBuf>,
     namespace: Option<String>,
     install_crds: bool,
+    check_permissions: bool,
     limits: Limits,
     settings: Settings,
     cache_dir: Option<PathBuf>,
@@ -80,6 +134,7 @@ impl std::fmt::Debug for HostBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostBuilder")
             .field("components", &self.components)
+            .field("components_dir", &self.components_dir)
             .field("namespace", &self.namespace)
             .field("install_crds", &self.install_crds)
             .finish_non_exhaustive()
@@ -88,13 +143,16 @@ impl std::fmt::Debug for HostBuilder {
 
 impl HostBuilder {
     /// A host on `client`, with no components yet, watching all namespaces,
-    /// not installing CRDs, with default limits and no compile cache.
+    /// not installing CRDs, not reviewing permissions, with default limits
+    /// and no compile cache.
     pub fn new(client: kube::Client) -> Self {
         Self {
             client,
             components: Vec::new(),
+            components_dir: None,
             namespace: None,
             install_crds: false,
+            check_permissions: false,
             limits: Limits::default(),
             settings: Settings::default(),
             cache_dir: None,
@@ -102,9 +160,19 @@ impl HostBuilder {
         }
     }
 
-    /// Adds a component to run.
+    /// Adds a component to run. A component named here that is rejected
+    /// stops the start.
     pub fn component(mut self, path: impl Into<PathBuf>) -> Self {
         self.components.push(path.into());
+        self
+    }
+
+    /// Runs every `*.wasm` in `dir` and follows the directory: a new file
+    /// starts a controller, a changed one replaces the running version, a
+    /// removed one stops it (see [`crate::reload`]). A file that is
+    /// rejected is reported in [`Host::status`], not an error.
+    pub fn components_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.components_dir = dir;
         self
     }
 
@@ -117,6 +185,14 @@ impl HostBuilder {
     /// Applies the CRDs components define, and waits until established.
     pub fn install_crds(mut self, on: bool) -> Self {
         self.install_crds = on;
+        self
+    }
+
+    /// Reviews each component's permissions with the API server before
+    /// running it (see [`crate::access`]): one that needs more than the host
+    /// was granted is rejected.
+    pub fn check_permissions(mut self, on: bool) -> Self {
+        self.check_permissions = on;
         self
     }
 
@@ -145,50 +221,379 @@ impl HostBuilder {
     }
 
     /// Loads every component, installs CRDs if asked, starts the
-    /// controllers.
+    /// controllers, and starts following the components directory.
     ///
     /// # Errors
     ///
-    /// Any [`Error`]: a rejected component stops the start, naming the file.
+    /// Any [`Error`]: a rejected component named with
+    /// [`component`](Self::component) stops the start, naming the file.
     pub async fn start(self) -> Result<Host, Error> {
         let engine = Engine::new(EngineConfig::default().memory_limit(self.limits.memory))?;
         let runtime = Runtime::new(&engine, self.limits).map_err(|e| Error::Link(format!("{e:#}")))?;
         let loader = Loader::new(runtime.clone(), self.cache_dir.clone());
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());
         let informers = Arc::new(Informers::new(cluster.clone(), self.namespace.clone()));
-
-        let mut loaded = Vec::new();
+        let shared = Arc::new(Shared {
+            runtime,
+            loader,
+            backend: Arc::new(cluster.clone()),
+            cluster,
+            informers,
+            settings: self.settings,
+            namespaces: self.namespace.into_iter().collect(),
+            install_crds: self.install_crds,
+            check_permissions: self.check_permissions,
+            slots: Mutex::new(Vec::new()),
+            changes: tokio::sync::Mutex::new(()),
+        });
+        let host = Host { shared: Arc::clone(&shared), dir: None };
         for path in &self.components {
-            let component = loader.load(path).await?;
-            if loaded.iter().any(|l: &component::Loaded| l.manifest.name == component.manifest.name) {
-                return Err(Error::Duplicate(component.manifest.name.clone()));
+            if let Err(e) = shared.load(path).await {
+                host.shutdown().await;
+                return Err(e);
             }
-            tracing::info!(
-                controller = %component.manifest.name,
-                path = %path.display(),
-                digest = %component.digest,
-                compile = ?component.compile_time,
-                source = ?component.source,
-                "component loaded"
-            );
-            loaded.push(component);
+        }
+        let mut host = host;
+        if let Some(dir) = self.components_dir {
+            host.dir = Some(DirWatch::start(Arc::clone(&shared), dir).await?);
+        }
+        Ok(host)
+    }
+}
+
+/// What [`Host::load`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// A new controller started.
+    Started(String),
+    /// The running controller now uses the new version. `restarted` if
+    /// what it watches changed, so its subscriptions were made anew.
+    Swapped {
+        /// The controller.
+        name: String,
+        /// Whether its watches were restarted.
+        restarted: bool,
+    },
+    /// The file is the version already running.
+    Unchanged(String),
+}
+
+/// One component version that runs.
+#[derive(Clone, Debug)]
+struct Version {
+    digest: String,
+    contract: String,
+    loaded_at: Timestamp,
+    source: CompileSource,
+    compile_time: Duration,
+}
+
+/// A component file that was rejected.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejection {
+    /// `sha256:` digest of the rejected file, if it could be read.
+    pub digest: Option<String>,
+    /// Why, as a short word: `format`, `compile`, `world`, `contract`,
+    /// `manifest`, `duplicate`, `permissions`, `crd`, `read`.
+    pub kind: String,
+    /// The whole reason.
+    pub reason: String,
+    /// When.
+    pub at: String,
+}
+
+/// One component file the host knows.
+struct Slot {
+    path: PathBuf,
+    controller: Option<Arc<Controller>>,
+    version: Option<Version>,
+    swaps: u64,
+    rejected: Option<Rejection>,
+}
+
+/// What the host's status API reports per component file.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    /// The file.
+    pub path: PathBuf,
+    /// Controller name (none if no version of the file was ever accepted).
+    pub name: Option<String>,
+    /// `sha256:` digest of the version that runs.
+    pub digest: Option<String>,
+    /// Contract version it was built against.
+    pub contract: Option<String>,
+    /// When the running version was loaded (RFC 3339).
+    pub loaded_at: Option<String>,
+    /// How it was loaded: `compiled` or `cache`.
+    pub compile: Option<&'static str>,
+    /// Compile (or cache load) time in milliseconds.
+    pub compile_ms: Option<f64>,
+    /// `running`, `syncing`, `waiting-for-kinds`, `stopped`, or `rejected`
+    /// (nothing runs from this file).
+    pub state: &'static str,
+    /// Kinds it waits for, in `waiting-for-kinds`.
+    pub waiting_for: Vec<String>,
+    /// Versions swapped in since the first.
+    pub swaps: u64,
+    /// Successful reconciles.
+    pub reconciled: u64,
+    /// Failed reconciles.
+    pub failed: u64,
+    /// Objects waiting in its queue.
+    pub queue: usize,
+    /// Its last error.
+    pub last_error: Option<String>,
+    /// The last rejected version of this file, if the file changed to
+    /// something that could not run (the previous version keeps serving).
+    pub rejected: Option<Rejection>,
+}
+
+/// The parts every controller of a host shares, and its component files.
+pub(crate) struct Shared {
+    runtime: Runtime,
+    loader: Loader,
+    cluster: KubeCluster,
+    backend: Arc<dyn Cluster>,
+    informers: Arc<Informers>,
+    settings: Settings,
+    namespaces: Vec<String>,
+    install_crds: bool,
+    check_permissions: bool,
+    slots: Mutex<Vec<Slot>>,
+    /// Serialises loads and unloads: one change at a time, in order.
+    changes: tokio::sync::Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What of a manifest decides the watches and workers of a controller: a
+/// new version that changes none of it is swapped in place.
+fn shape(m: &Manifest) -> impl PartialEq + '_ {
+    (&m.name, &m.primary, &m.owns, &m.watches, m.max_concurrency)
+}
+
+impl Shared {
+    /// Loads (or reloads) the component at `path`; see [`Host::load`].
+    pub(crate) async fn load(&self, path: &Path) -> Result<Change, Error> {
+        let _one_at_a_time = self.changes.lock().await;
+        let bytes = match tokio::fs::read(path).await {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                let e = Error::Component(component::Error::Read { path: path.to_owned(), error });
+                return Err(self.reject(path, None, e));
+            }
+        };
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let (running, name) = {
+            let slots = lock(&self.slots);
+            let slot = slots.iter().find(|s| s.path == path);
+            let running = slot.and_then(|s| s.version.as_ref().map(|v| v.digest.clone()));
+            (running, slot.and_then(|s| s.controller.as_ref().map(|c| c.name().to_owned())))
+        };
+        if let (Some(running), Some(name)) = (running, name)
+            && running == digest
+        {
+            // Back to the version that runs (e.g. a broken build replaced
+            // by the good one): nothing to do but forget the rejection.
+            if let Some(slot) = lock(&self.slots).iter_mut().find(|s| s.path == path) {
+                slot.rejected = None;
+            }
+            return Ok(Change::Unchanged(name));
+        }
+        let loaded = match self.admit(path, bytes).await {
+            Ok(loaded) => loaded,
+            Err(e) => return Err(self.reject(path, Some(&digest), e)),
+        };
+        Ok(self.install(path, loaded).await)
+    }
+
+    /// Compiles and checks a component: everything that can reject it.
+    async fn admit(&self, path: &Path, bytes: Vec<u8>) -> Result<Loaded, Error> {
+        let started = Instant::now();
+        let loaded = self.loader.load_bytes(path, bytes).await?;
+        let name = loaded.manifest.name.clone();
+        let other = lock(&self.slots)
+            .iter()
+            .find(|s| s.path != path && s.controller.as_ref().is_some_and(|c| c.name() == name))
+            .map(|s| s.path.clone());
+        if let Some(other) = other {
+            return Err(Error::Duplicate { path: path.to_owned(), name, other });
+        }
+        if self.check_permissions {
+            access::check(&self.cluster, &loaded.manifest, &self.namespaces, self.install_crds)
+                .await
+                .map_err(|error| Error::Access { path: path.to_owned(), error })?;
         }
         if self.install_crds {
-            for component in &loaded {
-                for crd in &component.manifest.crds {
-                    install_crd(&cluster, crd).await?;
-                }
+            for crd in &loaded.manifest.crds {
+                install_crd(&self.cluster, crd).await?;
             }
         }
-        let backend: Arc<dyn Cluster> = Arc::new(cluster.clone());
-        let controllers = loaded
-            .into_iter()
-            .map(|component| {
-                let reconciler = Arc::new(Reconciler::new(runtime.clone(), component, Arc::clone(&backend)));
-                Controller::start(reconciler, cluster.clone(), Arc::clone(&informers), self.settings.clone())
+        tracing::info!(
+            controller = %name,
+            path = %path.display(),
+            digest = %loaded.digest,
+            source = ?loaded.source,
+            compile_ms = loaded.compile_time.as_secs_f64() * 1000.0,
+            admit_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "component loaded"
+        );
+        Ok(loaded)
+    }
+
+    fn reject(&self, path: &Path, digest: Option<&str>, error: Error) -> Error {
+        tracing::warn!(path = %path.display(), reason = error.kind(), error = %error, "component rejected");
+        let rejection = Rejection {
+            digest: digest.map(|d| format!("sha256:{d}")),
+            kind: error.kind().to_owned(),
+            reason: error.to_string(),
+            at: Timestamp::now().to_string(),
+        };
+        let mut slots = lock(&self.slots);
+        match slots.iter_mut().find(|s| s.path == path) {
+            Some(slot) => slot.rejected = Some(rejection),
+            None => slots.push(Slot {
+                path: path.to_owned(),
+                controller: None,
+                version: None,
+                swaps: 0,
+                rejected: Some(rejection),
+            }),
+        }
+        error
+    }
+
+    /// Runs an admitted component: swaps it into the controller its file
+    /// ran, or starts a new controller.
+    async fn install(&self, path: &Path, loaded: Loaded) -> Change {
+        let version = Version {
+            digest: loaded.digest.clone(),
+            contract: loaded.contract.clone(),
+            loaded_at: Timestamp::now(),
+            source: loaded.source,
+            compile_time: loaded.compile_time,
+        };
+        let name = loaded.manifest.name.clone();
+        let current = lock(&self.slots).iter().find(|s| s.path == path).and_then(|s| s.controller.clone());
+        let (controller, change) = match current {
+            Some(old) if old.name() == name => {
+                let same_shape = shape(&old.reconciler().component().manifest) == shape(&loaded.manifest);
+                let replaced = old.reconciler().swap(loaded);
+                tracing::info!(controller = %name, from = %replaced.digest, to = %version.digest, "component swapped");
+                if same_shape {
+                    let queued = old.resync_all();
+                    tracing::info!(controller = %name, objects = queued, "resync after swap");
+                    (old, Change::Swapped { name, restarted: false })
+                } else {
+                    // What it watches changed: new subscriptions; the shared
+                    // watches (and other controllers) are not touched.
+                    old.stop().await;
+                    let new = Arc::new(Controller::resume(&old));
+                    tracing::info!(controller = %name, "watches restarted after swap");
+                    (new, Change::Swapped { name, restarted: true })
+                }
+            }
+            other => {
+                if let Some(old) = other {
+                    tracing::info!(controller = %old.name(), "stopping: its file now holds another controller");
+                    old.stop().await;
+                }
+                let reconciler = Arc::new(Reconciler::new(self.runtime.clone(), loaded, Arc::clone(&self.backend)));
+                let controller = Controller::start(
+                    reconciler,
+                    self.cluster.clone(),
+                    Arc::clone(&self.informers),
+                    self.settings.clone(),
+                );
+                (Arc::new(controller), Change::Started(name))
+            }
+        };
+        let mut slots = lock(&self.slots);
+        let swapped = matches!(change, Change::Swapped { .. });
+        match slots.iter_mut().find(|s| s.path == path) {
+            Some(slot) => {
+                slot.controller = Some(controller);
+                slot.version = Some(version);
+                slot.rejected = None;
+                slot.swaps += u64::from(swapped);
+            }
+            None => slots.push(Slot {
+                path: path.to_owned(),
+                controller: Some(controller),
+                version: Some(version),
+                swaps: 0,
+                rejected: None,
+            }),
+        }
+        change
+    }
+
+    /// Stops the controller of `path` and forgets the file; see
+    /// [`Host::unload`].
+    pub(crate) async fn unload(&self, path: &Path) -> Option<String> {
+        let _one_at_a_time = self.changes.lock().await;
+        let slot = {
+            let mut slots = lock(&self.slots);
+            let index = slots.iter().position(|s| s.path == path)?;
+            slots.remove(index)
+        };
+        let controller = slot.controller?;
+        controller.stop().await;
+        tracing::info!(controller = %controller.name(), path = %path.display(), "component removed, controller stopped");
+        Some(controller.name().to_owned())
+    }
+
+    /// The files the host knows.
+    pub(crate) fn paths(&self) -> Vec<PathBuf> {
+        lock(&self.slots).iter().map(|s| s.path.clone()).collect()
+    }
+
+    fn controllers(&self) -> Vec<Arc<Controller>> {
+        lock(&self.slots).iter().filter_map(|s| s.controller.clone()).collect()
+    }
+
+    fn status(&self) -> Vec<ComponentStatus> {
+        lock(&self.slots)
+            .iter()
+            .map(|slot| {
+                let controller = slot.controller.as_ref();
+                let counts = controller.map(|c| c.counts()).unwrap_or_default();
+                let (state, waiting_for) = match controller.map(|c| c.state()) {
+                    None => ("rejected", Vec::new()),
+                    Some(State::Running) => ("running", Vec::new()),
+                    Some(State::Syncing) => ("syncing", Vec::new()),
+                    Some(State::Stopped) => ("stopped", Vec::new()),
+                    Some(State::WaitingForKinds(kinds)) => {
+                        ("waiting-for-kinds", kinds.iter().map(ToString::to_string).collect())
+                    }
+                };
+                let version = slot.version.as_ref();
+                ComponentStatus {
+                    path: slot.path.clone(),
+                    name: controller.map(|c| c.name().to_owned()),
+                    digest: version.map(|v| format!("sha256:{}", v.digest)),
+                    contract: version.map(|v| v.contract.clone()),
+                    loaded_at: version.map(|v| v.loaded_at.to_string()),
+                    compile: version.map(|v| match v.source {
+                        CompileSource::Compiled => "compiled",
+                        CompileSource::Cache => "cache",
+                    }),
+                    compile_ms: version.map(|v| v.compile_time.as_secs_f64() * 1000.0),
+                    state,
+                    waiting_for,
+                    swaps: slot.swaps,
+                    reconciled: counts.succeeded,
+                    failed: counts.failed,
+                    queue: controller.map_or(0, |c| c.queue_len()),
+                    last_error: counts.last_error,
+                    rejected: slot.rejected.clone(),
+                }
             })
-            .collect();
-        Ok(Host { controllers, informers })
+            .collect()
     }
 }
 
@@ -219,27 +624,71 @@ async fn install_crd(cluster: &KubeCluster, crd: &Value) -> Result<(), Error> {
 }
 
 /// A running host.
-#[derive(Debug)]
 pub struct Host {
-    controllers: Vec<Controller>,
-    informers: Arc<Informers>,
+    shared: Arc<Shared>,
+    dir: Option<DirWatch>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host").field("components", &self.shared.paths()).finish_non_exhaustive()
+    }
 }
 
 impl Host {
-    /// The running controllers.
-    pub fn controllers(&self) -> &[Controller] {
-        &self.controllers
+    /// The running controllers, in the order their files were loaded.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        self.shared.controllers()
+    }
+
+    /// The controller named `name`.
+    pub fn controller(&self, name: &str) -> Option<Arc<Controller>> {
+        self.controllers().into_iter().find(|c| c.name() == name)
+    }
+
+    /// What the status API reports: one entry per component file.
+    pub fn status(&self) -> Vec<ComponentStatus> {
+        self.shared.status()
     }
 
     /// How many kinds are watched (shared between controllers).
     pub fn watched_kinds(&self) -> usize {
-        self.informers.len()
+        self.shared.informers.len()
     }
 
-    /// Stops every controller and watch.
+    /// Loads the component at `path`, or the new version of a file loaded
+    /// before. A new controller starts; a new version of a running one is
+    /// swapped in (reconciles in flight finish on the old version, later
+    /// ones use the new one, and every object is reconciled once more as
+    /// `resync`); if it watches other kinds than before, only its own
+    /// subscriptions are restarted. A file that is unchanged does nothing.
+    ///
+    /// # Errors
+    ///
+    /// A rejected component ([`Error::Component`], [`Error::Duplicate`],
+    /// [`Error::Access`], a CRD that cannot be installed): the version
+    /// running from `path`, if any, keeps serving, and the rejection shows
+    /// in [`status`](Self::status).
+    pub async fn load(&self, path: impl AsRef<Path>) -> Result<Change, Error> {
+        self.shared.load(path.as_ref()).await
+    }
+
+    /// Stops the controller loaded from `path` and forgets the file.
+    /// Returns the controller's name, if one ran. Its objects keep their
+    /// finalizer (deleting one waits until a controller of that name runs
+    /// again, or someone removes it) and their children (which the garbage
+    /// collector deletes with their owner).
+    pub async fn unload(&self, path: impl AsRef<Path>) -> Option<String> {
+        self.shared.unload(path.as_ref()).await
+    }
+
+    /// Stops following the components directory, then every controller
+    /// (letting reconciles in flight finish) and watch.
     pub async fn shutdown(self) {
-        for c in self.controllers {
-            c.stop().await;
+        if let Some(dir) = self.dir {
+            dir.stop();
         }
+        let controllers = self.shared.controllers();
+        futures::future::join_all(controllers.iter().map(|c| c.stop())).await;
     }
 }

@@ -12,8 +12,14 @@
 //! - [`imports`]: the host functions guests call, checked by [`grants`];
 //! - [`cluster`]: where objects live (the real API server or the mock);
 //! - [`reconciler`]: one reconcile, from object to applied outcome;
+//! - [`informer`], [`queue`], [`controller`]: shared watches, the work
+//!   queue, and the loop that runs a reconciler on a cluster;
+//! - [`leader`]: leader election, one Lease per controller;
+//! - [`host`], [`reload`], [`access`]: the host that runs components as
+//!   controllers, follows a components directory, and reviews permissions;
 //! - [`testing`]: the mock host for authors' unit tests.
 
+pub mod access;
 mod bindings;
 pub mod cli;
 pub mod cluster;
@@ -25,11 +31,13 @@ pub mod grants;
 pub mod host;
 pub mod imports;
 pub mod informer;
+pub mod leader;
 pub mod limits;
 pub mod manifest;
 pub mod object;
 pub mod queue;
 pub mod reconciler;
+pub mod reload;
 pub mod runtime;
 pub mod scaffold;
 pub mod scenario;

@@ -1,0 +1,147 @@
+//! Following a components directory (`capstan run --components DIR`).
+//!
+//! File-system events are debounced and only tell the host to look again:
+//! each look compares the directory's `*.wasm` files (size and mtime, then
+//! digest) with what it knows, so it does not matter which events a
+//! platform reports, or how an editor, `cp`, or a ConfigMap volume's
+//! symlink swap writes the file. A file whose size or mtime is still moving
+//! is not loaded until it holds still ([`SETTLE`]), so a half-written file
+//! is not loaded; write to a temporary name (not ending in `.wasm`) and
+//! rename it into place to be sure. A periodic look ([`RESCAN`]) covers file
+//! systems that report no events.
+//!
+//! A new file starts a controller, a changed one replaces the running
+//! version ([`Host::load`](crate::host::Host::load)), a removed one stops
+//! its controller ([`Host::unload`](crate::host::Host::unload)). A file that
+//! is rejected leaves the running version serving.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
+use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
+use tokio::sync::mpsc;
+
+use crate::host::{Error, Shared};
+
+/// Events closer together than this are handled as one.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long a file's size and mtime must hold still before it is loaded.
+pub const SETTLE: Duration = Duration::from_millis(100);
+/// Longest wait for a file to hold still; it is loaded (and most likely
+/// rejected, then loaded again on its next change) after that.
+pub const SETTLE_MAX: Duration = Duration::from_secs(10);
+/// How often the directory is looked at without events.
+pub const RESCAN: Duration = Duration::from_secs(30);
+
+/// Size and mtime of a file, as last looked at.
+type Stamp = (u64, Option<SystemTime>);
+
+/// A running watch of a components directory; stops when dropped.
+pub struct DirWatch {
+    task: tokio::task::JoinHandle<()>,
+    _debouncer: Debouncer<RecommendedWatcher>,
+}
+
+impl std::fmt::Debug for DirWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirWatch").finish_non_exhaustive()
+    }
+}
+
+impl Drop for DirWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DirWatch {
+    /// Loads every component in `dir` (a rejected one is reported in the
+    /// host's status, not an error), then follows the directory.
+    pub(crate) async fn start(shared: Arc<Shared>, dir: PathBuf) -> Result<Self, Error> {
+        let watch_error = |error: String| Error::Watch { path: dir.clone(), error };
+        if !dir.is_dir() {
+            return Err(watch_error("not a directory".into()));
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut debouncer = new_debouncer(DEBOUNCE, move |result: DebounceEventResult| {
+            if let Err(e) = &result {
+                tracing::warn!(error = %e, "components directory watch error");
+            }
+            let _ = tx.send(());
+        })
+        .map_err(|e| watch_error(e.to_string()))?;
+        debouncer.watcher().watch(&dir, RecursiveMode::NonRecursive).map_err(|e| watch_error(e.to_string()))?;
+
+        let mut known = HashMap::new();
+        look(&shared, &dir, &mut known).await;
+        tracing::info!(dir = %dir.display(), components = known.len(), "following components directory");
+        let task = tokio::spawn(async move {
+            let mut rescan = tokio::time::interval(RESCAN);
+            rescan.tick().await;
+            loop {
+                tokio::select! {
+                    event = rx.recv() => if event.is_none() { return },
+                    _ = rescan.tick() => {}
+                }
+                // Events that came in meanwhile are covered by this look.
+                while rx.try_recv().is_ok() {}
+                look(&shared, &dir, &mut known).await;
+            }
+        });
+        Ok(Self { task, _debouncer: debouncer })
+    }
+
+    /// Stops following the directory (the controllers keep running).
+    pub fn stop(self) {}
+}
+
+/// The `*.wasm` files of `dir` with their stamps (following symlinks).
+fn components_in(dir: &Path) -> HashMap<PathBuf, Stamp> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return HashMap::new() };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .filter_map(|p| std::fs::metadata(&p).ok().filter(|m| m.is_file()).map(|m| (p, stamp(&m))))
+        .collect()
+}
+
+fn stamp(m: &std::fs::Metadata) -> Stamp {
+    (m.len(), m.modified().ok())
+}
+
+/// Waits until `path` holds still; its stamp then, or `None` if it went.
+async fn settled(path: &Path) -> Option<Stamp> {
+    let started = tokio::time::Instant::now();
+    let mut last = stamp(&tokio::fs::metadata(path).await.ok()?);
+    loop {
+        tokio::time::sleep(SETTLE).await;
+        let now = stamp(&tokio::fs::metadata(path).await.ok()?);
+        if now == last || started.elapsed() > SETTLE_MAX {
+            return Some(now);
+        }
+        last = now;
+    }
+}
+
+/// Compares the directory with `known` and loads, reloads or unloads.
+async fn look(shared: &Shared, dir: &Path, known: &mut HashMap<PathBuf, Stamp>) {
+    let present = components_in(dir);
+    let gone: Vec<PathBuf> = known.keys().filter(|p| !present.contains_key(*p)).cloned().collect();
+    for path in gone {
+        known.remove(&path);
+        shared.unload(&path).await;
+    }
+    let mut changed: Vec<&PathBuf> = present.iter().filter(|(p, s)| known.get(*p) != Some(s)).map(|(p, _)| p).collect();
+    changed.sort();
+    for path in changed {
+        let Some(stamp) = settled(path).await else { continue };
+        known.insert(path.clone(), stamp);
+        // Errors are logged and kept in the host's status by `load`.
+        let _ = shared.load(path).await;
+    }
+}
