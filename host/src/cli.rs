@@ -74,9 +74,12 @@ pub struct RunArgs {
     /// Kubeconfig context (default: the current context).
     #[arg(long)]
     pub context: Option<String>,
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long, short)]
-    pub namespace: Option<String>,
+    /// Watch only these namespaces: repeat the option (`-n a -n b`) or
+    /// separate them with commas (`-n a,b`). Default: all namespaces.
+    /// Cluster-scoped kinds are watched whole either way; guests may still
+    /// read objects in other namespaces where their grants allow.
+    #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE", value_delimiter = ',', value_parser = namespace_name)]
+    pub namespaces: Vec<String>,
     /// Apply the CRDs the components define (server-side apply) and wait
     /// until they are established.
     #[arg(long)]
@@ -90,6 +93,15 @@ pub struct RunArgs {
     /// Name of this replica in Events (default: $POD_NAME or the hostname).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
+}
+
+/// Checks a namespace name given on the command line.
+fn namespace_name(s: &str) -> Result<String, String> {
+    if crate::manifest::is_dns1123_label(s) {
+        Ok(s.to_owned())
+    } else {
+        Err("not a valid namespace name (lower-case alphanumerics and '-', at most 63)".to_owned())
+    }
 }
 
 /// The subcommands.
@@ -241,7 +253,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         .deadline(std::time::Duration::from_millis(args.deadline_ms));
     let instance = args.instance.or_else(|| std::env::var("HOSTNAME").ok());
     let mut builder = crate::host::HostBuilder::new(client)
-        .namespace(args.namespace)
+        .namespaces(args.namespaces)
         .install_crds(args.install_crds)
         .check_permissions(!args.skip_permission_check)
         .limits(limits)
@@ -277,5 +289,34 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn namespaces(args: &[&str]) -> Vec<String> {
+        let cli = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(args)).expect("parses");
+        match cli.command {
+            Command::Run(run) => run.namespaces,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_takes_namespaces_repeated_or_separated_by_commas() {
+        assert!(namespaces(&[]).is_empty(), "all namespaces by default");
+        assert_eq!(namespaces(&["-n", "a"]), ["a"]);
+        assert_eq!(namespaces(&["-n", "a", "--namespace", "b"]), ["a", "b"]);
+        assert_eq!(namespaces(&["-n", "a,b", "-n", "c"]), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn run_rejects_a_namespace_that_is_not_a_dns_label() {
+        for bad in ["Team_A", "a,,b", ""] {
+            let err = Cli::try_parse_from(["capstan", "run", "c.wasm", "-n", bad]).expect_err(bad);
+            assert!(err.to_string().contains("not a valid namespace name"), "{bad:?}: {err}");
+        }
     }
 }

@@ -486,7 +486,10 @@ fn targets(manifest: &Manifest, kind: &Gvk, object: &DynamicObject, primary: &In
             }
         }
     }
-    for watch in manifest.watches.iter().filter(|w| w.kind.same_group_kind(kind)) {
+    // A kind that is also primary or owned is watched whole: its watches'
+    // label selectors are applied here.
+    let labels = object.metadata.labels.as_ref().and_then(|l| serde_json::to_value(l).ok());
+    for watch in manifest.watches.iter().filter(|w| w.kind.same_group_kind(kind) && w.selects(labels.as_ref())) {
         match &watch.mapping {
             Mapping::None => {}
             Mapping::SameName => {

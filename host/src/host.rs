@@ -82,6 +82,9 @@ pub enum Error {
         /// Why.
         error: cluster::Error,
     },
+    /// A namespace to watch is not a valid namespace name.
+    #[error("cannot watch namespace {0:?}: not a valid namespace name (a DNS-1123 label)")]
+    Namespace(String),
     /// A CRD did not become established in time.
     #[error("CRD {0} was not established within 60 s")]
     CrdNotEstablished(String),
@@ -110,7 +113,7 @@ impl Error {
             Self::Duplicate { .. } => "duplicate",
             Self::Access { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) => "crd",
-            Self::Engine(_) | Self::Link(_) | Self::Watch { .. } => "host",
+            Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) => "host",
         }
     }
 }
@@ -121,7 +124,7 @@ pub struct HostBuilder {
     client: kube::Client,
     components: Vec<PathBuf>,
     components_dir: Option<PathBuf>,
-    namespace: Option<String>,
+    namespaces: Vec<String>,
     install_crds: bool,
     check_permissions: bool,
     limits: Limits,
@@ -135,7 +138,7 @@ impl std::fmt::Debug for HostBuilder {
         f.debug_struct("HostBuilder")
             .field("components", &self.components)
             .field("components_dir", &self.components_dir)
-            .field("namespace", &self.namespace)
+            .field("namespaces", &self.namespaces)
             .field("install_crds", &self.install_crds)
             .finish_non_exhaustive()
     }
@@ -150,7 +153,7 @@ impl HostBuilder {
             client,
             components: Vec::new(),
             components_dir: None,
-            namespace: None,
+            namespaces: Vec::new(),
             install_crds: false,
             check_permissions: false,
             limits: Limits::default(),
@@ -176,9 +179,25 @@ impl HostBuilder {
         self
     }
 
-    /// Watches only `namespace` (default: all namespaces).
+    /// Watches only `namespace` (`None`: all namespaces, the default).
+    /// Replaces what [`namespaces`](Self::namespaces) set.
     pub fn namespace(mut self, namespace: Option<String>) -> Self {
-        self.namespace = namespace;
+        self.namespaces = namespace.into_iter().collect();
+        self
+    }
+
+    /// Watches only these namespaces (none: all namespaces, the default).
+    /// Namespaced kinds get one watch per namespace, shared by every
+    /// controller; cluster-scoped kinds are watched whole. Reads of objects
+    /// in other namespaces go to the API server, if the grants allow them.
+    ///
+    /// ```no_run
+    /// # fn f(client: kube::Client) {
+    /// let builder = capstan_host::host::HostBuilder::new(client).namespaces(["team-a", "team-b"]);
+    /// # }
+    /// ```
+    pub fn namespaces(mut self, namespaces: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.namespaces = namespaces.into_iter().map(Into::into).collect();
         self
     }
 
@@ -228,11 +247,14 @@ impl HostBuilder {
     /// Any [`Error`]: a rejected component named with
     /// [`component`](Self::component) stops the start, naming the file.
     pub async fn start(self) -> Result<Host, Error> {
+        if let Some(bad) = self.namespaces.iter().find(|ns| !crate::manifest::is_dns1123_label(ns)) {
+            return Err(Error::Namespace(bad.clone()));
+        }
         let engine = Engine::new(EngineConfig::default().memory_limit(self.limits.memory))?;
         let runtime = Runtime::new(&engine, self.limits).map_err(|e| Error::Link(format!("{e:#}")))?;
         let loader = Loader::new(runtime.clone(), self.cache_dir.clone());
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());
-        let informers = Arc::new(Informers::new(cluster.clone(), self.namespace.clone()));
+        let informers = Arc::new(Informers::new(cluster.clone(), self.namespaces.clone()));
         let shared = Arc::new(Shared {
             runtime,
             loader,
@@ -240,7 +262,7 @@ impl HostBuilder {
             cluster,
             informers,
             settings: self.settings,
-            namespaces: self.namespace.into_iter().collect(),
+            namespaces: self.namespaces,
             install_crds: self.install_crds,
             check_permissions: self.check_permissions,
             slots: Mutex::new(Vec::new()),

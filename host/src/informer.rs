@@ -1,21 +1,24 @@
-//! Shared watches: one watcher and reflector store per kind (and
-//! namespace scope), shared by every controller that watches the kind.
-//! Restarts, relists and bookmarks are handled by kube-runtime's watcher
-//! with its default backoff, so an API server restart only delays events.
+//! Shared watches: one informer per kind (and label selector), shared by
+//! every controller that watches the kind. An informer runs one watcher and
+//! reflector store for all namespaces, or, when the host watches a list of
+//! namespaces, one per namespace (a reflector store cannot take the
+//! interleaved relists of two watchers), presented as one cache and one
+//! stream of changes. Restarts, relists and bookmarks are handled by
+//! kube-runtime's watcher, so an API server restart only delays events.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{broadcast, watch};
 
 use crate::cluster;
-use crate::cluster::kube::KubeCluster;
+use crate::cluster::kube::{Cache, KubeCluster};
 use crate::object::Gvk;
 
 /// Changes buffered per subscriber before it lags (a lagging subscriber
@@ -31,26 +34,34 @@ pub struct Change {
     pub deleted: bool,
 }
 
-/// A running watch of one kind, with its cache.
+/// A running watch of one kind, with its cache: one watcher for all
+/// namespaces (or a cluster-scoped kind), or one per namespace watched.
 pub struct Informer {
     gvk: Gvk,
-    store: Store<DynamicObject>,
+    cache: Cache,
     changes: broadcast::Sender<Change>,
-    synced: watch::Receiver<bool>,
     restarts: Arc<AtomicU64>,
+    watches: Vec<Watch>,
+}
+
+/// One watcher of an informer, feeding one reflector store.
+struct Watch {
+    /// The namespace watched; `None`: all.
+    namespace: Option<String>,
+    synced: watch::Receiver<bool>,
     last_error: Arc<Mutex<Option<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
-impl std::fmt::Debug for Informer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Informer").field("gvk", &self.gvk).finish_non_exhaustive()
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
-impl Drop for Informer {
-    fn drop(&mut self) {
-        self.task.abort();
+impl std::fmt::Debug for Informer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Informer").field("gvk", &self.gvk).field("cache", &self.cache).finish_non_exhaustive()
     }
 }
 
@@ -60,31 +71,43 @@ impl Informer {
         &self.gvk
     }
 
-    /// The cache: every object of the kind, as last seen.
-    pub fn store(&self) -> &Store<DynamicObject> {
-        &self.store
+    /// The cache: every object of the kind in the namespaces watched, as
+    /// last seen.
+    pub fn store(&self) -> &Cache {
+        &self.cache
     }
 
-    /// Subscribes to changes from now on.
+    /// Subscribes to changes from now on, in every namespace watched.
     pub fn subscribe(&self) -> broadcast::Receiver<Change> {
         self.changes.subscribe()
     }
 
-    /// How often the watch was (re)started after the first list.
+    /// How often a watch was (re)started after its first list, summed over
+    /// the namespaces watched.
     pub fn restarts(&self) -> u64 {
         self.restarts.load(Ordering::Relaxed)
     }
 
-    /// The last error of the watch, cleared by the next event it delivers
+    /// The last error of a watch, cleared by the next event it delivers
     /// (e.g. a 403 when the host's RBAC does not allow watching the kind).
+    /// With several namespaces watched, the first namespace that has one,
+    /// named in the message.
     pub fn last_error(&self) -> Option<String> {
-        self.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.watches.iter().find_map(|w| {
+            let error = w.last_error.lock().unwrap_or_else(PoisonError::into_inner).clone()?;
+            Some(match &w.namespace {
+                Some(ns) if self.watches.len() > 1 => format!("in namespace {ns}: {error}"),
+                _ => error,
+            })
+        })
     }
 
-    /// Waits until the first list is complete.
+    /// Waits until the first list is complete in every namespace watched.
     pub async fn synced(&self) {
-        let mut synced = self.synced.clone();
-        let _ = synced.wait_for(|s| *s).await;
+        for w in &self.watches {
+            let mut synced = w.synced.clone();
+            let _ = synced.wait_for(|s| *s).await;
+        }
     }
 }
 
@@ -94,20 +117,22 @@ type InformerKey = (String, String, Option<String>);
 /// The shared watches of one host.
 pub struct Informers {
     cluster: KubeCluster,
-    namespace: Option<String>,
+    /// The namespaces watched; empty: all.
+    namespaces: BTreeSet<String>,
     running: Mutex<HashMap<InformerKey, Arc<Informer>>>,
 }
 
 impl std::fmt::Debug for Informers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Informers").field("namespace", &self.namespace).finish_non_exhaustive()
+        f.debug_struct("Informers").field("namespaces", &self.namespaces).finish_non_exhaustive()
     }
 }
 
 impl Informers {
-    /// Watches in `namespace`, or in all namespaces with `None`.
-    pub fn new(cluster: KubeCluster, namespace: Option<String>) -> Self {
-        Self { cluster, namespace, running: Mutex::new(HashMap::new()) }
+    /// Watches namespaced kinds in `namespaces`, or in all namespaces when
+    /// there are none. Cluster-scoped kinds are watched whole either way.
+    pub fn new(cluster: KubeCluster, namespaces: impl IntoIterator<Item = String>) -> Self {
+        Self { cluster, namespaces: namespaces.into_iter().collect(), running: Mutex::new(HashMap::new()) }
     }
 
     /// How many kinds are watched.
@@ -120,7 +145,7 @@ impl Informers {
         self.len() == 0
     }
 
-    /// The informer of `gvk`, started on first use; its store also serves
+    /// The informer of `gvk`, started on first use; its cache also serves
     /// the cluster backend's reads of the kind.
     ///
     /// # Errors
@@ -144,34 +169,64 @@ impl Informers {
             return Ok(Arc::clone(i));
         }
         let resolved = self.cluster.resolve(gvk).await?;
-        let client = self.cluster.client().clone();
-        let api: Api<DynamicObject> = match (&self.namespace, resolved.namespaced()) {
-            (Some(ns), true) => Api::namespaced_with(client, ns, &resolved.resource),
-            _ => Api::all_with(client, &resolved.resource),
+        let client = self.cluster.client();
+        // One watch per namespace for a namespaced kind and a list of
+        // namespaces; one watch of everything otherwise.
+        let scopes: Vec<Option<&str>> = if resolved.namespaced() && !self.namespaces.is_empty() {
+            self.namespaces.iter().map(|ns| Some(ns.as_str())).collect()
+        } else {
+            vec![None]
         };
-        let writer = reflector::store::Writer::new(resolved.resource.clone());
-        let store = writer.as_reader();
         let (changes, _) = broadcast::channel(CHANGE_BUFFER);
-        let (synced_tx, synced) = watch::channel(false);
         let restarts = Arc::new(AtomicU64::new(0));
-        let last_error = Arc::new(Mutex::new(None));
-        let span = tracing::info_span!("watch", kind = %gvk, selector = label_selector.unwrap_or_default());
-        let errors = Arc::clone(&last_error);
         let mut config = watcher::Config::default();
         if let Some(selector) = label_selector {
             config = config.labels(selector);
         }
-        let watch =
-            run_watch(gvk.clone(), api, config, writer, changes.clone(), synced_tx, Arc::clone(&restarts), errors);
-        let task = tokio::spawn(tracing::Instrument::instrument(watch, span));
-        let informer =
-            Arc::new(Informer { gvk: gvk.clone(), store: store.clone(), changes, synced, restarts, last_error, task });
+        let mut watches = Vec::new();
+        let mut stores = Vec::new();
+        for namespace in scopes {
+            let api: Api<DynamicObject> = match namespace {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &resolved.resource),
+                None => Api::all_with(client.clone(), &resolved.resource),
+            };
+            let writer = reflector::store::Writer::new(resolved.resource.clone());
+            stores.push((namespace.map(str::to_owned), writer.as_reader()));
+            let (synced_tx, synced) = watch::channel(false);
+            let last_error = Arc::new(Mutex::new(None));
+            let span = tracing::info_span!(
+                "watch",
+                kind = %gvk,
+                namespace = namespace.unwrap_or_default(),
+                selector = label_selector.unwrap_or_default(),
+            );
+            let run = run_watch(
+                gvk.clone(),
+                api,
+                config.clone(),
+                writer,
+                changes.clone(),
+                synced_tx,
+                Arc::clone(&restarts),
+                Arc::clone(&last_error),
+            );
+            let task = tokio::spawn(tracing::Instrument::instrument(run, span));
+            watches.push(Watch { namespace: namespace.map(str::to_owned), synced, last_error, task });
+        }
+        let cache = match stores.as_slice() {
+            [(None, store)] => Cache::all(resolved.resource.clone(), store.clone()),
+            _ => Cache::namespaced(
+                resolved.resource.clone(),
+                stores.into_iter().filter_map(|(ns, store)| Some((ns?, store))),
+            ),
+        };
+        let informer = Arc::new(Informer { gvk: gvk.clone(), cache, changes, restarts, watches });
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         // Another caller may have started it meanwhile: keep theirs.
         let informer = Arc::clone(running.entry(key).or_insert(informer));
         drop(running);
         if label_selector.is_none() {
-            self.cluster.use_cache(&gvk.group, &gvk.kind, informer.store.clone());
+            self.cluster.use_cache(&gvk.group, &gvk.kind, informer.cache.clone());
         }
         Ok(informer)
     }

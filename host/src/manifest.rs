@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::bindings::capstan::operator::types as wit;
+use crate::cluster::mock::selector::LabelSelector;
 use crate::object::Gvk;
 
 /// A Kubernetes API verb.
@@ -111,6 +112,34 @@ pub struct Watch {
     pub mapping: Mapping,
     /// Only objects matching this label selector.
     pub label_selector: Option<String>,
+}
+
+impl Watch {
+    /// True if an object with these labels (`metadata.labels`, possibly
+    /// absent) matches the watch's label selector; always true without one.
+    /// A selector that does not parse (a manifest converted from the WIT
+    /// record never has one) matches nothing.
+    ///
+    /// ```
+    /// use capstan_host::manifest::{Mapping, Watch};
+    /// use capstan_host::object::Gvk;
+    /// use serde_json::json;
+    ///
+    /// let watch = Watch {
+    ///     kind: Gvk::new("", "v1", "Secret"),
+    ///     mapping: Mapping::SameName,
+    ///     label_selector: Some("capstan.dev/watched=yes".into()),
+    /// };
+    /// assert!(watch.selects(Some(&json!({"capstan.dev/watched": "yes"}))));
+    /// assert!(!watch.selects(Some(&json!({"capstan.dev/watched": "no"}))));
+    /// assert!(!watch.selects(None));
+    /// ```
+    pub fn selects(&self, labels: Option<&Value>) -> bool {
+        match &self.label_selector {
+            None => true,
+            Some(selector) => LabelSelector::parse(selector).is_ok_and(|s| s.matches(labels)),
+        }
+    }
 }
 
 /// A controller's validated declaration.
@@ -262,6 +291,12 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
                     wit::WatchMapping::SameName => Mapping::SameName,
                     wit::WatchMapping::Namespace => Mapping::Namespace,
                 };
+                if let Some(selector) = &w.label_selector {
+                    LabelSelector::parse(selector).map_err(|e| Error::Watch {
+                        index,
+                        reason: format!("invalid label selector {selector:?}: {e}"),
+                    })?;
+                }
                 Ok(Watch { kind: kind_of("watches", w.kind)?, mapping, label_selector: w.label_selector })
             })
             .collect::<Result<_, _>>()?;
@@ -393,6 +428,24 @@ mod tests {
         };
         let m = wit::ControllerManifest { permissions: vec![p], ..valid() };
         assert!(matches!(Manifest::try_from(m), Err(Error::Permission { index: 0, .. })));
+    }
+
+    #[test]
+    fn malformed_watch_label_selector_is_rejected() {
+        let watch = |selector: &str| wit::Watch {
+            kind: gvk("", "v1", "Secret"),
+            mapping: wit::WatchMapping::SameName,
+            label_selector: Some(selector.into()),
+        };
+        let m = wit::ControllerManifest { watches: vec![watch("app in (")], ..valid() };
+        let err = Manifest::try_from(m).expect_err("unterminated set");
+        assert_eq!(
+            err.to_string(),
+            "watches[0]: invalid label selector \"app in (\": unterminated set of values",
+            "{err:?}"
+        );
+        let m = wit::ControllerManifest { watches: vec![watch("capstan.dev/watched=yes,!legacy")], ..valid() };
+        assert!(Manifest::try_from(m).is_ok());
     }
 
     #[test]

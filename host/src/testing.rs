@@ -25,10 +25,12 @@
 //! Every write to the mock cluster is a change. A change to an object of a
 //! controller's primary kind queues that object; a change to an owned kind
 //! queues the owner named by its controller ownerReference; a change to a
-//! watched kind queues the primaries its mapping names. The queue holds
-//! each object once. Time is virtual: requeues, resyncs and backoff after
-//! errors are due at a later virtual instant, which [`MockHost::advance`]
-//! reaches; [`MockHost::run_until_idle`] only processes what is due now.
+//! watched kind queues the primaries its mapping names, if the object
+//! matches the watch's label selector (its state after the change, or its
+//! last state for a removal). The queue holds each object once. Time is
+//! virtual: requeues, resyncs and backoff after errors are due at a later
+//! virtual instant, which [`MockHost::advance`] reaches;
+//! [`MockHost::run_until_idle`] only processes what is due now.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -43,7 +45,7 @@ use crate::component::{self, Loader};
 use crate::engine::{self, Engine, EngineConfig};
 use crate::imports::{ImportCall, LogLine};
 use crate::limits::Limits;
-use crate::manifest::{Manifest, Mapping};
+use crate::manifest::{Manifest, Mapping, Watch};
 use crate::object::{self, ObjectRef};
 use crate::reconciler::{Action, EventKind, Reconciler, Report};
 use crate::runtime::Runtime;
@@ -321,7 +323,9 @@ impl MockHost {
                         self.enqueue(index, r);
                     }
                 }
-                for watch in manifest.watches.iter().filter(|w| w.kind.same_group_kind(gvk)) {
+                let labels = change.object.pointer("/metadata/labels");
+                let watching = |w: &&Watch| w.kind.same_group_kind(gvk) && w.selects(labels);
+                for watch in manifest.watches.iter().filter(watching) {
                     let ns = change.object_ref.namespace.as_deref();
                     let names: Vec<String> = match &watch.mapping {
                         Mapping::None => vec![],

@@ -1,7 +1,7 @@
 //! `capstan run` semantics on the real API server: the host, in process,
 //! runs components against kube-apiserver + etcd (+ controller-manager)
 //! started by tests/control-plane/cp.sh. Each test watches only its own
-//! namespace, so tests run side by side.
+//! namespaces, so tests run side by side.
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use capstan_host::limits::Limits;
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
@@ -194,8 +194,9 @@ async fn two_components_share_the_watch_of_a_kind() -> Result<()> {
     // The fixture reconciles every ConfigMap, the greeter's child included.
     wait_for(TIMEOUT, || async { (!events(&ns, "hello-greeting", "Reconciled").await.is_empty()).then_some(()) })
         .await?;
-    // Greeting, ConfigMap (greeter owns it, fixture's primary), Deployment.
-    assert_eq!(host.watched_kinds(), 3);
+    // Greeting, ConfigMap (greeter owns it, fixture's primary), Deployment,
+    // and the Secrets the fixture's watch selects.
+    assert_eq!(host.watched_kinds(), 4);
     host.shutdown().await;
     ns.cleanup().await
 }
@@ -361,4 +362,91 @@ async fn a_terminal_error_sets_a_reconciled_false_condition() -> Result<()> {
     assert!(condition["message"].as_str().is_some_and(|m| m.contains("spec.message must not be empty")));
     host.shutdown().await;
     ns.cleanup().await
+}
+
+/// A Secret with the labels the fixture's watch selects on and maps by.
+fn labelled_secret(name: &str, watched: &str, configmap: &str) -> Result<Secret> {
+    let labels = json!({"capstan.dev/watched": watched, "capstan.dev/configmap": configmap});
+    Ok(serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_secrets_matching_the_watch_selector_trigger_a_reconcile() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("run-selector").await?;
+    let host = start_host(&ns, &["fixture"], Settings::default(), Limits::default()).await?;
+    let cms: Api<ConfigMap> = ns.api();
+    let secrets: Api<Secret> = ns.api();
+    // The fixture writes the Secrets labelled for `watcher` into
+    // `watcher-secrets` on every reconcile of `watcher`.
+    cms.create(&PostParams::default(), &fixture_cm("watcher", "secrets")).await?;
+    let seen = || async { cms.get("watcher-secrets").await.ok()?.data?.get("seen").cloned() };
+    wait_for(TIMEOUT, || async { seen().await.filter(String::is_empty) }).await?;
+    // Let the reconcile that the child's creation triggers pass.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    secrets.create(&PostParams::default(), &labelled_secret("ignored", "no", "watcher")?).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(seen().await.as_deref(), Some(""), "a Secret outside the watch's selector triggers nothing");
+
+    secrets.create(&PostParams::default(), &labelled_secret("seen", "yes", "watcher")?).await?;
+    wait_for(TIMEOUT, || async { seen().await.filter(|s| s == "ignored,seen") })
+        .await
+        .context("a Secret matching the selector triggers the ConfigMap its label names")?;
+    assert_eq!(host.controllers()[0].counts().failed, 0, "{:?}", host.controllers()[0].counts());
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_watching_two_namespaces_reconciles_only_there_and_reads_elsewhere_from_the_api() -> Result<()> {
+    ControlPlane::shared().await?;
+    let a = TestNamespace::new("run-ns-a").await?;
+    let b = TestNamespace::new("run-ns-b").await?;
+    let c = TestNamespace::new("run-ns-c").await?;
+    let host = HostBuilder::new(a.client())
+        .namespaces([a.name(), b.name()])
+        .install_crds(true)
+        .component(component("greeter"))
+        .component(component("fixture"))
+        .start()
+        .await?;
+    greetings(&c).create(&PostParams::default(), &greeting("hello", "not watched", 1)).await?;
+    let target: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "target"}, "data": {"message": "from c"}}))?;
+    c.api::<ConfigMap>().create(&PostParams::default(), &target).await?;
+    for ns in [&a, &b] {
+        greetings(ns).create(&PostParams::default(), &greeting("hello", "watched", 1)).await?;
+    }
+    for ns in [&a, &b] {
+        wait_for(TIMEOUT, || async { greetings(ns).get("hello").await.ok().filter(|g| ready(g, 1)) })
+            .await
+            .with_context(|| format!("the greeting in {} did not converge", ns.name()))?;
+    }
+
+    // A guest in a reads c, which no watch covers: the reads go to the API
+    // server instead of answering from the caches of a and b.
+    let mut reader = fixture_cm("reader", "read");
+    reader.data.get_or_insert_default().insert("read".into(), format!("{}/target", c.name()));
+    a.api::<ConfigMap>().create(&PostParams::default(), &reader).await?;
+    let read = wait_for(TIMEOUT, || async { a.api::<ConfigMap>().get("reader-read").await.ok()?.data }).await?;
+    let expected: std::collections::BTreeMap<String, String> =
+        [("get", "from c"), ("list", "yes"), ("list-all", "yes")].map(|(k, v)| (k.to_owned(), v.to_owned())).into();
+    assert_eq!(read, expected);
+
+    // Nothing in c was touched: the greeting has no finalizer or status, the
+    // ConfigMap was not reconciled by the fixture.
+    let outside = greetings(&c).get("hello").await?;
+    assert_eq!(outside.metadata.finalizers, None, "{outside:?}");
+    assert!(outside.data.get("status").is_none_or(Value::is_null), "{outside:?}");
+    assert!(events(&c, "target", "Reconciled").await.is_empty());
+    assert!(c.api::<ConfigMap>().get_opt("hello-greeting").await?.is_none());
+    for controller in host.controllers() {
+        assert_eq!(controller.counts().failed, 0, "{}: {:?}", controller.name(), controller.counts());
+    }
+    host.shutdown().await;
+    for ns in [a, b, c] {
+        ns.cleanup().await?;
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The real cluster backend: the Kubernetes API through kube-rs, with kinds
 //! resolved by discovery and reads served from the host's watch caches
-//! where a cache for the kind exists.
+//! where a cache for the kind covers the namespace read (a read in a
+//! namespace the host does not watch goes to the API server).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -10,11 +11,14 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PatchParams, PostParams, PropagationPolicy};
 use kube::discovery::{ApiCapabilities, Scope};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
 use serde_json::Value;
 
 use super::{Cluster, Error, EventRecord, ListParams, Patch, Propagation, Result, Status, Subresource};
 use crate::object::{Gvk, ObjectRef};
+
+mod cache;
+
+pub use cache::Cache;
 
 /// A kind as the API server serves it.
 #[derive(Clone, Debug)]
@@ -62,7 +66,7 @@ pub fn map_error(e: kube::Error) -> Error {
 pub struct KubeCluster {
     client: kube::Client,
     kinds: Arc<Mutex<HashMap<Gvk, Resolved>>>,
-    caches: Arc<RwLock<HashMap<GroupKind, Store<DynamicObject>>>>,
+    caches: Arc<RwLock<HashMap<GroupKind, Cache>>>,
     recorders: Arc<Mutex<HashMap<String, Recorder>>>,
     instance: Option<String>,
 }
@@ -120,14 +124,17 @@ impl KubeCluster {
         lock(&self.kinds).clear();
     }
 
-    /// Serves reads of `group`/`kind` from `store` from now on.
-    pub fn use_cache(&self, group: &str, kind: &str, store: Store<DynamicObject>) {
-        self.caches.write().unwrap_or_else(PoisonError::into_inner).insert((group.to_owned(), kind.to_owned()), store);
+    /// Serves reads of `group`/`kind` from `cache` from now on, where it
+    /// [covers](Cache::covers) the namespace read.
+    pub fn use_cache(&self, group: &str, kind: &str, cache: Cache) {
+        self.caches.write().unwrap_or_else(PoisonError::into_inner).insert((group.to_owned(), kind.to_owned()), cache);
     }
 
-    fn cache(&self, gvk: &Gvk) -> Option<Store<DynamicObject>> {
+    /// The cache of `gvk`'s kind, if there is one and it covers reads in
+    /// `namespace`.
+    fn cache(&self, gvk: &Gvk, namespace: Option<&str>) -> Option<Cache> {
         let caches = self.caches.read().unwrap_or_else(PoisonError::into_inner);
-        caches.get(&(gvk.group.clone(), gvk.kind.clone())).cloned()
+        caches.get(&(gvk.group.clone(), gvk.kind.clone())).filter(|c| c.covers(namespace)).cloned()
     }
 
     async fn api(&self, gvk: &Gvk, namespace: Option<&str>) -> Result<(Api<DynamicObject>, Resolved)> {
@@ -170,12 +177,10 @@ fn from_value(value: Value) -> Result<DynamicObject> {
 #[async_trait]
 impl Cluster for KubeCluster {
     async fn get(&self, object: &ObjectRef) -> Result<Value> {
-        if let Some(store) = self.cache(&object.gvk) {
-            let mut key = StoreRef::new_with(&object.name, self.resolve(&object.gvk).await?.resource);
-            if let Some(ns) = &object.namespace {
-                key = key.within(ns);
-            }
-            return match store.get(&key) {
+        if let Some(cache) = self.cache(&object.gvk, object.namespace.as_deref()) {
+            // A version the server does not serve is not found, cached or not.
+            self.resolve(&object.gvk).await?;
+            return match cache.get(object.namespace.as_deref(), &object.name) {
                 Some(o) => Ok(to_value(&o, &object.gvk)),
                 None => Err(Error::NotFound(Status::new(404, "NotFound", format!("{object} not found")))),
             };
@@ -187,13 +192,8 @@ impl Cluster for KubeCluster {
 
     async fn list(&self, kind: &Gvk, namespace: Option<&str>, params: &ListParams) -> Result<Vec<Value>> {
         let unfiltered = params.label_selector.is_none() && params.field_selector.is_none();
-        if let (Some(store), true) = (self.cache(kind), unfiltered) {
-            let mut items: Vec<Value> = store
-                .state()
-                .iter()
-                .filter(|o| namespace.is_none() || o.metadata.namespace.as_deref() == namespace)
-                .map(|o| to_value(o, kind))
-                .collect();
+        if let (Some(cache), true) = (self.cache(kind, namespace), unfiltered) {
+            let mut items: Vec<Value> = cache.list(namespace).iter().map(|o| to_value(o, kind)).collect();
             items.sort_by(|a, b| {
                 let key = |v: &Value| {
                     (
@@ -218,14 +218,13 @@ impl Cluster for KubeCluster {
     }
 
     async fn list_owned(&self, kind: &Gvk, namespace: Option<&str>, owner_uid: &str) -> Result<Vec<Value>> {
-        let Some(store) = self.cache(kind) else {
+        let Some(cache) = self.cache(kind, namespace) else {
             let all = self.list(kind, namespace, &ListParams::default()).await?;
             return Ok(all.into_iter().filter(|o| crate::object::owner_uids(o).any(|u| u == owner_uid)).collect());
         };
-        Ok(store
-            .state()
+        Ok(cache
+            .list(namespace)
             .iter()
-            .filter(|o| namespace.is_none() || o.metadata.namespace.as_deref() == namespace)
             .filter(|o| o.metadata.owner_references.iter().flatten().any(|r| r.uid == owner_uid))
             .map(|o| to_value(o, kind))
             .collect())

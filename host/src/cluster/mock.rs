@@ -142,7 +142,7 @@ use crate::object::{self, Gvk, ObjectRef};
 mod apply;
 mod kinds;
 mod meta;
-mod selector;
+pub(crate) mod selector;
 mod strategic;
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use super::meta::{is_label_value, is_qualified_name};
 
 /// A parsed label selector: every requirement must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct LabelSelector(Vec<Requirement>);
+pub(crate) struct LabelSelector(Vec<Requirement>);
 
 /// One requirement of a label selector.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +97,7 @@ fn lex(input: &str) -> Vec<Token> {
 impl LabelSelector {
     /// Parses a selector such as `app=web,tier in (a,b),!legacy`. The error
     /// says what is wrong.
-    pub(super) fn parse(input: &str) -> Result<Self, String> {
+    pub(crate) fn parse(input: &str) -> Result<Self, String> {
         let mut tokens = lex(input).into_iter().peekable();
         let mut requirements = Vec::new();
         if tokens.peek().is_none() {
@@ -138,7 +138,7 @@ impl LabelSelector {
     }
 
     /// True if the labels (`metadata.labels`, possibly absent) match.
-    pub(super) fn matches(&self, labels: Option<&Value>) -> bool {
+    pub(crate) fn matches(&self, labels: Option<&Value>) -> bool {
         let label = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
         self.0.iter().all(|requirement| match requirement {
             Requirement::Exists(key) => label(key).is_some(),
