@@ -343,8 +343,27 @@ async fn the_host_running_as_the_generated_service_account_converges_the_greeter
     let (installed, sa) = install_rbac(&ns).await?;
     let admin = ns.client();
     let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
-    // The host reviews the greeter's permissions against its own: the
-    // generated RBAC is enough.
+    // The host reviews each component's permissions against its own: the
+    // fixture also watches Secrets, which the greeter's RBAC does not allow,
+    // and is rejected before it runs, naming what is missing; for the
+    // greeter, the generated RBAC is enough.
+    let refused = HostBuilder::new(sa.clone())
+        .namespace(Some(ns.name().to_owned()))
+        .check_permissions(true)
+        .component(find_component("fixture").map_err(anyhow::Error::msg)?)
+        .start()
+        .await;
+    match refused {
+        Err(e @ capstan_host::host::Error::Access { .. }) => {
+            let message = e.to_string();
+            let place = format!("(core) in namespace {}", ns.name());
+            for verb in ["get", "list", "watch"] {
+                assert!(message.contains(&format!("{verb} secrets {place}")), "{message}");
+            }
+            assert!(!message.contains("configmaps"), "ConfigMaps are granted: {message}");
+        }
+        other => bail!("the fixture was not rejected for its permissions: {other:?}"),
+    }
     let host = HostBuilder::new(sa)
         .namespace(Some(ns.name().to_owned()))
         .install_crds(true)
