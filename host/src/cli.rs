@@ -93,6 +93,49 @@ pub struct RunArgs {
     /// Name of this replica in Events (default: $POD_NAME or the hostname).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
+    /// Elect a leader per controller among replicas, with one Lease per
+    /// controller (`capstan-<name>`): standbys keep their caches warm and
+    /// take over when the leader stops renewing.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the Leases (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// How long a Lease holds after its last renewal, in seconds.
+    #[arg(long, default_value_t = 15.0, value_name = "SECONDS")]
+    pub lease_duration: f64,
+    /// How long a leader keeps trying to renew before it stops
+    /// reconciling, in seconds (less than the lease duration).
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub renew_deadline: f64,
+    /// How often candidates try to acquire and leaders renew, in seconds.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub retry_period: f64,
+}
+
+impl RunArgs {
+    /// The leader election settings the arguments ask for.
+    ///
+    /// # Errors
+    ///
+    /// For durations that are not positive numbers of seconds, or that
+    /// break `retry period < renew deadline < lease duration`.
+    pub fn leader_election(&self) -> anyhow::Result<Option<crate::leader::LeaseSettings>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let seconds = |name: &str, s: f64| {
+            std::time::Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--{name} {s}: not a duration"))
+        };
+        let identity = self.instance.clone().unwrap_or_else(crate::leader::default_identity);
+        let settings = crate::leader::LeaseSettings::new(&self.leader_election_namespace, identity).timing(
+            seconds("lease-duration", self.lease_duration)?,
+            seconds("renew-deadline", self.renew_deadline)?,
+            seconds("retry-period", self.retry_period)?,
+        );
+        settings.validate()?;
+        Ok(Some(settings))
+    }
 }
 
 /// Checks a namespace name given on the command line.
@@ -247,6 +290,7 @@ pub async fn connect(kubeconfig: Option<&std::path::Path>, context: Option<Strin
 }
 
 async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
+    let leader_election = args.leader_election()?;
     let client = connect(args.kubeconfig.as_deref(), args.context).await?;
     let limits = Limits::default()
         .memory(args.memory_limit_mib << 20)
@@ -259,7 +303,8 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         .limits(limits)
         .cache_dir(default_cache_dir())
         .instance(instance)
-        .components_dir(args.components_dir);
+        .components_dir(args.components_dir)
+        .leader_election(leader_election);
     for c in args.components {
         builder = builder.component(c);
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use kube::api::DynamicObject;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
@@ -59,6 +60,8 @@ pub enum State {
     WaitingForKinds(Vec<Gvk>),
     /// Kinds are served; waiting for the first list of each.
     Syncing,
+    /// Caches synced, not reconciling: another replica leads.
+    Standby,
     /// Watching and reconciling.
     Running,
     /// Stopped.
@@ -122,27 +125,32 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Controller {
-    /// Starts a controller for `reconciler` on the shared `informers`.
+    /// Starts a controller for `reconciler` on the shared `informers`. With
+    /// `leading` (see [`crate::leader`]), it keeps its caches warm always
+    /// but reconciles only while that reads `true`, and stops at once when
+    /// it turns `false`.
     pub fn start(
         reconciler: Arc<Reconciler>,
         cluster: KubeCluster,
         informers: Arc<Informers>,
         settings: Settings,
+        leading: Option<watch::Receiver<bool>>,
     ) -> Self {
-        Self::start_with(reconciler, cluster, informers, settings, Counts::default())
+        Self::start_with(reconciler, cluster, informers, settings, Counts::default(), leading)
     }
 
     /// Starts `previous`'s reconciler again (after a swap that changed what
     /// it watches), keeping its counters and what it handled. `previous`
     /// should be [stopped](Self::stop) first; the shared watches stay, only
     /// the subscriptions are made anew.
-    pub fn resume(previous: &Controller) -> Self {
+    pub fn resume(previous: &Controller, leading: Option<watch::Receiver<bool>>) -> Self {
         Self::start_with(
             Arc::clone(&previous.reconciler),
             previous.cluster.clone(),
             Arc::clone(&previous.informers),
             previous.settings.clone(),
             previous.counts(),
+            leading,
         )
     }
 
@@ -152,6 +160,7 @@ impl Controller {
         informers: Arc<Informers>,
         settings: Settings,
         counts: Counts,
+        leading: Option<watch::Receiver<bool>>,
     ) -> Self {
         let manifest = Arc::clone(&reconciler.component().manifest);
         let name = manifest.name.clone();
@@ -170,6 +179,7 @@ impl Controller {
             Arc::clone(&counts),
             Arc::clone(&queue),
             Arc::clone(&primary),
+            leading,
         );
         let task = tokio::spawn(run.instrument(span));
         Self {
@@ -265,6 +275,7 @@ async fn run(
     counts: Arc<Mutex<Counts>>,
     queue: Arc<Queue>,
     primary_slot: Arc<OnceLock<Arc<Informer>>>,
+    leading: Option<watch::Receiver<bool>>,
 ) {
     // Each kind once: a kind that is both primary and owned (or watched) is
     // routed once per change, and `targets` finds every role it plays.
@@ -343,98 +354,150 @@ async fn run(
         let primary = Arc::clone(&primary_informer);
         routers.spawn(async move { route(manifest, kind, receiver, informer, primary, queue).await });
     }
-    // Everything already cached: an informer shared with another
-    // controller may have announced its first list before this controller
-    // subscribed. (An object can be queued twice at start; a reconcile is
-    // idempotent.)
-    for object in primary_informer.store().state() {
-        if let Some(r) = primary_ref(&manifest.primary, &object) {
-            queue.add(r);
-        }
-    }
-    *lock(&state) = State::Running;
-    tracing::info!(concurrency = manifest.max_concurrency, "controller running");
-
-    let failures: Arc<Mutex<HashMap<ObjectRef, u32>>> = Arc::default();
-    let controller_span = tracing::Span::current();
-    // Workers end when the queue is closed, each after its reconcile in
-    // flight.
-    let mut tasks = JoinSet::new();
-    for _ in 0..manifest.max_concurrency {
-        let controller_span = controller_span.clone();
-        let queue = Arc::clone(&queue);
-        let reconciler = Arc::clone(&reconciler);
-        let counts = Arc::clone(&counts);
-        let failures = Arc::clone(&failures);
-        let backoff = settings.backoff;
-        tasks.spawn(async move {
-            while let Some(r) = queue.next().await {
-                tracing::trace!(object = %r, "dequeued");
-                let span = tracing::info_span!(
-                    parent: &controller_span,
-                    "reconcile",
-                    object = %r,
-                    event = tracing::field::Empty,
-                    outcome = tracing::field::Empty,
-                    duration_ms = tracing::field::Empty,
-                );
-                let started = std::time::Instant::now();
-                let report = reconciler.reconcile(&r).instrument(span.clone()).await;
-                if let Some(event) = report.event {
-                    span.record("event", event.as_str());
-                }
-                span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
-                span.record(
-                    "outcome",
-                    match &report.result {
-                        Ok(Action::Requeue(_)) => "requeue",
-                        Ok(Action::AwaitChange) => "ok",
-                        Err(e) if e.is_retryable() => "retry",
-                        Err(_) => "terminal",
-                    },
-                );
-                tracing::debug!(parent: &span, "reconciled");
-                let mut n = lock(&failures);
-                match &report.result {
-                    Ok(action) => {
-                        n.remove(&r);
-                        lock(&counts).succeeded += 1;
-                        if let Action::Requeue(after) = action {
-                            queue.add_after(r.clone(), *after);
-                        }
-                    }
-                    Err(e) if e.is_conflict() => {
-                        // A stale cache, not a failure: look again shortly.
-                        tracing::debug!(parent: &span, error = %e, "conflict, requeued");
-                        queue.add_after(r.clone(), CONFLICT_REQUEUE);
-                    }
-                    Err(e) => {
-                        let mut c = lock(&counts);
-                        c.failed += 1;
-                        c.last_error = Some(format!("{r}: {e}"));
-                        drop(c);
-                        tracing::warn!(parent: &span, error = %e, "reconcile failed");
-                        if e.is_retryable() {
-                            let failures = n.entry(r.clone()).or_insert(0);
-                            *failures += 1;
-                            let seed = std::time::SystemTime::now()
-                                .duration_since(std::time::UNIX_EPOCH)
-                                .map(|d| d.subsec_nanos().into())
-                                .unwrap_or(0);
-                            queue.add_after(r.clone(), backoff.delay(*failures, seed));
-                        } else {
-                            n.remove(&r);
-                        }
-                    }
-                }
-                drop(n);
-                queue.done(&r);
+    let worker = Arc::new(Worker {
+        queue: Arc::clone(&queue),
+        reconciler,
+        counts,
+        failures: Mutex::default(),
+        backoff: settings.backoff,
+        span: tracing::Span::current(),
+    });
+    let queue_all = || {
+        // Everything cached: an informer shared with another controller may
+        // have announced its first list before this controller subscribed,
+        // and a new leader must look at every object. (An object can be
+        // queued twice at start; a reconcile is idempotent.)
+        for object in primary_informer.store().state() {
+            if let Some(r) = primary_ref(&manifest.primary, &object) {
+                queue.add(r);
             }
-        });
+        }
+    };
+    let workers = |n: u32| {
+        let mut set = JoinSet::new();
+        for _ in 0..n {
+            set.spawn(Arc::clone(&worker).work());
+        }
+        set
+    };
+    match leading {
+        None => {
+            queue_all();
+            *lock(&state) = State::Running;
+            tracing::info!(concurrency = manifest.max_concurrency, "controller running");
+            // Workers end when the queue is closed, each after its
+            // reconcile in flight.
+            let mut running = workers(manifest.max_concurrency);
+            while running.join_next().await.is_some() {}
+        }
+        Some(mut leading) => loop {
+            *lock(&state) = State::Standby;
+            tracing::info!("standing by: caches warm, not leading");
+            if leading.wait_for(|l| *l).await.map(|_| ()).is_err() {
+                break;
+            }
+            queue_all();
+            *lock(&state) = State::Running;
+            tracing::info!(concurrency = manifest.max_concurrency, "leading: controller running");
+            let mut running = workers(manifest.max_concurrency);
+            tokio::select! {
+                () = async { while running.join_next().await.is_some() {} } => break,
+                _ = async { leading.wait_for(|l| !*l).await.map(|_| ()) } => {
+                    // Lost the lease: stop at once, even mid-reconcile; the
+                    // next leader reconciles every object again.
+                    running.abort_all();
+                    while running.join_next().await.is_some() {}
+                    queue.reset();
+                    tracing::warn!("lost leadership: stopped reconciling");
+                }
+            }
+        },
     }
-    while tasks.join_next().await.is_some() {}
     routers.abort_all();
+    *lock(&state) = State::Stopped;
     tracing::info!("controller stopped");
+}
+
+/// What each worker of a controller shares.
+struct Worker {
+    queue: Arc<Queue>,
+    reconciler: Arc<Reconciler>,
+    counts: Arc<Mutex<Counts>>,
+    /// Consecutive failures per object, for the backoff.
+    failures: Mutex<HashMap<ObjectRef, u32>>,
+    backoff: Backoff,
+    /// The controller's span, parent of each reconcile's.
+    span: tracing::Span,
+}
+
+impl Worker {
+    /// Reconciles objects from the queue until it is closed.
+    async fn work(self: Arc<Self>) {
+        let Self { queue, reconciler, counts, failures, backoff, span: controller_span } = &*self;
+        let backoff = *backoff;
+    while let Some(r) = queue.next().await {
+        tracing::trace!(object = %r, "dequeued");
+        let span = tracing::info_span!(
+            parent: controller_span,
+            "reconcile",
+            object = %r,
+            event = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        let started = std::time::Instant::now();
+        let report = reconciler.reconcile(&r).instrument(span.clone()).await;
+        if let Some(event) = report.event {
+            span.record("event", event.as_str());
+        }
+        span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
+        span.record(
+            "outcome",
+            match &report.result {
+                Ok(Action::Requeue(_)) => "requeue",
+                Ok(Action::AwaitChange) => "ok",
+                Err(e) if e.is_retryable() => "retry",
+                Err(_) => "terminal",
+            },
+        );
+        tracing::debug!(parent: &span, "reconciled");
+        let mut n = lock(failures);
+        match &report.result {
+            Ok(action) => {
+                n.remove(&r);
+                lock(counts).succeeded += 1;
+                if let Action::Requeue(after) = action {
+                    queue.add_after(r.clone(), *after);
+                }
+            }
+            Err(e) if e.is_conflict() => {
+                // A stale cache, not a failure: look again shortly.
+                tracing::debug!(parent: &span, error = %e, "conflict, requeued");
+                queue.add_after(r.clone(), CONFLICT_REQUEUE);
+            }
+            Err(e) => {
+                let mut c = lock(counts);
+                c.failed += 1;
+                c.last_error = Some(format!("{r}: {e}"));
+                drop(c);
+                tracing::warn!(parent: &span, error = %e, "reconcile failed");
+                if e.is_retryable() {
+                    let failures = n.entry(r.clone()).or_insert(0);
+                    *failures += 1;
+                    let seed = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.subsec_nanos().into())
+                        .unwrap_or(0);
+                    queue.add_after(r.clone(), backoff.delay(*failures, seed));
+                } else {
+                    n.remove(&r);
+                }
+            }
+        }
+        drop(n);
+        queue.done(&r);
+    }
+    }
 }
 
 /// The primary object reference of a cached object.

@@ -34,6 +34,7 @@ use crate::component::{self, CompileSource, Loaded, Loader};
 use crate::controller::{Controller, Settings, State};
 use crate::engine::{self, Engine, EngineConfig};
 use crate::informer::Informers;
+use crate::leader::{self, Elections, LeaseSettings, Leadership, lease_name};
 use crate::limits::Limits;
 use crate::manifest::Manifest;
 use crate::object::{Gvk, ObjectRef};
@@ -88,6 +89,9 @@ pub enum Error {
     /// A CRD did not become established in time.
     #[error("CRD {0} was not established within 60 s")]
     CrdNotEstablished(String),
+    /// Leader election could not be set up, or not joined.
+    #[error(transparent)]
+    Leader(#[from] leader::Error),
     /// The components directory cannot be watched.
     #[error("cannot watch components directory {path}: {error}")]
     Watch {
@@ -113,7 +117,7 @@ impl Error {
             Self::Duplicate { .. } => "duplicate",
             Self::Access { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) => "crd",
-            Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) => "host",
+            Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) | Self::Leader(_) => "host",
         }
     }
 }
@@ -131,6 +135,7 @@ pub struct HostBuilder {
     settings: Settings,
     cache_dir: Option<PathBuf>,
     instance: Option<String>,
+    leader_election: Option<LeaseSettings>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -160,6 +165,7 @@ impl HostBuilder {
             settings: Settings::default(),
             cache_dir: None,
             instance: None,
+            leader_election: None,
         }
     }
 
@@ -239,6 +245,16 @@ impl HostBuilder {
         self
     }
 
+    /// Elects a leader per controller among the host's replicas (see
+    /// [`crate::leader`]): each controller keeps its caches warm, and
+    /// reconciles only while this replica holds its Lease
+    /// (`capstan-<controller>` in `settings.namespace`). Default: no
+    /// election, every controller reconciles.
+    pub fn leader_election(mut self, settings: Option<LeaseSettings>) -> Self {
+        self.leader_election = settings;
+        self
+    }
+
     /// Loads every component, installs CRDs if asked, starts the
     /// controllers, and starts following the components directory.
     ///
@@ -255,6 +271,7 @@ impl HostBuilder {
         let loader = Loader::new(runtime.clone(), self.cache_dir.clone());
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());
         let informers = Arc::new(Informers::new(cluster.clone(), self.namespaces.clone()));
+        let elections = self.leader_election.map(|s| Elections::new(self.client.clone(), s)).transpose()?;
         let shared = Arc::new(Shared {
             runtime,
             loader,
@@ -265,6 +282,7 @@ impl HostBuilder {
             namespaces: self.namespaces,
             install_crds: self.install_crds,
             check_permissions: self.check_permissions,
+            elections,
             slots: Mutex::new(Vec::new()),
             changes: tokio::sync::Mutex::new(()),
         });
@@ -329,6 +347,8 @@ pub struct Rejection {
 struct Slot {
     path: PathBuf,
     controller: Option<Arc<Controller>>,
+    /// Its controller's Lease, with leader election.
+    leadership: Option<Leadership>,
     version: Option<Version>,
     swaps: u64,
     rejected: Option<Rejection>,
@@ -352,9 +372,12 @@ pub struct ComponentStatus {
     pub compile: Option<&'static str>,
     /// Compile (or cache load) time in milliseconds.
     pub compile_ms: Option<f64>,
-    /// `running`, `syncing`, `waiting-for-kinds`, `stopped`, or `rejected`
-    /// (nothing runs from this file).
+    /// `running`, `standby` (another replica leads), `syncing`,
+    /// `waiting-for-kinds`, `stopped`, or `rejected` (nothing runs from this
+    /// file).
     pub state: &'static str,
+    /// Whether this replica leads the controller (with leader election).
+    pub leading: Option<bool>,
     /// Kinds it waits for, in `waiting-for-kinds`.
     pub waiting_for: Vec<String>,
     /// Versions swapped in since the first.
@@ -383,6 +406,7 @@ pub(crate) struct Shared {
     namespaces: Vec<String>,
     install_crds: bool,
     check_permissions: bool,
+    elections: Option<Elections>,
     slots: Mutex<Vec<Slot>>,
     /// Serialises loads and unloads: one change at a time, in order.
     changes: tokio::sync::Mutex<()>,
@@ -430,7 +454,7 @@ impl Shared {
             Ok(loaded) => loaded,
             Err(e) => return Err(self.reject(path, Some(&digest), e)),
         };
-        Ok(self.install(path, loaded).await)
+        self.install(path, loaded).await.map_err(|e| self.reject(path, Some(&digest), e))
     }
 
     /// Compiles and checks a component: everything that can reject it.
@@ -481,6 +505,7 @@ impl Shared {
             None => slots.push(Slot {
                 path: path.to_owned(),
                 controller: None,
+                leadership: None,
                 version: None,
                 swaps: 0,
                 rejected: Some(rejection),
@@ -491,7 +516,7 @@ impl Shared {
 
     /// Runs an admitted component: swaps it into the controller its file
     /// ran, or starts a new controller.
-    async fn install(&self, path: &Path, loaded: Loaded) -> Change {
+    async fn install(&self, path: &Path, loaded: Loaded) -> Result<Change, Error> {
         let version = Version {
             digest: loaded.digest.clone(),
             contract: loaded.contract.clone(),
@@ -500,7 +525,12 @@ impl Shared {
             compile_time: loaded.compile_time,
         };
         let name = loaded.manifest.name.clone();
-        let current = lock(&self.slots).iter().find(|s| s.path == path).and_then(|s| s.controller.clone());
+        let (current, leading) = {
+            let slots = lock(&self.slots);
+            let slot = slots.iter().find(|s| s.path == path);
+            (slot.and_then(|s| s.controller.clone()), slot.and_then(|s| s.leadership.as_ref().map(Leadership::watch)))
+        };
+        let mut joined = None;
         let (controller, change) = match current {
             Some(old) if old.name() == name => {
                 let same_shape = shape(&old.reconciler().component().manifest) == shape(&loaded.manifest);
@@ -514,15 +544,19 @@ impl Shared {
                     // What it watches changed: new subscriptions; the shared
                     // watches (and other controllers) are not touched.
                     old.stop().await;
-                    let new = Arc::new(Controller::resume(&old));
+                    let new = Arc::new(Controller::resume(&old, leading));
                     tracing::info!(controller = %name, "watches restarted after swap");
                     (new, Change::Swapped { name, restarted: true })
                 }
             }
             other => {
+                // Joined before the old controller stops: if it fails, the
+                // old one keeps serving.
+                let leadership = self.elections.as_ref().map(|e| e.join(&lease_name(&name))).transpose()?;
                 if let Some(old) = other {
                     tracing::info!(controller = %old.name(), "stopping: its file now holds another controller");
                     old.stop().await;
+                    self.resign(path).await;
                 }
                 let reconciler = Arc::new(Reconciler::new(self.runtime.clone(), loaded, Arc::clone(&self.backend)));
                 let controller = Controller::start(
@@ -530,7 +564,9 @@ impl Shared {
                     self.cluster.clone(),
                     Arc::clone(&self.informers),
                     self.settings.clone(),
+                    leadership.as_ref().map(Leadership::watch),
                 );
+                joined = leadership;
                 (Arc::new(controller), Change::Started(name))
             }
         };
@@ -539,6 +575,9 @@ impl Shared {
         match slots.iter_mut().find(|s| s.path == path) {
             Some(slot) => {
                 slot.controller = Some(controller);
+                if joined.is_some() {
+                    slot.leadership = joined;
+                }
                 slot.version = Some(version);
                 slot.rejected = None;
                 slot.swaps += u64::from(swapped);
@@ -546,12 +585,24 @@ impl Shared {
             None => slots.push(Slot {
                 path: path.to_owned(),
                 controller: Some(controller),
+                leadership: joined,
                 version: Some(version),
                 swaps: 0,
                 rejected: None,
             }),
         }
-        change
+        Ok(change)
+    }
+
+    /// Releases the Lease of the controller of `path`, if it has one, so
+    /// that a standby replica takes over at once.
+    async fn resign(&self, path: &Path) {
+        let leadership = lock(&self.slots).iter_mut().find(|s| s.path == path).and_then(|s| s.leadership.take());
+        if let Some(leadership) = leadership
+            && let Err(e) = leadership.resign().await
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot release lease");
+        }
     }
 
     /// Stops the controller of `path` and forgets the file; see
@@ -565,6 +616,11 @@ impl Shared {
         };
         let controller = slot.controller?;
         controller.stop().await;
+        if let Some(leadership) = slot.leadership
+            && let Err(e) = leadership.resign().await
+        {
+            tracing::warn!(controller = %controller.name(), error = %e, "cannot release lease");
+        }
         tracing::info!(controller = %controller.name(), path = %path.display(), "component removed, controller stopped");
         Some(controller.name().to_owned())
     }
@@ -587,6 +643,7 @@ impl Shared {
                 let (state, waiting_for) = match controller.map(|c| c.state()) {
                     None => ("rejected", Vec::new()),
                     Some(State::Running) => ("running", Vec::new()),
+                    Some(State::Standby) => ("standby", Vec::new()),
                     Some(State::Syncing) => ("syncing", Vec::new()),
                     Some(State::Stopped) => ("stopped", Vec::new()),
                     Some(State::WaitingForKinds(kinds)) => {
@@ -606,6 +663,7 @@ impl Shared {
                     }),
                     compile_ms: version.map(|v| v.compile_time.as_secs_f64() * 1000.0),
                     state,
+                    leading: slot.leadership.as_ref().map(Leadership::is_leading),
                     waiting_for,
                     swaps: slot.swaps,
                     reconciled: counts.succeeded,
@@ -712,5 +770,33 @@ impl Host {
         }
         let controllers = self.shared.controllers();
         futures::future::join_all(controllers.iter().map(|c| c.stop())).await;
+        for path in self.shared.paths() {
+            self.shared.resign(&path).await;
+        }
+    }
+
+    /// Ready when every controller that runs has synced its caches and
+    /// leads or stands by; otherwise, why not (one reason per controller).
+    /// Rejected files do not make the host unready: what runs, serves.
+    ///
+    /// # Errors
+    ///
+    /// The reasons it is not ready.
+    pub fn readiness(&self) -> Result<(), Vec<String>> {
+        let reasons: Vec<String> = self
+            .shared
+            .controllers()
+            .iter()
+            .filter_map(|c| match c.state() {
+                State::Running | State::Standby => None,
+                State::Syncing => Some(format!("{}: caches not synced yet", c.name())),
+                State::Stopped => Some(format!("{}: stopped", c.name())),
+                State::WaitingForKinds(kinds) => {
+                    let kinds: Vec<String> = kinds.iter().map(ToString::to_string).collect();
+                    Some(format!("{}: waiting for kinds {}", c.name(), kinds.join(", ")))
+                }
+            })
+            .collect();
+        if reasons.is_empty() { Ok(()) } else { Err(reasons) }
     }
 }

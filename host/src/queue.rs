@@ -128,6 +128,20 @@ impl Queue {
         self.len() == 0
     }
 
+    /// Forgets every object, queued, delayed or in flight (whose workers
+    /// must have been cancelled), and stays open: for a controller that
+    /// stopped reconciling mid-way and will queue everything again.
+    pub fn reset(&self) {
+        let mut s = self.state();
+        for (_, t) in s.timers.drain() {
+            t.abort();
+        }
+        s.ready.clear();
+        s.queued.clear();
+        s.processing.clear();
+        s.dirty.clear();
+    }
+
     /// Stops handing out work and cancels delayed adds.
     pub fn close(&self) {
         let mut s = self.state();
