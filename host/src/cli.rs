@@ -27,9 +27,23 @@ pub struct Cli {
     /// drown the results), `info` otherwise.
     #[arg(long, global = true, env = "CAPSTAN_LOG")]
     pub log: Option<String>,
+    /// Log line format on stderr: `human` (text) or `json` (one JSON
+    /// object per line, for log collectors).
+    #[arg(long, global = true, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Formats of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Text for people, with ANSI colours on a terminal.
+    Human,
+    /// One JSON object per line: `timestamp`, `level`, `target`, the
+    /// event's fields (`message` among them) and `spans`.
+    Json,
 }
 
 /// Output formats.

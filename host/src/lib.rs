@@ -12,6 +12,8 @@
 //! - [`imports`]: the host functions guests call, checked by [`grants`];
 //! - [`cluster`]: where objects live (the real API server or the mock);
 //! - [`reconciler`]: one reconcile, from object to applied outcome;
+//! - [`metrics`] and [`server`]: Prometheus metrics and the host's HTTP
+//!   endpoints (`/metrics`, `/healthz`, `/readyz`, `/status`);
 //! - [`testing`]: the mock host for authors' unit tests.
 
 mod bindings;
@@ -27,12 +29,14 @@ pub mod imports;
 pub mod informer;
 pub mod limits;
 pub mod manifest;
+pub mod metrics;
 pub mod object;
 pub mod queue;
 pub mod reconciler;
 pub mod runtime;
 pub mod scaffold;
 pub mod scenario;
+pub mod server;
 pub mod testing;
 
 pub use bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};
