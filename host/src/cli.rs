@@ -23,13 +23,27 @@ use crate::testing::default_cache_dir;
 #[command(name = "capstan", version, about, long_about = None)]
 pub struct Cli {
     /// Log filter, e.g. `info` or `capstan=debug,guest=trace`. Default:
-    /// `warn` for `inspect`, `test`, `gen` and `new` (guest logs would
+    /// `warn` for `inspect`, `test`, `gen`, `new` and `status` (guest logs would
     /// drown the results), `info` otherwise.
     #[arg(long, global = true, env = "CAPSTAN_LOG")]
     pub log: Option<String>,
+    /// Log line format on stderr: `human` (text) or `json` (one JSON
+    /// object per line, for log collectors).
+    #[arg(long, global = true, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Formats of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Text for people, with ANSI colours on a terminal.
+    Human,
+    /// One JSON object per line: `timestamp`, `level`, `target`, the
+    /// event's fields (`message` among them) and `spans`.
+    Json,
 }
 
 /// Output formats.
@@ -46,7 +60,14 @@ impl Cli {
     pub fn log_filter(&self) -> &str {
         match (&self.log, &self.command) {
             (Some(filter), _) => filter,
-            (None, Command::Inspect { .. } | Command::Test { .. } | Command::Gen(_) | Command::New(_)) => "warn",
+            (
+                None,
+                Command::Inspect { .. }
+                | Command::Test { .. }
+                | Command::Gen(_)
+                | Command::New(_)
+                | Command::Status { .. },
+            ) => "warn",
             (None, Command::Run(_)) => "info",
         }
     }
@@ -93,6 +114,9 @@ pub struct RunArgs {
     /// Name of this replica in Events (default: $POD_NAME or the hostname).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
+    /// Serve /metrics, /healthz, /readyz and /status on this address.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
     /// Elect a leader per controller among replicas, with one Lease per
     /// controller (`capstan-<name>`): standbys keep their caches warm and
     /// take over when the leader stops renewing.
@@ -160,6 +184,16 @@ pub enum Command {
     },
     /// Run components as controllers against a cluster.
     Run(RunArgs),
+    /// Print what a running host has loaded: per component file its
+    /// controller, digest, state, reconcile counts and last rejection.
+    Status {
+        /// The host's address (`capstan run --listen`).
+        #[arg(long, default_value = "http://127.0.0.1:8080", env = "CAPSTAN_URL")]
+        url: String,
+        /// Output format (default: a table).
+        #[arg(long, short, value_enum)]
+        output: Option<Format>,
+    },
     /// Run a component's scenarios on the mock host: given objects,
     /// expected objects, events and errors (see `capstan_host::scenario`).
     Test {
@@ -237,6 +271,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Run(args) => run_host(args).await,
+        Command::Status { url, output } => {
+            let doc = crate::server::get_status(&url).await?;
+            match output {
+                Some(Format::Json) => println!("{}", serde_json::to_string_pretty(&doc)?),
+                Some(Format::Yaml) => print!("{}", serde_yaml_ng::to_string(&doc)?),
+                None => print!("{}", status_table(&doc)),
+            }
+            Ok(0)
+        }
         Command::Gen(command) => generate::run(command).await,
         Command::New(args) => scaffold::run(args),
         Command::Test { component, scenarios } => {
@@ -308,11 +351,77 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     for c in args.components {
         builder = builder.component(c);
     }
-    let host = builder.start().await?;
+    let host = std::sync::Arc::new(builder.start().await?);
+    let probes = crate::server::Probes {
+        ready: Box::new({
+            let host = std::sync::Arc::clone(&host);
+            move || host.readiness()
+        }),
+        status: Box::new({
+            let host = std::sync::Arc::clone(&host);
+            move || host.status_document()
+        }),
+    };
+    let server = crate::server::serve(args.listen, std::sync::Arc::new(probes))
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
     shutdown_signal().await;
     tracing::info!("shutting down");
-    host.shutdown().await;
+    server.shutdown().await;
+    match std::sync::Arc::try_unwrap(host) {
+        Ok(host) => host.shutdown().await,
+        Err(_) => tracing::warn!("host still referenced at shutdown"),
+    }
     Ok(0)
+}
+
+/// The status document as a table, one line per component file.
+fn status_table(doc: &Value) -> String {
+    let mut rows = vec![
+        ["FILE", "CONTROLLER", "STATE", "DIGEST", "SWAPS", "OK", "FAILED", "QUEUE", "REJECTED"]
+            .map(str::to_owned)
+            .to_vec(),
+    ];
+    for c in doc["components"].as_array().into_iter().flatten() {
+        let text = |key: &str| match &c[key] {
+            Value::String(s) => s.clone(),
+            Value::Null => "-".to_owned(),
+            other => other.to_string(),
+        };
+        let file = c["path"].as_str().and_then(|p| p.rsplit('/').next()).unwrap_or("-").to_owned();
+        let digest =
+            c["digest"].as_str().map_or("-".to_owned(), |d| d.trim_start_matches("sha256:").chars().take(12).collect());
+        let rejected = match &c["rejected"] {
+            Value::Null => "-".to_owned(),
+            r => format!("{}: {}", r["kind"].as_str().unwrap_or("?"), r["reason"].as_str().unwrap_or("")),
+        };
+        rows.push(vec![
+            file,
+            text("name"),
+            text("state"),
+            digest,
+            text("swaps"),
+            text("reconciled"),
+            text("failed"),
+            text("queue"),
+            rejected,
+        ]);
+    }
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    if let Some(reasons) = doc["notReady"].as_array().filter(|r| !r.is_empty()) {
+        out.push_str("not ready:\n");
+        for r in reasons {
+            out.push_str(&format!("  {}\n", r.as_str().unwrap_or_default()));
+        }
+    }
+    out
 }
 
 async fn shutdown_signal() {

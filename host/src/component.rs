@@ -2,17 +2,25 @@
 //! the `operator` world at a supported contract version, compiles it (or
 //! loads the precompiled artefact from the compile cache), resolves its
 //! imports once into a pre-instance, and reads and validates its manifest.
+//!
+//! Each load runs in a `load_component` span (`path`, then `digest`,
+//! `source` and `controller` as they become known) and is counted in the
+//! [`metrics`](crate::metrics): `capstan_component_loads_total` by result and
+//! [`Error::reason`], `capstan_component_compile_seconds`, and the
+//! `manifest()` call in `capstan_guest_invocation_seconds`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+use tracing::Instrument as _;
 use wasmtime::component::Component;
 
 use crate::bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT, OperatorPre};
 use crate::imports::HostState;
 use crate::manifest::{self, Manifest};
+use crate::metrics::{Export, metrics};
 use crate::runtime::{self, Runtime};
 
 /// Why a component was rejected. Every variant names the file.
@@ -90,6 +98,26 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A short snake-case name of the failure, the `reason` label of
+    /// `capstan_component_loads_total`: `read`, `not_wasm`, `core_module`,
+    /// `compile`, `world`, `contract`, `imports`, `manifest_call` or
+    /// `manifest`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Read { .. } => "read",
+            Error::NotWasm { .. } => "not_wasm",
+            Error::CoreModule { .. } => "core_module",
+            Error::Compile { .. } => "compile",
+            Error::WrongWorld { .. } => "world",
+            Error::UnsupportedContract { .. } => "contract",
+            Error::Imports { .. } => "imports",
+            Error::ManifestCall { .. } => "manifest_call",
+            Error::Manifest { .. } => "manifest",
+        }
+    }
+}
+
 /// Where a compiled component came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompileSource {
@@ -97,6 +125,17 @@ pub enum CompileSource {
     Compiled,
     /// Loaded from the compile cache.
     Cache,
+}
+
+impl CompileSource {
+    /// Lower-case name, the `source` label of
+    /// `capstan_component_compile_seconds`: `compiled` or `cache`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompileSource::Compiled => "compiled",
+            CompileSource::Cache => "cache",
+        }
+    }
 }
 
 /// A loaded, validated controller component: compiled, pre-instantiated,
@@ -159,8 +198,8 @@ impl Loader {
     ///
     /// Every [`Error`] variant: each names the file and the reason.
     pub async fn load(&self, path: &Path) -> Result<Loaded, Error> {
-        let bytes = tokio::fs::read(path).await.map_err(|error| Error::Read { path: path.to_owned(), error })?;
-        self.load_bytes(path, bytes).await
+        let bytes = tokio::fs::read(path).await.map_err(|error| Error::Read { path: path.to_owned(), error });
+        self.load_counted(path, bytes).await
     }
 
     /// Like [`load`](Self::load), for bytes already read; `path` names
@@ -170,6 +209,27 @@ impl Loader {
     ///
     /// As [`load`](Self::load).
     pub async fn load_bytes(&self, path: &Path, bytes: Vec<u8>) -> Result<Loaded, Error> {
+        self.load_counted(path, Ok(bytes)).await
+    }
+
+    /// Loads in a span and counts the result.
+    async fn load_counted(&self, path: &Path, bytes: Result<Vec<u8>, Error>) -> Result<Loaded, Error> {
+        let span = tracing::info_span!(
+            "load_component",
+            path = %path.display(),
+            digest = tracing::field::Empty,
+            source = tracing::field::Empty,
+            controller = tracing::field::Empty,
+        );
+        let result = async { self.load_checked(path, bytes?).await }.instrument(span).await;
+        match &result {
+            Ok(_) => metrics().component_loaded(),
+            Err(e) => metrics().component_rejected(e.reason()),
+        }
+        result
+    }
+
+    async fn load_checked(&self, path: &Path, bytes: Vec<u8>) -> Result<Loaded, Error> {
         let path = path.to_owned();
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(Error::NotWasm { path });
@@ -178,9 +238,13 @@ impl Loader {
             return Err(Error::CoreModule { path });
         }
         let digest = hex::encode(Sha256::digest(&bytes));
+        let span = tracing::Span::current();
+        span.record("digest", digest.as_str());
         let start = Instant::now();
         let (component, source) = self.compile(&path, &digest, bytes).await?;
         let compile_time = start.elapsed();
+        span.record("source", source.as_str());
+        metrics().compiled(source.as_str(), compile_time);
         let contract = check_world(&path, &component, self.runtime.engine().wasmtime())?;
         let instance_pre = self
             .runtime
@@ -190,8 +254,17 @@ impl Loader {
         let pre = OperatorPre::new(instance_pre)
             .map_err(|e| Error::WrongWorld { path: path.clone(), exports: vec![format!("{e:#}")] })?;
         let invocation = self.runtime.manifest(&pre).await;
+        // Before the manifest names the controller, the file does.
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = invocation.result.as_ref().map_or(stem.as_str(), |m| m.name.as_str());
+        metrics().guest_invoked(name, Export::Manifest, invocation.duration);
+        if let Err(error) = &invocation.result {
+            metrics().guest_trapped(name, error.kind().as_str());
+        }
         let raw = invocation.result.map_err(|error| Error::ManifestCall { path: path.clone(), error })?;
+        span.record("controller", raw.name.as_str());
         let manifest = Manifest::try_from(raw).map_err(|error| Error::Manifest { path: path.clone(), error })?;
+        tracing::debug!(source = source.as_str(), compile_ms = compile_time.as_secs_f64() * 1000.0, "component ready");
         Ok(Loaded { path, digest, contract, manifest: Arc::new(manifest), pre, source, compile_time })
     }
 

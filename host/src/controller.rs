@@ -17,6 +17,7 @@ use tracing::Instrument;
 use crate::cluster::kube::KubeCluster;
 use crate::informer::{Change, Informer, Informers};
 use crate::manifest::{Manifest, Mapping};
+use crate::metrics::metrics;
 use crate::object::{Gvk, ObjectRef};
 use crate::queue::Queue;
 use crate::reconciler::{Action, Reconciler};
@@ -66,6 +67,20 @@ pub enum State {
     Running,
     /// Stopped.
     Stopped,
+}
+
+impl State {
+    /// The state as a word: `waiting_for_kinds`, `syncing`, `standby`,
+    /// `running` or `stopped` (the `state` label of `capstan_controllers`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::WaitingForKinds(_) => "waiting_for_kinds",
+            Self::Syncing => "syncing",
+            Self::Standby => "standby",
+            Self::Running => "running",
+            Self::Stopped => "stopped",
+        }
+    }
 }
 
 /// Settings of the controller runner.
@@ -166,7 +181,7 @@ impl Controller {
         let name = manifest.name.clone();
         let state = Arc::new(Mutex::new(State::WaitingForKinds(vec![])));
         let counts = Arc::new(Mutex::new(counts));
-        let queue = Arc::new(Queue::new());
+        let queue = Queue::named(&name);
         let primary = Arc::new(OnceLock::new());
         let span = tracing::info_span!("controller", controller = %name);
         let run = run(
@@ -252,7 +267,8 @@ impl Controller {
             task.abort();
             let _ = task.await;
         }
-        *lock(&self.state) = State::Stopped;
+        set_state(&self.name, &self.state, State::Stopped);
+        metrics().remove_controller(&self.name);
     }
 }
 
@@ -313,7 +329,7 @@ async fn run(
             tracing::warn!(kinds = %names.join(", "), "waiting for kinds the cluster does not serve");
             reported = Some(missing.clone());
         }
-        *lock(&state) = State::WaitingForKinds(missing);
+        set_state(&manifest.name, &state, State::WaitingForKinds(missing));
         tokio::time::sleep(settings.rediscovery).await;
     }
 
@@ -323,12 +339,12 @@ async fn run(
             Ok(informer) => subscriptions.push((kind.clone(), informer.subscribe(), informer)),
             Err(e) => {
                 tracing::error!(kind = %kind, error = %e, "cannot watch kind");
-                *lock(&state) = State::WaitingForKinds(vec![kind.clone()]);
+                set_state(&manifest.name, &state, State::WaitingForKinds(vec![kind.clone()]));
                 return;
             }
         }
     }
-    *lock(&state) = State::Syncing;
+    set_state(&manifest.name, &state, State::Syncing);
     for (kind, _, informer) in &subscriptions {
         // Wait for the first list, reporting why it does not come (a 403
         // from RBAC, an API server that is down).
@@ -383,7 +399,7 @@ async fn run(
     match leading {
         None => {
             queue_all();
-            *lock(&state) = State::Running;
+            set_state(&manifest.name, &state, State::Running);
             tracing::info!(concurrency = manifest.max_concurrency, "controller running");
             // Workers end when the queue is closed, each after its
             // reconcile in flight.
@@ -391,13 +407,15 @@ async fn run(
             while running.join_next().await.is_some() {}
         }
         Some(mut leading) => loop {
-            *lock(&state) = State::Standby;
+            set_state(&manifest.name, &state, State::Standby);
+            metrics().set_leader(&manifest.name, false);
             tracing::info!("standing by: caches warm, not leading");
             if leading.wait_for(|l| *l).await.map(|_| ()).is_err() {
                 break;
             }
             queue_all();
-            *lock(&state) = State::Running;
+            set_state(&manifest.name, &state, State::Running);
+            metrics().set_leader(&manifest.name, true);
             tracing::info!(concurrency = manifest.max_concurrency, "leading: controller running");
             let mut running = workers(manifest.max_concurrency);
             tokio::select! {
@@ -414,8 +432,14 @@ async fn run(
         },
     }
     routers.abort_all();
-    *lock(&state) = State::Stopped;
+    set_state(&manifest.name, &state, State::Stopped);
     tracing::info!("controller stopped");
+}
+
+/// Sets a controller's state and its `capstan_controllers` gauge.
+fn set_state(controller: &str, state: &Mutex<State>, new: State) {
+    metrics().set_controller_state(controller, Some(new.as_str()));
+    *lock(state) = new;
 }
 
 /// What each worker of a controller shares.
@@ -435,68 +459,70 @@ impl Worker {
     async fn work(self: Arc<Self>) {
         let Self { queue, reconciler, counts, failures, backoff, span: controller_span } = &*self;
         let backoff = *backoff;
-    while let Some(r) = queue.next().await {
-        tracing::trace!(object = %r, "dequeued");
-        let span = tracing::info_span!(
-            parent: controller_span,
-            "reconcile",
-            object = %r,
-            event = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-            duration_ms = tracing::field::Empty,
-        );
-        let started = std::time::Instant::now();
-        let report = reconciler.reconcile(&r).instrument(span.clone()).await;
-        if let Some(event) = report.event {
-            span.record("event", event.as_str());
-        }
-        span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
-        span.record(
-            "outcome",
+        while let Some(r) = queue.next().await {
+            tracing::trace!(object = %r, "dequeued");
+            let span = tracing::info_span!(
+                parent: controller_span,
+                "reconcile",
+                object = %r,
+                event = tracing::field::Empty,
+                outcome = tracing::field::Empty,
+                duration_ms = tracing::field::Empty,
+            );
+            let started = std::time::Instant::now();
+            let report = reconciler.reconcile(&r).instrument(span.clone()).await;
+            metrics().reconciled(&reconciler.component().manifest.name, report.metrics_result(), started.elapsed());
+            if let Some(event) = report.event {
+                span.record("event", event.as_str());
+            }
+            span.record("duration_ms", started.elapsed().as_secs_f64() * 1000.0);
+            span.record(
+                "outcome",
+                match &report.result {
+                    Ok(Action::Requeue(_)) => "requeue",
+                    Ok(Action::AwaitChange) => "ok",
+                    Err(e) if e.is_retryable() => "retry",
+                    Err(_) => "terminal",
+                },
+            );
+            tracing::debug!(parent: &span, "reconciled");
+            let mut n = lock(failures);
             match &report.result {
-                Ok(Action::Requeue(_)) => "requeue",
-                Ok(Action::AwaitChange) => "ok",
-                Err(e) if e.is_retryable() => "retry",
-                Err(_) => "terminal",
-            },
-        );
-        tracing::debug!(parent: &span, "reconciled");
-        let mut n = lock(failures);
-        match &report.result {
-            Ok(action) => {
-                n.remove(&r);
-                lock(counts).succeeded += 1;
-                if let Action::Requeue(after) = action {
-                    queue.add_after(r.clone(), *after);
-                }
-            }
-            Err(e) if e.is_conflict() => {
-                // A stale cache, not a failure: look again shortly.
-                tracing::debug!(parent: &span, error = %e, "conflict, requeued");
-                queue.add_after(r.clone(), CONFLICT_REQUEUE);
-            }
-            Err(e) => {
-                let mut c = lock(counts);
-                c.failed += 1;
-                c.last_error = Some(format!("{r}: {e}"));
-                drop(c);
-                tracing::warn!(parent: &span, error = %e, "reconcile failed");
-                if e.is_retryable() {
-                    let failures = n.entry(r.clone()).or_insert(0);
-                    *failures += 1;
-                    let seed = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.subsec_nanos().into())
-                        .unwrap_or(0);
-                    queue.add_after(r.clone(), backoff.delay(*failures, seed));
-                } else {
+                Ok(action) => {
                     n.remove(&r);
+                    lock(counts).succeeded += 1;
+                    if let Action::Requeue(after) = action {
+                        queue.add_after(r.clone(), *after);
+                    }
+                }
+                Err(e) if e.is_conflict() => {
+                    // A stale cache, not a failure: look again shortly.
+                    tracing::debug!(parent: &span, error = %e, "conflict, requeued");
+                    queue.add_after(r.clone(), CONFLICT_REQUEUE);
+                }
+                Err(e) => {
+                    let mut c = lock(counts);
+                    c.failed += 1;
+                    c.last_error = Some(format!("{r}: {e}"));
+                    drop(c);
+                    tracing::warn!(parent: &span, error = %e, "reconcile failed");
+                    if e.is_retryable() {
+                        metrics().queue_retried(&reconciler.component().manifest.name);
+                        let failures = n.entry(r.clone()).or_insert(0);
+                        *failures += 1;
+                        let seed = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.subsec_nanos().into())
+                            .unwrap_or(0);
+                        queue.add_after(r.clone(), backoff.delay(*failures, seed));
+                    } else {
+                        n.remove(&r);
+                    }
                 }
             }
+            drop(n);
+            queue.done(&r);
         }
-        drop(n);
-        queue.done(&r);
-    }
     }
 }
 

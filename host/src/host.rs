@@ -34,9 +34,10 @@ use crate::component::{self, CompileSource, Loaded, Loader};
 use crate::controller::{Controller, Settings, State};
 use crate::engine::{self, Engine, EngineConfig};
 use crate::informer::Informers;
-use crate::leader::{self, Elections, LeaseSettings, Leadership, lease_name};
+use crate::leader::{self, Elections, Leadership, LeaseSettings, lease_name};
 use crate::limits::Limits;
 use crate::manifest::Manifest;
+use crate::metrics::metrics;
 use crate::object::{Gvk, ObjectRef};
 use crate::reconciler::Reconciler;
 use crate::reload::DirWatch;
@@ -493,6 +494,11 @@ impl Shared {
 
     fn reject(&self, path: &Path, digest: Option<&str>, error: Error) -> Error {
         tracing::warn!(path = %path.display(), reason = error.kind(), error = %error, "component rejected");
+        if !matches!(error, Error::Component(_)) {
+            // The loader counted what it rejected itself; these are the
+            // host's own reasons, after the component loaded.
+            metrics().component_rejected(error.kind());
+        }
         let rejection = Rejection {
             digest: digest.map(|d| format!("sha256:{d}")),
             kind: error.kind().to_owned(),
@@ -729,6 +735,17 @@ impl Host {
     /// What the status API reports: one entry per component file.
     pub fn status(&self) -> Vec<ComponentStatus> {
         self.shared.status()
+    }
+
+    /// The document `GET /status` serves: `components` ([`status`](Self::status)),
+    /// `ready`, and `notReady` (the reasons of [`readiness`](Self::readiness)).
+    pub fn status_document(&self) -> Value {
+        let not_ready = self.readiness().err().unwrap_or_default();
+        json!({
+            "components": self.status(),
+            "ready": not_ready.is_empty(),
+            "notReady": not_ready,
+        })
     }
 
     /// How many kinds are watched (shared between controllers).

@@ -4,7 +4,9 @@
 //! Every `kube` call is checked against the controller's [`Grants`]; a
 //! denial is a WIT error the guest sees, never a trap, and nothing is sent.
 //! Every call and log line is also kept in the invocation's [`Journal`], so
-//! the mock host and `capstan test` can show what a guest did.
+//! the mock host and `capstan test` can show what a guest did, and counted
+//! in the [`metrics`](crate::metrics) (`capstan_host_calls_total`,
+//! `capstan_grant_denials_total`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +16,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::capstan::operator::types as wit_types;
-use crate::cluster::Cluster;
+use crate::cluster::{self, Cluster};
 use crate::grants::Grants;
 use crate::limits::{Limiter, Limits};
 use crate::object::ObjectRef;
@@ -168,6 +170,23 @@ impl WasiView for HostState {
 }
 
 impl wit_types::Host for HostState {}
+
+/// The `result` label of a call the cluster answered: `ok`, or the error's
+/// kind (`not_found`, `conflict`, …).
+fn result_label<T>(result: &cluster::Result<T>) -> &'static str {
+    use cluster::Error as E;
+    match result {
+        Ok(_) => "ok",
+        Err(E::NotFound(_)) => "not_found",
+        Err(E::AlreadyExists(_)) => "already_exists",
+        Err(E::Conflict(_)) => "conflict",
+        Err(E::Invalid(_)) => "invalid",
+        Err(E::Forbidden(_)) => "forbidden",
+        Err(E::BadRequest(_)) => "bad_request",
+        Err(E::Unavailable(_)) => "unavailable",
+        Err(E::Other(_)) => "other",
+    }
+}
 
 /// Adds the `capstan:operator` imports and WASI p2 to a linker.
 ///

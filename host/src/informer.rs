@@ -304,6 +304,7 @@ async fn run_watch(
                 listed.clear();
                 if first_list_done {
                     restarts.fetch_add(1, Ordering::Relaxed);
+                    crate::metrics::metrics().watch_restarted(&gvk);
                     tracing::info!(kind = %gvk, "watch restarted, relisting");
                 }
             }

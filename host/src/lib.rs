@@ -17,6 +17,8 @@
 //! - [`leader`]: leader election, one Lease per controller;
 //! - [`host`], [`reload`], [`access`]: the host that runs components as
 //!   controllers, follows a components directory, and reviews permissions;
+//! - [`metrics`] and [`server`]: Prometheus metrics and the host's HTTP
+//!   endpoints (`/metrics`, `/healthz`, `/readyz`, `/status`);
 //! - [`testing`]: the mock host for authors' unit tests.
 
 pub mod access;
@@ -34,6 +36,7 @@ pub mod informer;
 pub mod leader;
 pub mod limits;
 pub mod manifest;
+pub mod metrics;
 pub mod object;
 pub mod queue;
 pub mod reconciler;
@@ -41,6 +44,7 @@ pub mod reload;
 pub mod runtime;
 pub mod scaffold;
 pub mod scenario;
+pub mod server;
 pub mod testing;
 
 pub use bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};

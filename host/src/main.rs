@@ -1,18 +1,28 @@
 //! The `capstan` command: runs Kubernetes controllers written as
 //! WebAssembly components. See `capstan --help`.
 
+use capstan_host::cli::{Cli, LogFormat};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() {
-    let cli = capstan_host::cli::Cli::parse();
+    let cli = Cli::parse();
+    let format = cli.log_format;
     let filter = EnvFilter::try_new(cli.log_filter()).unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).with_current_span(false).with_span_list(true).init(),
+    }
     match capstan_host::cli::run(cli).await {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Every stderr line of a JSON log is JSON, the last error too.
+            match format {
+                LogFormat::Human => eprintln!("error: {e:#}"),
+                LogFormat::Json => tracing::error!(error = format!("{e:#}"), "command failed"),
+            }
             std::process::exit(2);
         }
     }

@@ -4,19 +4,25 @@
 //! object is being reconciled queues it again once that reconcile ends.
 //! Delayed adds (requeue-after, resync, backoff) replace each other per
 //! object.
+//!
+//! A queue made with [`Queue::named`] reports to the [metrics](mod@crate::metrics): adds as
+//! they happen, depth and the age of the oldest waiting object when scraped.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
+use crate::metrics::{self, metrics};
 use crate::object::ObjectRef;
 
 #[derive(Default)]
 struct State {
-    ready: VecDeque<ObjectRef>,
+    /// Waiting objects, oldest first, with when each was queued.
+    ready: VecDeque<(ObjectRef, Instant)>,
     queued: HashSet<ObjectRef>,
     processing: HashSet<ObjectRef>,
     dirty: HashSet<ObjectRef>,
@@ -29,6 +35,8 @@ struct State {
 pub struct Queue {
     state: Mutex<State>,
     notify: Notify,
+    /// The controller, for metrics.
+    name: Option<String>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -43,6 +51,16 @@ impl Queue {
         Self::default()
     }
 
+    /// An empty queue of `controller` that reports to the [metrics](mod@crate::metrics)
+    /// (`capstan_queue_depth`, `capstan_queue_oldest_item_age_seconds`,
+    /// `capstan_queue_adds_total`) until it is dropped.
+    pub fn named(controller: &str) -> Arc<Self> {
+        let queue = Arc::new(Self { name: Some(controller.to_owned()), ..Self::default() });
+        let probe: std::sync::Weak<Self> = Arc::downgrade(&queue);
+        metrics().track_queue(controller, probe);
+        queue
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -53,18 +71,24 @@ impl Queue {
         if s.closed {
             return;
         }
-        if s.processing.contains(&r) {
-            s.dirty.insert(r);
+        let added = if s.processing.contains(&r) {
+            s.dirty.insert(r)
         } else if s.queued.insert(r.clone()) {
-            s.ready.push_back(r);
+            s.ready.push_back((r, Instant::now()));
             drop(s);
             self.notify.notify_one();
+            true
+        } else {
+            false
+        };
+        if added && let Some(name) = &self.name {
+            metrics().queue_added(name);
         }
     }
 
     /// Queues `r` after `delay`, replacing an earlier delayed add of `r`.
-    pub fn add_after(self: &std::sync::Arc<Self>, r: ObjectRef, delay: Duration) {
-        let queue = std::sync::Arc::clone(self);
+    pub fn add_after(self: &Arc<Self>, r: ObjectRef, delay: Duration) {
+        let queue = Arc::clone(self);
         let key = r.clone();
         let handle = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -91,7 +115,7 @@ impl Queue {
                 if s.closed {
                     return None;
                 }
-                if let Some(r) = s.ready.pop_front() {
+                if let Some((r, _)) = s.ready.pop_front() {
                     s.queued.remove(&r);
                     s.processing.insert(r.clone());
                     let more = !s.ready.is_empty();
@@ -123,6 +147,11 @@ impl Queue {
         self.state().ready.len()
     }
 
+    /// How long the oldest waiting object has waited; `None` if none waits.
+    pub fn oldest_age(&self) -> Option<Duration> {
+        self.state().ready.front().map(|(_, since)| since.elapsed())
+    }
+
     /// True if nothing waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -151,6 +180,16 @@ impl Queue {
         }
         drop(s);
         self.notify.notify_waiters();
+    }
+}
+
+impl metrics::QueueProbe for Queue {
+    fn depth(&self) -> usize {
+        self.len()
+    }
+
+    fn oldest_age(&self) -> Duration {
+        Queue::oldest_age(self).unwrap_or_default()
     }
 }
 
@@ -206,5 +245,34 @@ mod tests {
         tokio::task::yield_now().await;
         q.close();
         assert_eq!(waiter.await.expect("joins"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_oldest_waiting_object_ages_until_it_is_taken() {
+        let q = Queue::new();
+        assert_eq!(q.oldest_age(), None);
+        q.add(r("a"));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        q.add(r("b"));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(q.oldest_age(), Some(Duration::from_secs(5)));
+        q.next().await.expect("open");
+        assert_eq!(q.oldest_age(), Some(Duration::from_secs(2)));
+    }
+
+    #[tokio::test]
+    async fn a_named_queue_reports_its_depth_and_adds() {
+        let q = Queue::named("queue-metrics");
+        let adds = r#"capstan_queue_adds_total{controller="queue-metrics"}"#;
+        let depth = r#"capstan_queue_depth{controller="queue-metrics"}"#;
+        let read =
+            |series: &str| metrics().encode().lines().find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok());
+        q.add(r("a"));
+        q.add(r("a"));
+        q.add(r("b"));
+        assert_eq!(read(adds), Some(2.0), "a merged duplicate is not an add");
+        assert_eq!(read(depth), Some(2.0));
+        drop(q);
+        assert_eq!(read(depth), None, "a dropped queue is no longer reported");
     }
 }

@@ -101,6 +101,23 @@ pub struct Report {
     pub pruned: Vec<ObjectRef>,
 }
 
+impl Report {
+    /// How this reconcile is counted in `capstan_reconcile_total`: a
+    /// requeue (asked for or the resync period) is `requeue_after`, a 409
+    /// while applying is `conflict`, a retried failure (traps included) is
+    /// `error`, one that is not retried is a terminal error.
+    pub fn metrics_result(&self) -> crate::metrics::ReconcileResult {
+        use crate::metrics::ReconcileResult as R;
+        match &self.result {
+            Ok(Action::AwaitChange) => R::Success,
+            Ok(Action::Requeue(_)) => R::RequeueAfter,
+            Err(e) if e.is_conflict() => R::Conflict,
+            Err(e) if e.is_retryable() => R::Error,
+            Err(_) => R::TerminalError,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Handled {
     uid: Option<String>,
@@ -494,6 +511,33 @@ mod tests {
         assert!(!Error::InvalidOutcome("x".into()).is_retryable());
         assert!(Error::Transient("x".into()).is_retryable());
         assert!(Error::Guest(runtime::Error::Deadline(Duration::from_secs(1))).is_retryable());
+    }
+
+    #[test]
+    fn reports_map_to_the_result_label_of_the_reconcile_metric() {
+        use crate::metrics::ReconcileResult as R;
+        let report = |result| Report {
+            object: ObjectRef::new(object::Gvk::new("", "v1", "ConfigMap"), Some("ns"), "a"),
+            event: None,
+            result,
+            journal: Journal::default(),
+            applied: vec![],
+            pruned: vec![],
+        };
+        let conflict =
+            cluster::Error::Conflict(cluster::Status { code: 409, reason: "Conflict".into(), message: "stale".into() });
+        let cases = [
+            (Ok(Action::AwaitChange), R::Success),
+            (Ok(Action::Requeue(Duration::from_secs(30))), R::RequeueAfter),
+            (Err(Error::Cluster(conflict)), R::Conflict),
+            (Err(Error::Guest(runtime::Error::Trap("unreachable".into()))), R::Error),
+            (Err(Error::Transient("later".into())), R::Error),
+            (Err(Error::Terminal("never".into())), R::TerminalError),
+            (Err(Error::InvalidOutcome("child kind".into())), R::TerminalError),
+        ];
+        for (result, expected) in cases {
+            assert_eq!(report(result).metrics_result(), expected);
+        }
     }
 
     #[test]

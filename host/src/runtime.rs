@@ -22,6 +22,7 @@ use crate::bindings::capstan::operator::types as wit;
 use crate::engine::Engine;
 use crate::imports::{self, Caller, HostState, Journal};
 use crate::limits::Limits;
+use crate::metrics::{Export, metrics};
 
 /// How a guest invocation failed (the guest's own reconcile errors are not
 /// failures of the invocation: they are in its result).
@@ -58,6 +59,18 @@ pub enum TrapKind {
     Memory,
     /// Instantiation.
     Instantiate,
+}
+
+impl TrapKind {
+    /// Lower-case name, the `kind` label of `capstan_guest_traps_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrapKind::Trap => "trap",
+            TrapKind::Deadline => "deadline",
+            TrapKind::Memory => "memory",
+            TrapKind::Instantiate => "instantiate",
+        }
+    }
 }
 
 impl Error {
@@ -226,11 +239,14 @@ impl Runtime {
     }
 
     /// Calls the guest's `manifest()`. Imports are not available to it.
+    /// Not counted in the metrics here: the controller's name is only known
+    /// from the result ([`Loader`](crate::component::Loader) counts it).
     pub async fn manifest(&self, pre: &OperatorPre<HostState>) -> Invocation<wit::ControllerManifest> {
         self.invoke(pre, None, async |op, store| op.capstan_operator_controller().call_manifest(store).await).await
     }
 
-    /// Calls the guest's `reconcile(event, object)` on behalf of `caller`.
+    /// Calls the guest's `reconcile(event, object)` on behalf of `caller`;
+    /// counts its duration and any trap in the [`metrics`](crate::metrics).
     pub async fn reconcile(
         &self,
         pre: &OperatorPre<HostState>,
@@ -238,10 +254,17 @@ impl Runtime {
         event: EventKind,
         object: Vec<u8>,
     ) -> Invocation<ReconcileResult> {
-        self.invoke(pre, Some(caller), async move |op, store| {
-            op.capstan_operator_controller().call_reconcile(store, event.into(), &object).await
-        })
-        .await
+        let controller = Arc::clone(&caller.controller);
+        let invocation = self
+            .invoke(pre, Some(caller), async move |op, store| {
+                op.capstan_operator_controller().call_reconcile(store, event.into(), &object).await
+            })
+            .await;
+        metrics().guest_invoked(&controller, Export::Reconcile, invocation.duration);
+        if let Err(e) = &invocation.result {
+            metrics().guest_trapped(&controller, e.kind().as_str());
+        }
+        invocation
     }
 }
 

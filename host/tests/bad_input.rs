@@ -22,6 +22,14 @@ fn guest(name: &str) -> PathBuf {
     capstan_host::testing::find_component(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The value of one series of the process-wide metrics; 0 when absent.
+/// Tests in this file run side by side, so they compare deltas of series
+/// only they touch.
+fn metric(series: &str) -> f64 {
+    let scrape = capstan_host::metrics::metrics().encode();
+    scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
+}
+
 fn loader(limits: Limits) -> Loader {
     let engine = Engine::new(EngineConfig::default()).expect("engine");
     Loader::new(Runtime::new(&engine, limits).expect("runtime"), None)
@@ -78,14 +86,20 @@ async fn truncated_component_fails_to_compile() {
 
 #[tokio::test]
 async fn component_of_another_world_is_rejected() {
+    let rejected = r#"capstan_component_loads_total{result="rejected",reason="world"}"#;
+    let before = metric(rejected);
     let err = loader(Limits::default()).load(&guest("other-world")).await.expect_err("rejected");
     assert!(matches!(&err, component::Error::WrongWorld { exports, .. } if exports == &["answer"]), "{err}");
+    assert_eq!(metric(rejected) - before, 1.0);
 }
 
 #[tokio::test]
 async fn unsupported_contract_version_is_rejected() {
+    let rejected = r#"capstan_component_loads_total{result="rejected",reason="contract"}"#;
+    let before = metric(rejected);
     let err = loader(Limits::default()).load(&guest("future-contract")).await.expect_err("rejected");
     assert!(matches!(&err, component::Error::UnsupportedContract { found, .. } if found == "9.0.0"), "{err}");
+    assert_eq!(metric(rejected) - before, 1.0);
 }
 
 #[tokio::test]
@@ -102,10 +116,14 @@ async fn second_load_comes_from_the_compile_cache() {
     let dir = tempdir();
     let engine = Engine::new(EngineConfig::default()).expect("engine");
     let loader = Loader::new(Runtime::new(&engine, Limits::default()).expect("runtime"), Some(dir.clone()));
+    let cache_hits = r#"capstan_component_compile_seconds_count{source="cache"}"#;
+    let before = metric(cache_hits);
     let first = loader.load(&guest("fixture")).await.expect("loads");
     let second = loader.load(&guest("fixture")).await.expect("loads");
     assert_eq!(first.source, CompileSource::Compiled);
     assert_eq!(second.source, CompileSource::Cache);
+    assert!(metric(cache_hits) - before >= 1.0, "the cache hit is counted");
+    assert!(metric(r#"capstan_component_loads_total{result="loaded",reason=""}"#) >= 2.0);
     assert_eq!(first.digest, second.digest);
     let entries = std::fs::read_dir(&dir).expect("cache dir").count();
     assert_eq!(entries, 1, "one artefact per digest and engine");
@@ -129,23 +147,32 @@ async fn misbehave_then_recover(behaviour: &str, limits: Limits) -> (reconciler:
 
 #[tokio::test]
 async fn trapping_guest_gets_a_typed_error_and_the_next_call_succeeds() {
+    let traps = r#"capstan_guest_traps_total{controller="fixture",kind="trap"}"#;
+    let before = metric(traps);
     let (bad, good, _) = misbehave_then_recover("trap", Limits::default()).await;
     assert!(matches!(bad.result, Err(reconciler::Error::Guest(runtime::Error::Trap(_)))), "{:?}", bad.result);
     assert!(good.result.is_ok(), "{:?}", good.result);
+    assert_eq!(metric(traps) - before, 1.0);
+    assert!(metric(r#"capstan_guest_invocation_seconds_count{controller="fixture",export="reconcile"}"#) >= 2.0);
 }
 
 #[tokio::test]
 async fn looping_guest_is_stopped_at_its_deadline() {
     let limits = Limits::default().deadline(Duration::from_millis(200));
+    let deadlines = r#"capstan_guest_traps_total{controller="fixture",kind="deadline"}"#;
+    let before = metric(deadlines);
     let (bad, good, took) = misbehave_then_recover("loop", limits).await;
     assert_eq!(bad.result, Err(reconciler::Error::Guest(runtime::Error::Deadline(Duration::from_millis(200)))));
     assert!(took < Duration::from_secs(5), "stopped long after the deadline: {took:?}");
+    assert_eq!(metric(deadlines) - before, 1.0);
     assert!(good.result.is_ok(), "{:?}", good.result);
 }
 
 #[tokio::test]
 async fn guest_growing_past_the_memory_cap_traps_and_the_host_carries_on() {
     let limits = Limits::default().memory(32 << 20);
+    let caps = r#"capstan_guest_traps_total{controller="fixture",kind="memory"}"#;
+    let before = metric(caps);
     let (bad, good, _) = misbehave_then_recover("grow", limits).await;
     assert!(
         matches!(bad.result, Err(reconciler::Error::Guest(runtime::Error::Memory { limit, .. })) if limit == 32 << 20),
@@ -153,10 +180,14 @@ async fn guest_growing_past_the_memory_cap_traps_and_the_host_carries_on() {
         bad.result
     );
     assert!(good.result.is_ok(), "{:?}", good.result);
+    assert_eq!(metric(caps) - before, 1.0);
 }
 
 #[tokio::test]
 async fn undeclared_kind_is_denied_to_the_guest_and_never_executed() {
+    let denials = r#"capstan_grant_denials_total{controller="fixture",verb="create",kind="Secret"}"#;
+    let calls = r#"capstan_host_calls_total{controller="fixture",verb="create",kind="Secret",result="denied"}"#;
+    let before = (metric(denials), metric(calls));
     let mut host = MockHost::new().expect("host");
     host.load(guest("fixture")).await.expect("loads");
     host.seed(configmap("thief", "deny")).expect("seed");
@@ -165,6 +196,7 @@ async fn undeclared_kind_is_denied_to_the_guest_and_never_executed() {
     assert!(matches!(&call.result, CallResult::Denied(r) if r.contains("create v1/Secret")), "{call:?}");
     let secrets = host.cluster().objects(&Gvk::new("", "v1", "Secret"));
     assert!(secrets.is_empty(), "nothing may be created: {secrets:?}");
+    assert_eq!((metric(denials) - before.0, metric(calls) - before.1), (1.0, 1.0));
     // The guest saw a typed `denied` error: it reports it as a Warning.
     let events = host.events();
     assert!(events.iter().any(|e| e.reason == "Denied" && e.warning), "{events:?}");

@@ -6,9 +6,11 @@ use crate::bindings::capstan::operator::events as wit;
 use crate::bindings::capstan::operator::kube as wit_kube;
 use crate::bindings::capstan::operator::types as wit_types;
 use crate::cluster::EventRecord;
-use crate::object::ObjectRef;
+use crate::manifest::Verb;
+use crate::metrics::metrics;
+use crate::object::{Gvk, ObjectRef};
 
-use super::{CallResult, Caller, HostState};
+use super::{CallResult, Caller, HostState, result_label};
 
 /// Turns a guest event into a record about `regarding` (or the reconciled
 /// object), reported by the calling controller.
@@ -42,6 +44,8 @@ impl wit::Host for HostState {
         };
         let target = format!("{} {}", record.reason, record.regarding);
         let result = caller.cluster.record_event(record).await;
+        let kind = Gvk::new("events.k8s.io", "v1", "Event");
+        metrics().host_call(&caller.controller, Verb::Create, &kind, result_label(&result));
         let outcome = match &result {
             Ok(()) => CallResult::Ok,
             Err(e) => CallResult::Failed(e.to_string()),

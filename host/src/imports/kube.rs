@@ -12,9 +12,10 @@ use crate::bindings::capstan::operator::types as wit_types;
 use crate::cluster::{self, Cluster, ListParams, Patch, Propagation, Subresource};
 use crate::grants::Request;
 use crate::manifest::Verb;
+use crate::metrics::metrics;
 use crate::object::{Gvk, ObjectRef};
 
-use super::{CallResult, HostState};
+use super::{CallResult, HostState, result_label};
 
 impl From<wit_types::GroupVersionKind> for Gvk {
     fn from(k: wit_types::GroupVersionKind) -> Self {
@@ -112,7 +113,10 @@ impl HostState {
             namespace: access.namespace.as_deref(),
             status: access.status,
         };
+        let controller = Arc::clone(&caller.controller);
         if let Err(denied) = caller.grants.check(request, caller.own_namespace()) {
+            metrics().grant_denied(&controller, access.verb, &access.kind);
+            metrics().host_call(&controller, access.verb, &access.kind, "denied");
             let msg = denied.to_string();
             tracing::warn!(function, target = %target, reason = %msg, "host call denied by grants");
             self.journal_call(function, target, CallResult::Denied(msg.clone()), start.elapsed());
@@ -121,6 +125,7 @@ impl HostState {
         let cluster = Arc::clone(&caller.cluster);
         let span = tracing::debug_span!("host_call", function, target = %target);
         let result = tracing::Instrument::instrument(call(cluster), span).await;
+        metrics().host_call(&controller, access.verb, &access.kind, result_label(&result));
         let outcome = match &result {
             Ok(_) => CallResult::Ok,
             Err(e) => CallResult::Failed(e.to_string()),

@@ -1,0 +1,640 @@
+//! Prometheus metrics of the host: one process-wide registry ([`metrics`]),
+//! typed methods for the places that count, and the text exposition served
+//! on `/metrics` (see [`server`](crate::server)).
+//!
+//! Names and labels follow Prometheus conventions and read next to
+//! controller-runtime's (`controller_runtime_reconcile_total{controller,result}`,
+//! `workqueue_depth{name}`): every family is prefixed `capstan_`, counters
+//! end in `_total`, durations are histograms in seconds, and the label
+//! naming a controller is always `controller`.
+//!
+//! | family | labels | what |
+//! |---|---|---|
+//! | `capstan_reconcile_total` | `controller`, `result` | reconciles by [`ReconcileResult`] |
+//! | `capstan_reconcile_errors_total` | `controller` | reconciles that failed (transient or terminal) |
+//! | `capstan_terminal_reconcile_errors_total` | `controller` | reconciles that failed for good |
+//! | `capstan_reconcile_time_seconds` | `controller` | reconcile duration |
+//! | `capstan_queue_depth` | `controller` | objects waiting (read at scrape time) |
+//! | `capstan_queue_oldest_item_age_seconds` | `controller` | wait of the oldest waiting object (read at scrape time) |
+//! | `capstan_queue_adds_total` | `controller` | objects queued (merged duplicates not counted) |
+//! | `capstan_queue_retries_total` | `controller` | objects queued again with backoff after a failure |
+//! | `capstan_guest_traps_total` | `controller`, `kind` | invocations ended by `trap`, `deadline`, `memory`, `instantiate` |
+//! | `capstan_guest_invocation_seconds` | `controller`, `export` | guest calls (`manifest`, `reconcile`), instantiation included |
+//! | `capstan_host_calls_total` | `controller`, `verb`, `kind`, `result` | `kube` and `events` imports by outcome |
+//! | `capstan_grant_denials_total` | `controller`, `verb`, `kind` | import calls refused by the grants |
+//! | `capstan_watch_restarts_total` | `kind` | watches that relisted after their first list |
+//! | `capstan_component_loads_total` | `result`, `reason` | components `loaded` or `rejected` (with the reason) |
+//! | `capstan_component_compile_seconds` | `source` | compiling (`compiled`) or loading from the compile cache (`cache`) |
+//! | `capstan_leader_status` | `controller` | 1 while this replica leads the controller, else 0 |
+//! | `capstan_controllers` | `state` | controllers per state |
+//!
+//! A `kind` label is `Kind` for the core group and `Kind.group` otherwise
+//! (`ConfigMap`, `Deployment.apps`), the way `kubectl` names resources.
+//!
+//! Queue depth and oldest-item age are read from the queues when scraped
+//! (a [`Collector`]) rather than set as gauges: the age grows while nothing
+//! happens, so a gauge set on queue events would be stale, and a queue that
+//! is dropped simply disappears from the scrape.
+//!
+//! # Caveats
+//!
+//! The registry is process-global, like controller-runtime's: several hosts
+//! in one process (tests) share it, so tests compare deltas or use labels of
+//! their own.
+//!
+//! ```
+//! use std::time::Duration;
+//! use capstan_host::metrics::{ReconcileResult, metrics};
+//!
+//! metrics().reconciled("greeter", ReconcileResult::Success, Duration::from_millis(12));
+//! assert!(metrics().encode().contains(r#"capstan_reconcile_total{controller="greeter",result="success"}"#));
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::manifest::Verb;
+use crate::object::Gvk;
+
+/// The `Content-Type` of [`Metrics::encode`]'s output (Prometheus text
+/// format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The process-wide metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+/// How a reconcile ended, as the `result` label of
+/// `capstan_reconcile_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReconcileResult {
+    /// Done; wait for the next change (`success`).
+    Success,
+    /// Done; reconcile again after a delay the guest asked for or the
+    /// resync period (`requeue_after`).
+    RequeueAfter,
+    /// A 409 conflict while applying: looked at again shortly, not a
+    /// failure (`conflict`).
+    Conflict,
+    /// Failed; retried with backoff (`error`). Traps count here too.
+    Error,
+    /// Failed for good; not retried until the object changes. Counted as
+    /// `error` in `capstan_reconcile_total`, like controller-runtime, and
+    /// in `capstan_terminal_reconcile_errors_total`.
+    TerminalError,
+}
+
+impl ReconcileResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileResult::Success => "success",
+            ReconcileResult::RequeueAfter => "requeue_after",
+            ReconcileResult::Conflict => "conflict",
+            ReconcileResult::Error | ReconcileResult::TerminalError => "error",
+        }
+    }
+}
+
+/// The guest export an invocation called, as the `export` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Export {
+    /// `manifest()`, once per load.
+    Manifest,
+    /// `reconcile(...)`.
+    Reconcile,
+}
+
+impl Export {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Export::Manifest => "manifest",
+            Export::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// What the queue metrics read from a controller's queue at scrape time.
+pub trait QueueProbe: Send + Sync {
+    /// Objects waiting (not in flight, not delayed).
+    fn depth(&self) -> usize;
+    /// How long the oldest waiting object has waited; zero when none waits.
+    fn oldest_age(&self) -> Duration;
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    controller: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrapLabels {
+    controller: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InvocationLabels {
+    controller: String,
+    export: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostCallLabels {
+    controller: String,
+    verb: &'static str,
+    kind: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DenialLabels {
+    controller: String,
+    verb: &'static str,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LoadLabels {
+    result: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Buckets of durations that are usually short: 1 ms to ~65 s, doubling.
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The `kind` label of a kind: `Kind` for the core group, else `Kind.group`.
+fn kind_label(kind: &Gvk) -> String {
+    if kind.group.is_empty() { kind.kind.clone() } else { format!("{}.{}", kind.kind, kind.group) }
+}
+
+fn controller(name: &str) -> ControllerLabels {
+    ControllerLabels { controller: name.to_owned() }
+}
+
+/// Reads the tracked queues when scraped.
+#[derive(Default)]
+struct Queues {
+    tracked: Mutex<BTreeMap<String, Weak<dyn QueueProbe>>>,
+}
+
+impl std::fmt::Debug for Queues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queues").field("tracked", &lock(&self.tracked).keys().collect::<Vec<_>>()).finish()
+    }
+}
+
+impl Collector for Queues {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let live: Vec<(ControllerLabels, Arc<dyn QueueProbe>)> = {
+            let mut tracked = lock(&self.tracked);
+            tracked.retain(|_, q| q.strong_count() > 0);
+            tracked.iter().filter_map(|(name, q)| Some((controller(name), q.upgrade()?))).collect()
+        };
+        if live.is_empty() {
+            return Ok(());
+        }
+        let help = "Objects waiting in a controller's queue.";
+        let mut depth = encoder.encode_descriptor("queue_depth", help, None, MetricType::Gauge)?;
+        for (labels, queue) in &live {
+            let value = i64::try_from(queue.depth()).unwrap_or(i64::MAX);
+            ConstGauge::new(value).encode(depth.encode_family(labels)?)?;
+        }
+        let help = "How long the oldest object waiting in a controller's queue has waited.";
+        let seconds = Unit::Seconds;
+        let mut age = encoder.encode_descriptor("queue_oldest_item_age", help, Some(&seconds), MetricType::Gauge)?;
+        for (labels, queue) in &live {
+            ConstGauge::new(queue.oldest_age().as_secs_f64()).encode(age.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The host's metrics. Get the process-wide instance with [`metrics`].
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_errors: Family<ControllerLabels, Counter>,
+    terminal_errors: Family<ControllerLabels, Counter>,
+    reconcile_time: Histograms<ControllerLabels>,
+    queues: Arc<Queues>,
+    queue_adds: Family<ControllerLabels, Counter>,
+    queue_retries: Family<ControllerLabels, Counter>,
+    guest_traps: Family<TrapLabels, Counter>,
+    guest_time: Histograms<InvocationLabels>,
+    host_calls: Family<HostCallLabels, Counter>,
+    grant_denials: Family<DenialLabels, Counter>,
+    watch_restarts: Family<KindLabels, Counter>,
+    component_loads: Family<LoadLabels, Counter>,
+    compile_time: Histograms<SourceLabels>,
+    leader: Family<ControllerLabels, Gauge>,
+    controllers: Family<StateLabels, Gauge>,
+    states_seen: Mutex<BTreeSet<String>>,
+    /// The state of each controller, by name.
+    controller_states: Mutex<BTreeMap<String, String>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut m = Self {
+            registry: Registry::with_prefix("capstan"),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            terminal_errors: Family::default(),
+            reconcile_time: Family::new_with_constructor(seconds),
+            queues: Arc::default(),
+            queue_adds: Family::default(),
+            queue_retries: Family::default(),
+            guest_traps: Family::default(),
+            guest_time: Family::new_with_constructor(seconds),
+            host_calls: Family::default(),
+            grant_denials: Family::default(),
+            watch_restarts: Family::default(),
+            component_loads: Family::default(),
+            compile_time: Family::new_with_constructor(seconds),
+            leader: Family::default(),
+            controllers: Family::default(),
+            states_seen: Mutex::default(),
+            controller_states: Mutex::default(),
+        };
+        let r = &mut m.registry;
+        r.register("reconcile", "Reconciles by controller and result", m.reconciles.clone());
+        r.register("reconcile_errors", "Reconciles that failed, transient or terminal", m.reconcile_errors.clone());
+        r.register("terminal_reconcile_errors", "Reconciles that failed for good", m.terminal_errors.clone());
+        r.register_with_unit("reconcile_time", "Duration of reconciles", Unit::Seconds, m.reconcile_time.clone());
+        r.register_collector(Box::new(Arc::clone(&m.queues)));
+        r.register("queue_adds", "Objects added to a controller's queue", m.queue_adds.clone());
+        r.register("queue_retries", "Objects queued again with backoff after a failure", m.queue_retries.clone());
+        r.register(
+            "guest_traps",
+            "Guest invocations ended by a trap, deadline, memory cap or failed instantiation",
+            m.guest_traps.clone(),
+        );
+        r.register_with_unit(
+            "guest_invocation",
+            "Duration of guest calls, instantiation included",
+            Unit::Seconds,
+            m.guest_time.clone(),
+        );
+        r.register("host_calls", "Host import calls by controller, verb, kind and result", m.host_calls.clone());
+        r.register("grant_denials", "Host import calls refused by the controller's grants", m.grant_denials.clone());
+        r.register("watch_restarts", "Watches that relisted after their first list", m.watch_restarts.clone());
+        r.register("component_loads", "Component loads by result and rejection reason", m.component_loads.clone());
+        r.register_with_unit(
+            "component_compile",
+            "Time to compile a component or load it from the compile cache",
+            Unit::Seconds,
+            m.compile_time.clone(),
+        );
+        r.register("leader_status", "1 while this replica leads the controller, else 0", m.leader.clone());
+        r.register("controllers", "Controllers per state", m.controllers.clone());
+        m
+    }
+
+    /// The registry in the Prometheus text format ([`CONTENT_TYPE`]).
+    /// Families appear once they have a series.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            .expect("writing to a String does not fail");
+        out
+    }
+
+    /// Counts one reconcile of `controller` and its duration.
+    pub fn reconciled(&self, controller_name: &str, result: ReconcileResult, duration: Duration) {
+        let labels = controller(controller_name);
+        self.reconciles
+            .get_or_create(&ReconcileLabels { controller: labels.controller.clone(), result: result.as_str() })
+            .inc();
+        if matches!(result, ReconcileResult::Error | ReconcileResult::TerminalError) {
+            self.reconcile_errors.get_or_create(&labels).inc();
+        }
+        if result == ReconcileResult::TerminalError {
+            self.terminal_errors.get_or_create(&labels).inc();
+        }
+        self.reconcile_time.get_or_create(&labels).observe(duration.as_secs_f64());
+    }
+
+    /// Reports `queue`'s depth and oldest-item age as `controller`'s from
+    /// now on, until the queue is dropped or another queue is tracked under
+    /// the same name.
+    pub fn track_queue(&self, controller_name: &str, queue: Weak<dyn QueueProbe>) {
+        lock(&self.queues.tracked).insert(controller_name.to_owned(), queue);
+    }
+
+    /// Counts an object added to `controller`'s queue.
+    pub fn queue_added(&self, controller_name: &str) {
+        self.queue_adds.get_or_create(&controller(controller_name)).inc();
+    }
+
+    /// Counts an object queued again with backoff after a failure.
+    pub fn queue_retried(&self, controller_name: &str) {
+        self.queue_retries.get_or_create(&controller(controller_name)).inc();
+    }
+
+    /// Counts a guest invocation ended by a trap, the deadline, the memory
+    /// cap or a failed instantiation (`kind`: [`TrapKind::as_str`](crate::runtime::TrapKind::as_str)).
+    pub fn guest_trapped(&self, controller_name: &str, kind: &'static str) {
+        self.guest_traps.get_or_create(&TrapLabels { controller: controller_name.to_owned(), kind }).inc();
+    }
+
+    /// Records the duration of a guest call.
+    pub fn guest_invoked(&self, controller_name: &str, export: Export, duration: Duration) {
+        self.guest_time
+            .get_or_create(&InvocationLabels { controller: controller_name.to_owned(), export: export.as_str() })
+            .observe(duration.as_secs_f64());
+    }
+
+    /// Counts a host import call. `result` is `ok`, `denied`, or the
+    /// error's kind in snake case (`not_found`, `conflict`, `forbidden`, …).
+    pub fn host_call(&self, controller_name: &str, verb: Verb, kind: &Gvk, result: &'static str) {
+        let labels = HostCallLabels {
+            controller: controller_name.to_owned(),
+            verb: verb.as_str(),
+            kind: kind_label(kind),
+            result,
+        };
+        self.host_calls.get_or_create(&labels).inc();
+    }
+
+    /// Counts a call the grants refused.
+    pub fn grant_denied(&self, controller_name: &str, verb: Verb, kind: &Gvk) {
+        let labels =
+            DenialLabels { controller: controller_name.to_owned(), verb: verb.as_str(), kind: kind_label(kind) };
+        self.grant_denials.get_or_create(&labels).inc();
+    }
+
+    /// Counts a watch of `kind` that relisted after its first list.
+    pub fn watch_restarted(&self, kind: &Gvk) {
+        self.watch_restarts.get_or_create(&KindLabels { kind: kind_label(kind) }).inc();
+    }
+
+    /// Counts a component loaded.
+    pub fn component_loaded(&self) {
+        self.component_loads.get_or_create(&LoadLabels { result: "loaded", reason: "" }).inc();
+    }
+
+    /// Counts a component rejected, with a short snake-case reason
+    /// (`compile`, `world`, `contract`, `manifest`, …; see
+    /// [`component::Error::reason`](crate::component::Error::reason)).
+    pub fn component_rejected(&self, reason: &'static str) {
+        self.component_loads.get_or_create(&LoadLabels { result: "rejected", reason }).inc();
+    }
+
+    /// Records the time to compile a component (`source`: `compiled`) or
+    /// load it from the compile cache (`cache`).
+    pub fn compiled(&self, source: &'static str, duration: Duration) {
+        self.compile_time.get_or_create(&SourceLabels { source }).observe(duration.as_secs_f64());
+    }
+
+    /// Sets whether this replica leads `controller`.
+    pub fn set_leader(&self, controller_name: &str, leader: bool) {
+        self.leader.get_or_create(&controller(controller_name)).set(i64::from(leader));
+    }
+
+    /// Sets the number of controllers per state from the state of each
+    /// controller (e.g. `running`, `syncing`); states reported before and
+    /// missing now drop to 0.
+    pub fn set_controller_states<'a>(&self, states: impl IntoIterator<Item = &'a str>) {
+        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        for state in states {
+            *counts.entry(state).or_default() += 1;
+        }
+        let mut seen = lock(&self.states_seen);
+        seen.extend(counts.keys().map(|s| (*s).to_owned()));
+        for state in seen.iter() {
+            let count = counts.get(state.as_str()).copied().unwrap_or(0);
+            self.controllers.get_or_create(&StateLabels { state: state.clone() }).set(count);
+        }
+    }
+
+    /// Sets the state of one controller (`None`: it is gone) and the
+    /// number of controllers per state from the states of all.
+    pub fn set_controller_state(&self, controller_name: &str, state: Option<&str>) {
+        let mut states = lock(&self.controller_states);
+        match state {
+            Some(state) => states.insert(controller_name.to_owned(), state.to_owned()),
+            None => states.remove(controller_name),
+        };
+        self.set_controller_states(states.values().map(String::as_str));
+    }
+
+    /// Drops the gauges of a controller that is gone (its leader status);
+    /// its counters stay, as Prometheus expects of counters.
+    pub fn remove_controller(&self, controller_name: &str) {
+        self.leader.remove(&controller(controller_name));
+        lock(&self.queues.tracked).remove(controller_name);
+        self.set_controller_state(controller_name, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the series `name{labels}` in a scrape, if present.
+    fn value(scrape: &str, series: &str) -> Option<f64> {
+        scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Checks the Prometheus text format line by line: comments are HELP or
+    /// TYPE, each sample is `name{label="value",...} number`, every sample
+    /// belongs to the family of the last TYPE line.
+    fn assert_valid_exposition(scrape: &str) {
+        let mut family: Option<(String, String)> = None;
+        for line in scrape.lines() {
+            if let Some(rest) = line.strip_prefix("# ") {
+                let mut parts = rest.splitn(3, ' ');
+                let (keyword, name) = (parts.next(), parts.next());
+                assert!(matches!(keyword, Some("HELP" | "TYPE")), "comment: {line}");
+                let name = name.unwrap_or_else(|| panic!("comment without a name: {line}"));
+                if keyword == Some("TYPE") {
+                    let kind = parts.next().unwrap_or_default();
+                    assert!(["counter", "gauge", "histogram"].contains(&kind), "type: {line}");
+                    family = Some((name.to_owned(), kind.to_owned()));
+                }
+                continue;
+            }
+            let (series, number) = line.rsplit_once(' ').unwrap_or_else(|| panic!("sample: {line}"));
+            assert!(number.parse::<f64>().is_ok() || ["+Inf", "-Inf", "NaN"].contains(&number), "value: {line}");
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => (name, labels.strip_suffix('}').unwrap_or_else(|| panic!("labels: {line}"))),
+                None => (series, ""),
+            };
+            assert!(
+                name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') && name.starts_with("capstan_"),
+                "name: {line}"
+            );
+            for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+                let (key, value) = pair.split_once("=\"").unwrap_or_else(|| panic!("label: {line}"));
+                assert!(key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "label name: {line}");
+                assert!(!value.trim_end_matches('"').contains('"'), "unescaped quote: {line}");
+            }
+            let (family_name, kind) = family.as_ref().unwrap_or_else(|| panic!("sample before TYPE: {line}"));
+            let suffixes: &[&str] = match kind.as_str() {
+                "histogram" => &["_bucket", "_sum", "_count"],
+                _ => &[""],
+            };
+            assert!(
+                suffixes.iter().any(|s| name.strip_suffix(s) == Some(family_name.as_str())),
+                "{name} outside its family {family_name}"
+            );
+        }
+    }
+
+    #[test]
+    fn reconciles_are_counted_by_controller_and_result() {
+        let m = metrics();
+        let series = r#"capstan_reconcile_total{controller="metrics-reconcile",result="error"}"#;
+        let errors = r#"capstan_reconcile_errors_total{controller="metrics-reconcile"}"#;
+        let terminal = r#"capstan_terminal_reconcile_errors_total{controller="metrics-reconcile"}"#;
+        let before = m.encode();
+        m.reconciled("metrics-reconcile", ReconcileResult::Error, Duration::from_millis(3));
+        m.reconciled("metrics-reconcile", ReconcileResult::TerminalError, Duration::from_millis(3));
+        m.reconciled("metrics-reconcile", ReconcileResult::Success, Duration::from_millis(3));
+        let after = m.encode();
+        let delta = |s: &str| value(&after, s).unwrap_or(0.0) - value(&before, s).unwrap_or(0.0);
+        assert_eq!(delta(series), 2.0);
+        assert_eq!(delta(errors), 2.0);
+        assert_eq!(delta(terminal), 1.0);
+        assert_eq!(delta(r#"capstan_reconcile_total{controller="metrics-reconcile",result="success"}"#), 1.0);
+        assert_eq!(delta(r#"capstan_reconcile_time_seconds_count{controller="metrics-reconcile"}"#), 3.0);
+        assert!(after.contains("# TYPE capstan_reconcile_time_seconds histogram"), "{after}");
+        assert_eq!(delta(r#"capstan_reconcile_time_seconds_bucket{controller="metrics-reconcile",le="0.004"}"#), 3.0);
+    }
+
+    #[test]
+    fn every_family_has_its_labels() {
+        let m = metrics();
+        let cm = Gvk::new("", "v1", "ConfigMap");
+        let deploy = Gvk::new("apps", "v1", "Deployment");
+        m.guest_trapped("metrics-labels", "deadline");
+        m.guest_invoked("metrics-labels", Export::Reconcile, Duration::from_millis(1));
+        m.host_call("metrics-labels", Verb::Get, &cm, "not_found");
+        m.grant_denied("metrics-labels", Verb::Delete, &deploy);
+        m.watch_restarted(&deploy);
+        m.component_rejected("contract");
+        m.component_loaded();
+        m.compiled("cache", Duration::from_millis(2));
+        m.set_leader("metrics-labels", true);
+        m.queue_added("metrics-labels");
+        m.queue_retried("metrics-labels");
+        let scrape = m.encode();
+        for series in [
+            r#"capstan_guest_traps_total{controller="metrics-labels",kind="deadline"}"#,
+            r#"capstan_guest_invocation_seconds_count{controller="metrics-labels",export="reconcile"}"#,
+            r#"capstan_host_calls_total{controller="metrics-labels",verb="get",kind="ConfigMap",result="not_found"}"#,
+            r#"capstan_grant_denials_total{controller="metrics-labels",verb="delete",kind="Deployment.apps"}"#,
+            r#"capstan_watch_restarts_total{kind="Deployment.apps"}"#,
+            r#"capstan_component_loads_total{result="rejected",reason="contract"}"#,
+            r#"capstan_component_loads_total{result="loaded",reason=""}"#,
+            r#"capstan_component_compile_seconds_count{source="cache"}"#,
+            r#"capstan_leader_status{controller="metrics-labels"}"#,
+            r#"capstan_queue_adds_total{controller="metrics-labels"}"#,
+            r#"capstan_queue_retries_total{controller="metrics-labels"}"#,
+        ] {
+            assert!(value(&scrape, series).is_some_and(|v| v >= 1.0), "{series} missing in\n{scrape}");
+        }
+        m.set_leader("metrics-labels", false);
+        assert_eq!(value(&m.encode(), r#"capstan_leader_status{controller="metrics-labels"}"#), Some(0.0));
+        m.remove_controller("metrics-labels");
+        assert_eq!(value(&m.encode(), r#"capstan_leader_status{controller="metrics-labels"}"#), None);
+    }
+
+    struct FixedQueue(usize, Duration);
+
+    impl QueueProbe for FixedQueue {
+        fn depth(&self) -> usize {
+            self.0
+        }
+        fn oldest_age(&self) -> Duration {
+            self.1
+        }
+    }
+
+    #[test]
+    fn queues_are_read_when_scraped_and_vanish_when_dropped() {
+        let m = metrics();
+        let queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(3, Duration::from_millis(1500)));
+        m.track_queue("metrics-queue", Arc::downgrade(&queue));
+        let scrape = m.encode();
+        assert_eq!(value(&scrape, r#"capstan_queue_depth{controller="metrics-queue"}"#), Some(3.0), "{scrape}");
+        assert_eq!(value(&scrape, r#"capstan_queue_oldest_item_age_seconds{controller="metrics-queue"}"#), Some(1.5));
+        drop(queue);
+        assert_eq!(value(&m.encode(), r#"capstan_queue_depth{controller="metrics-queue"}"#), None);
+    }
+
+    #[test]
+    fn controller_states_are_counted_and_reset() {
+        let m = metrics();
+        m.set_controller_states(["metrics-running", "metrics-running", "metrics-syncing"]);
+        let scrape = m.encode();
+        assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-running"}"#), Some(2.0));
+        assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-syncing"}"#), Some(1.0));
+        m.set_controller_states(["metrics-running"]);
+        let scrape = m.encode();
+        assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-running"}"#), Some(1.0));
+        assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-syncing"}"#), Some(0.0));
+    }
+
+    #[test]
+    fn a_scrape_is_valid_exposition_text() {
+        let m = metrics();
+        m.reconciled("metrics-valid", ReconcileResult::RequeueAfter, Duration::from_secs(1));
+        m.host_call("metrics-valid", Verb::Patch, &Gvk::new("examples.capstan.dev", "v1", "Greeting"), "ok");
+        let queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(0, Duration::ZERO));
+        m.track_queue("metrics-valid", Arc::downgrade(&queue));
+        let scrape = m.encode();
+        assert_valid_exposition(&scrape);
+        assert!(scrape.contains("# TYPE capstan_reconcile_total counter"), "{scrape}");
+        assert!(scrape.contains("# TYPE capstan_queue_depth gauge"), "{scrape}");
+    }
+}
