@@ -104,17 +104,15 @@ pub enum Error {
 }
 
 impl Error {
-    /// A short, stable word for why a component was rejected (a metrics
-    /// label and the status API's `reason` prefix).
+    /// A short, stable word for why a component was rejected: the
+    /// loader's [`reason`](component::Error::reason) (`read`, `not_wasm`,
+    /// `core_module`, `compile`, `world`, `contract`, `imports`,
+    /// `manifest_call`, `manifest`), or the host's own: `duplicate`,
+    /// `permissions`, `crd`, `host`. The `reason` label of
+    /// `capstan_component_loads_total` and the status API's `kind`.
     pub fn kind(&self) -> &'static str {
-        use component::Error as C;
         match self {
-            Self::Component(C::Read { .. }) => "read",
-            Self::Component(C::NotWasm { .. } | C::CoreModule { .. }) => "format",
-            Self::Component(C::Compile { .. }) => "compile",
-            Self::Component(C::WrongWorld { .. } | C::Imports { .. }) => "world",
-            Self::Component(C::UnsupportedContract { .. }) => "contract",
-            Self::Component(C::ManifestCall { .. } | C::Manifest { .. }) => "manifest",
+            Self::Component(e) => e.reason(),
             Self::Duplicate { .. } => "duplicate",
             Self::Access { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) => "crd",
@@ -335,8 +333,7 @@ struct Version {
 pub struct Rejection {
     /// `sha256:` digest of the rejected file, if it could be read.
     pub digest: Option<String>,
-    /// Why, as a short word: `format`, `compile`, `world`, `contract`,
-    /// `manifest`, `duplicate`, `permissions`, `crd`, `read`.
+    /// Why, as a short word (see [`Error::kind`]).
     pub kind: String,
     /// The whole reason.
     pub reason: String,

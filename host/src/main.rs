@@ -10,7 +10,9 @@ async fn main() {
     let cli = Cli::parse();
     let format = cli.log_format;
     let filter = EnvFilter::try_new(cli.log_filter()).unwrap_or_else(|_| EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a terminal, not for a file or a log collector.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Human => logs.init(),
         LogFormat::Json => logs.json().flatten_event(true).with_current_span(false).with_span_list(true).init(),

@@ -31,7 +31,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -432,4 +432,28 @@ pub async fn token_for_service_account(client: &Client, namespace: &str, sa_name
         .await
         .with_context(|| format!("requesting a token for ServiceAccount {namespace}/{sa_name}"))?;
     response.status.and_then(|s| s.token).filter(|t| !t.is_empty()).context("the TokenRequest response has no token")
+}
+
+/// The `capstan` binary of this checkout, built first if needed (`cargo
+/// build -p capstan-host --bin capstan`, a no-op when it is up to date), for
+/// tests that run the host as a process of its own.
+pub async fn capstan_binary() -> Result<PathBuf> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo.join("target"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "capstan-host", "--bin", "capstan"])
+        .current_dir(&repo)
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .await
+        .context("running cargo build")?;
+    ensure!(built.success(), "cargo build -p capstan-host --bin capstan failed");
+    Ok(target.join("debug").join("capstan"))
+}
+
+/// A free TCP port on 127.0.0.1 (free when this returns: a process started
+/// right after can bind it).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -134,8 +134,8 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     // Broken files: each is rejected, v2 keeps serving.
     let v2 = std::fs::read(component("greeter-v2"))?;
     let broken: [(&str, Vec<u8>); 3] = [
-        ("format", v2[..v2.len() / 2].to_vec()),
-        ("format", b"\0asm\x01\0\0\0".to_vec()),
+        ("compile", v2[..v2.len() / 2].to_vec()),
+        ("core_module", b"\0asm\x01\0\0\0".to_vec()),
         ("world", std::fs::read(component("other-world"))?),
     ];
     for (i, (kind, bytes)) in broken.iter().enumerate() {
@@ -145,7 +145,7 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
         })
         .await;
         let rejected = rejected.with_context(|| format!("broken file {i} rejected"))?;
-        assert!(rejected.kind == *kind || (i == 0 && rejected.kind == "compile"), "{rejected:?}");
+        assert_eq!(rejected.kind, *kind, "{rejected:?}");
         let status = status_of(&host, &greeter_file).context("greeter status")?;
         assert_eq!(status.state, "running", "{status:?}");
         assert_eq!(status.swaps, 1, "{status:?}");
