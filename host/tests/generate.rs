@@ -187,7 +187,7 @@ fn gen_manifest_with_the_components_in_the_image_installs_everything_with_a_lock
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
     let container = &pod["containers"][0];
     assert_eq!(container["image"], image);
-    assert_eq!(container["args"], json!(["run", "--components", "/components"]));
+    assert_eq!(container["args"], json!(["run", "--components", "/components", "--leader-elect"]));
     assert_eq!(container["ports"][0], json!({"name": "http", "containerPort": 8080, "protocol": "TCP"}));
     assert_eq!(container["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "http"}));
     assert_eq!(container["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "http"}));

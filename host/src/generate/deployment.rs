@@ -108,26 +108,43 @@ fn components_volume(options: &Options) -> (Volume, VolumeMount) {
     (volume, mount)
 }
 
-/// The host's command line: `run --components /components`, and
-/// `--install-crds` when the host is to install the CRDs itself.
+/// The host's command line: `run --components /components --leader-elect`,
+/// and `--install-crds` when the host is to install the CRDs itself.
 fn args(options: &Options) -> Vec<String> {
-    let mut args = vec!["run".to_owned(), "--components".to_owned(), COMPONENTS_DIR.to_owned()];
+    let mut args =
+        vec!["run".to_owned(), "--components".to_owned(), COMPONENTS_DIR.to_owned(), "--leader-elect".to_owned()];
     if options.install_crds {
         args.push("--install-crds".to_owned());
     }
     args
 }
 
+/// An environment variable from the downward API.
+fn downward(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
 /// The host's Deployment: one replica of `capstan run --components
 /// /components`, as the ServiceAccount of the same name, meeting the
 /// `restricted` Pod Security Standard, with a writable `emptyDir` for the
-/// compile cache (`CAPSTAN_CACHE`), and `POD_NAME` from the downward API
-/// (the replica's name in Events). `with_config_map` mounts the components ConfigMap at
+/// compile cache (`CAPSTAN_CACHE`), and `POD_NAME` and `POD_NAMESPACE` from
+/// the downward API (the replica's name in Events and Leases; the Leases'
+/// namespace). `with_config_map` mounts the components ConfigMap at
 /// `/components`; without it the components are whatever the image holds
 /// there.
 ///
-/// The strategy is `Recreate`: until the host has leader election, two
-/// hosts must not reconcile side by side during a rollout.
+/// With leader election, a rolling update is safe: the new replica stands
+/// by until the old one releases its Leases as it stops.
 pub(crate) fn deployment(options: &Options, with_config_map: bool) -> Result<Value, Error> {
     let labels = options.labels(None);
     let selector = BTreeMap::from([("app.kubernetes.io/name".to_owned(), options.name.clone())]);
@@ -153,17 +170,8 @@ pub(crate) fn deployment(options: &Options, with_config_map: bool) -> Result<Val
         args: Some(args(options)),
         env: Some(vec![
             EnvVar { name: "CAPSTAN_CACHE".to_owned(), value: Some(CACHE_DIR.to_owned()), ..EnvVar::default() },
-            EnvVar {
-                name: "POD_NAME".to_owned(),
-                value_from: Some(EnvVarSource {
-                    field_ref: Some(ObjectFieldSelector {
-                        field_path: "metadata.name".to_owned(),
-                        ..ObjectFieldSelector::default()
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            },
+            downward("POD_NAME", "metadata.name"),
+            downward("POD_NAMESPACE", "metadata.namespace"),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some("http".to_owned()),
@@ -198,7 +206,10 @@ pub(crate) fn deployment(options: &Options, with_config_map: bool) -> Result<Val
         spec: DeploymentSpec {
             replicas: Some(1),
             selector: LabelSelector { match_labels: Some(selector), ..LabelSelector::default() },
-            strategy: Some(DeploymentStrategy { type_: Some("Recreate".to_owned()), ..DeploymentStrategy::default() }),
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".to_owned()),
+                ..DeploymentStrategy::default()
+            }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),
                 spec: Some(PodSpec {
@@ -291,7 +302,9 @@ mod tests {
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
-        assert_eq!(c["args"], json!(["run", "--components", "/components"]));
+        assert_eq!(c["args"], json!(["run", "--components", "/components", "--leader-elect"]));
+        assert_eq!(c["env"][2]["name"], "POD_NAMESPACE");
+        assert_eq!(c["env"][2]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
         assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
         assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http");
         assert_eq!(pod["volumes"][1]["configMap"]["name"], "capstan-components");
