@@ -1,0 +1,157 @@
+//! Hot-loading latency on the real control plane: the time from a new
+//! version of the greeter landing in the components directory to its first
+//! reconcile, with the compile cache warm (hit) and cold (miss), for the
+//! Rust greeter (v2) and the Python and JavaScript greeters.
+//!
+//! ```sh
+//! cargo build --release -p capstan-tests --bin bench-reload
+//! tests/build-guests.sh && tests/build-polyglot-guests.sh
+//! target/release/bench-reload --rounds 5      # KUBECONFIG: a running control plane
+//! ```
+//!
+//! One host (in this process) follows a directory holding `greeter.wasm`,
+//! with one `Greeting` to reconcile. Each round writes the version under
+//! test into the file (written to a temporary name, then renamed: the way to
+//! deploy a component), waits for the host to swap it in and for the next
+//! reconcile to finish, then puts v1 back the same way. Reported per version
+//! and cache state, medians over the rounds of:
+//!
+//! - `landing → swapped`: the directory watch (debounce, settle) plus the
+//!   load (compile or cache load, instantiate, manifest);
+//! - `landing → reconciled`: plus the first reconcile by the new version
+//!   (instantiate, guest, API writes).
+//!
+//! A cache miss removes the compile cache before the file lands.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use capstan_host::host::{Host, HostBuilder};
+use capstan_host::testing::find_component;
+use clap::Parser;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Rounds per version and cache state.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Versions to land (component stems, found like the tests find them).
+    #[arg(long, value_delimiter = ',', default_value = "greeter-v2,greeter-python,greeter-js")]
+    versions: Vec<String>,
+}
+
+/// One landing's figures.
+struct Landing {
+    swapped: Duration,
+    reconciled: Duration,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let client = Client::try_default().await.context("no cluster: set KUBECONFIG")?;
+    let ns = format!("bench-reload-{}", capstan_tests::random_suffix(6));
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}}))?).await?;
+    let work = std::env::temp_dir().join(&ns);
+    let dir = work.join("components");
+    let cache = work.join("cache");
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("greeter.wasm");
+    let v1 = find_component("greeter").map_err(anyhow::Error::msg)?;
+    std::fs::copy(&v1, &file)?;
+
+    let host = HostBuilder::new(client.clone())
+        .namespace(Some(ns.clone()))
+        .install_crds(true)
+        .cache_dir(Some(cache.clone()))
+        .components_dir(Some(dir.clone()))
+        .start()
+        .await?;
+    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
+    let greetings: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&gvk));
+    let greeting = json!({
+        "apiVersion": "examples.capstan.dev/v1alpha1", "kind": "Greeting",
+        "metadata": {"name": "bench"}, "spec": {"message": "hi", "replicas": 1},
+    });
+    greetings.create(&PostParams::default(), &serde_json::from_value(greeting)?).await?;
+    wait(&host, Duration::from_secs(60), |h| reconciled(h) > 0).await.context("v1 reconciles")?;
+
+    println!("{:<16} {:<6} {:>22} {:>24}", "version", "cache", "landing → swapped (ms)", "landing → reconciled (ms)");
+    for version in &args.versions {
+        let path = find_component(version).map_err(anyhow::Error::msg)?;
+        for cold in [true, false] {
+            let mut landings = Vec::new();
+            for _ in 0..args.rounds {
+                if cold {
+                    let _ = std::fs::remove_dir_all(&cache);
+                }
+                landings.push(land(&host, &path, &file).await?);
+                // Back to v1 (its compile stays cached), not measured.
+                land(&host, &v1, &file).await?;
+            }
+            let swapped = median(landings.iter().map(|l| l.swapped));
+            let reconciled = median(landings.iter().map(|l| l.reconciled));
+            println!(
+                "{version:<16} {:<6} {:>22.1} {:>24.1}",
+                if cold { "miss" } else { "hit" },
+                swapped.as_secs_f64() * 1000.0,
+                reconciled.as_secs_f64() * 1000.0
+            );
+        }
+    }
+
+    greetings.delete("bench", &DeleteParams::default()).await?;
+    wait(&host, Duration::from_secs(30), |h| h.controller("greeter").is_some_and(|c| c.queue_len() == 0)).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    host.shutdown().await;
+    namespaces.delete(&ns, &DeleteParams::default()).await?;
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+/// Writes `version` into `file` (temporary name, then rename) and times the
+/// swap and the next reconcile.
+async fn land(host: &Host, version: &Path, file: &Path) -> Result<Landing> {
+    let swapped_before = swaps(host);
+    let staged: PathBuf = file.with_extension("wasm.tmp");
+    std::fs::copy(version, &staged)?;
+    let before = reconciled(host);
+    let landed = Instant::now();
+    std::fs::rename(&staged, file)?;
+    wait(host, Duration::from_secs(120), |h| swaps(h) > swapped_before).await.context("the new version is swapped in")?;
+    let swapped = landed.elapsed();
+    wait(host, Duration::from_secs(60), |h| reconciled(h) > before).await.context("the new version reconciles")?;
+    Ok(Landing { swapped, reconciled: landed.elapsed() })
+}
+
+fn swaps(host: &Host) -> u64 {
+    host.status().first().map_or(0, |s| s.swaps)
+}
+
+fn reconciled(host: &Host) -> u64 {
+    host.controller("greeter").map_or(0, |c| c.counts().succeeded)
+}
+
+/// Polls `check` every millisecond.
+async fn wait(host: &Host, timeout: Duration, check: impl Fn(&Host) -> bool) -> Result<()> {
+    let start = Instant::now();
+    while !check(host) {
+        if start.elapsed() > timeout {
+            bail!("not within {timeout:?}: {:?}", host.status());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}
+
+fn median(values: impl Iterator<Item = Duration>) -> Duration {
+    let mut v: Vec<Duration> = values.collect();
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
