@@ -39,7 +39,8 @@ greeter="$CARGO_TARGET_DIR/wasm32-wasip2/release/greeter.wasm"
 
 say "capstan run --install-crds greeter.wasm"
 log=$(mktemp -t capstan-demo.XXXXXX.log)
-"$capstan" run --install-crds "$greeter" >"$log" 2>&1 &
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$capstan" run --install-crds --listen "127.0.0.1:$port" "$greeter" >"$log" 2>&1 &
 host_pid=$!
 cleanup() {
   kill "$host_pid" 2>/dev/null && wait "$host_pid" 2>/dev/null || true
@@ -64,6 +65,10 @@ k -n demo wait greeting/hello --for=condition=Ready --timeout=60s >/dev/null
 k -n demo get greetings
 k -n demo get configmap hello-greeting -o jsonpath='{.data.message}{"\n"}'
 k -n demo get deployment hello-greeter -o custom-columns=NAME:.metadata.name,REPLICAS:.spec.replicas,OWNER:.metadata.ownerReferences[0].kind
+
+say "the host's own view: capstan status, and a few of its metrics"
+"$capstan" status --url "http://127.0.0.1:$port"
+curl -fsS "http://127.0.0.1:$port/metrics" | grep -E '^capstan_(reconcile_total|controllers|guest_invocation_seconds_count)' | sed 's/^/  /'
 
 say "change the spec: the children follow"
 k -n demo patch greeting hello --type merge -p '{"spec":{"message":"Hello again","replicas":3}}'

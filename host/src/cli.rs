@@ -466,6 +466,51 @@ mod tests {
         assert_eq!(namespaces(&["-n", "a,b", "-n", "c"]), ["a", "b", "c"]);
     }
 
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(args)).expect("parses");
+        match cli.command {
+            Command::Run(run) => run,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn leader_election_is_off_by_default_and_checks_its_timing() {
+        assert!(run_args(&[]).leader_election().expect("valid").is_none());
+        let on = run_args(&["--leader-elect", "--leader-election-namespace", "ops", "--instance", "pod-1"])
+            .leader_election()
+            .expect("valid")
+            .expect("on");
+        assert_eq!((on.namespace.as_str(), on.identity.as_str()), ("ops", "pod-1"));
+        assert_eq!(on.lease_duration, std::time::Duration::from_secs(15));
+        let inverted = run_args(&["--leader-elect", "--renew-deadline", "20"]).leader_election();
+        assert!(inverted.is_err(), "a renew deadline longer than the lease is refused");
+        assert!(run_args(&["--leader-elect", "--retry-period=-1"]).leader_election().is_err());
+    }
+
+    #[test]
+    fn the_status_table_has_a_row_per_file_and_shows_rejections() {
+        let doc = json!({
+            "components": [
+                {"path": "/c/greeter.wasm", "name": "greeter", "state": "running", "digest": "sha256:0123456789abcdef",
+                 "swaps": 1, "reconciled": 7, "failed": 0, "queue": 0,
+                 "rejected": {"kind": "core_module", "reason": "greeter.wasm: a core WebAssembly module"}},
+                {"path": "/c/broken.wasm", "name": null, "state": "rejected", "digest": null,
+                 "swaps": 0, "reconciled": 0, "failed": 0, "queue": 0,
+                 "rejected": {"kind": "world", "reason": "not a capstan controller"}},
+            ],
+            "ready": false,
+            "notReady": ["greeter: caches not synced yet"],
+        });
+        let table = status_table(&doc);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("FILE"), "{table}");
+        assert!(lines[1].starts_with("greeter.wasm") && lines[1].contains("0123456789ab "), "{table}");
+        assert!(lines[1].contains("core_module: greeter.wasm"), "{table}");
+        assert!(lines[2].starts_with("broken.wasm") && lines[2].contains("rejected"), "{table}");
+        assert!(table.contains("not ready:\n  greeter: caches not synced yet"), "{table}");
+    }
+
     #[test]
     fn run_rejects_a_namespace_that_is_not_a_dns_label() {
         for bad in ["Team_A", "a,,b", ""] {

@@ -235,6 +235,23 @@ mod tests {
         assert_eq!(q.len(), 1);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn reset_forgets_queued_delayed_and_in_flight_objects_and_stays_open() {
+        let q = Arc::new(Queue::new());
+        q.add(r("a"));
+        q.add(r("b"));
+        let a = q.next().await.expect("open");
+        q.add(a.clone());
+        q.add_after(r("c"), Duration::from_secs(1));
+        q.reset();
+        assert!(q.is_empty());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(q.is_empty(), "the delayed add was cancelled");
+        // `a` is no longer in flight: adding it queues it at once.
+        q.add(a.clone());
+        assert_eq!(q.next().await, Some(a));
+    }
+
     #[tokio::test]
     async fn closing_wakes_waiters_with_none() {
         let q = Arc::new(Queue::new());

@@ -21,7 +21,9 @@
 //! - `landing → reconciled`: plus the first reconcile by the new version
 //!   (instantiate, guest, API writes).
 //!
-//! A cache miss removes the compile cache before the file lands.
+//! A cache miss removes the compile cache before the file lands. Before each
+//! landing the host is left to settle (no reconcile for 300 ms), so that the
+//! first reconcile counted after it is the new version's.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -118,16 +120,38 @@ async fn main() -> Result<()> {
 /// Writes `version` into `file` (temporary name, then rename) and times the
 /// swap and the next reconcile.
 async fn land(host: &Host, version: &Path, file: &Path) -> Result<Landing> {
+    quiesce(host).await?;
     let swapped_before = swaps(host);
     let staged: PathBuf = file.with_extension("wasm.tmp");
     std::fs::copy(version, &staged)?;
     let before = reconciled(host);
     let landed = Instant::now();
     std::fs::rename(&staged, file)?;
-    wait(host, Duration::from_secs(120), |h| swaps(h) > swapped_before).await.context("the new version is swapped in")?;
+    wait(host, Duration::from_secs(120), |h| swaps(h) > swapped_before)
+        .await
+        .context("the new version is swapped in")?;
     let swapped = landed.elapsed();
     wait(host, Duration::from_secs(60), |h| reconciled(h) > before).await.context("the new version reconciles")?;
     Ok(Landing { swapped, reconciled: landed.elapsed() })
+}
+
+/// Waits until the previous landing's reconciles are over (the new
+/// version's changes to the children trigger a few more): nothing queued
+/// and no reconcile for 300 ms, so the next one counted is the new
+/// version's.
+async fn quiesce(host: &Host) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let count = reconciled(host);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let idle = host.controller("greeter").is_some_and(|c| c.queue_len() == 0);
+        if idle && reconciled(host) == count {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            bail!("the greeter does not settle: {:?}", host.status());
+        }
+    }
 }
 
 fn swaps(host: &Host) -> u64 {
