@@ -431,7 +431,9 @@ async fn run(
             }
         },
     }
-    routers.abort_all();
+    // Wait for the routers to go, so that the watches they held can be
+    // stopped if no one else uses them.
+    routers.shutdown().await;
     set_state(&manifest.name, &state, State::Stopped);
     tracing::info!("controller stopped");
 }

@@ -573,6 +573,22 @@ impl Shared {
                 (Arc::new(controller), Change::Started(name))
             }
         };
+        if !matches!(change, Change::Swapped { restarted: false, .. }) {
+            // The controller that stopped or restarted may leave watches no
+            // one uses: stop them once the new one has subscribed to what
+            // it needs (so that those are not relisted).
+            let (informers, controller) = (Arc::clone(&self.informers), Arc::clone(&controller));
+            tokio::spawn(async move {
+                for _ in 0..600 {
+                    if !matches!(controller.state(), State::WaitingForKinds(_) | State::Syncing) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                drop(controller);
+                informers.prune();
+            });
+        }
         let mut slots = lock(&self.slots);
         let swapped = matches!(change, Change::Swapped { .. });
         match slots.iter_mut().find(|s| s.path == path) {
@@ -625,7 +641,10 @@ impl Shared {
             tracing::warn!(controller = %controller.name(), error = %e, "cannot release lease");
         }
         tracing::info!(controller = %controller.name(), path = %path.display(), "component removed, controller stopped");
-        Some(controller.name().to_owned())
+        let name = controller.name().to_owned();
+        drop(controller);
+        self.informers.prune();
+        Some(name)
     }
 
     /// The files the host knows.

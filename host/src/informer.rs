@@ -140,6 +140,23 @@ impl Informers {
         self.running.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
+    /// Stops the watches no controller uses any more (after one stopped, or
+    /// was swapped for a version that watches less), and stops serving reads
+    /// from their caches. Returns how many were stopped.
+    pub fn prune(&self) -> usize {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let unused: Vec<InformerKey> =
+            running.iter().filter(|(_, i)| Arc::strong_count(i) == 1).map(|(k, _)| k.clone()).collect();
+        for key in &unused {
+            running.remove(key);
+            if key.2.is_none() {
+                self.cluster.forget_cache(&key.0, &key.1);
+            }
+            tracing::info!(group = %key.0, kind = %key.1, selector = key.2.as_deref().unwrap_or_default(), "watch stopped: no controller uses it");
+        }
+        unused.len()
+    }
+
     /// True if no kind is watched.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

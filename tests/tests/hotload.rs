@@ -160,9 +160,13 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     }
 
     // Removed: the greeter stops, the fixture goes on.
+    let kinds = host.watched_kinds();
     std::fs::remove_file(&greeter_file)?;
     wait_for(TIMEOUT, || async { host.controller("greeter").is_none().then_some(()) }).await?;
     assert!(status_of(&host, &greeter_file).is_none());
+    // Greetings and Deployments were the greeter's alone: no longer watched.
+    // ConfigMaps (the fixture's) and Secrets still are.
+    assert_eq!(host.watched_kinds(), kinds - 2, "the greeter's own watches stopped");
     greetings(&ns).create(&PostParams::default(), &greeting("unserved")?).await?;
     let after: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "after"}, "data": {"behaviour": "ok"}}))?;
     cms.create(&PostParams::default(), &after).await?;

@@ -130,6 +130,12 @@ impl KubeCluster {
         self.caches.write().unwrap_or_else(PoisonError::into_inner).insert((group.to_owned(), kind.to_owned()), cache);
     }
 
+    /// Stops serving reads of `group`/`kind` from a cache: they go to the
+    /// API server again.
+    pub fn forget_cache(&self, group: &str, kind: &str) {
+        self.caches.write().unwrap_or_else(PoisonError::into_inner).remove(&(group.to_owned(), kind.to_owned()));
+    }
+
     /// The cache of `gvk`'s kind, if there is one and it covers reads in
     /// `namespace`.
     fn cache(&self, gvk: &Gvk, namespace: Option<&str>) -> Option<Cache> {
