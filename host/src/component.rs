@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 use tracing::Instrument as _;
@@ -175,7 +175,12 @@ impl std::fmt::Debug for Loaded {
 pub struct Loader {
     runtime: Runtime,
     cache_dir: Option<PathBuf>,
+    cache_budget: u64,
 }
+
+/// Default size limit of the compile cache: 1 GiB (a compiled Python
+/// component is about 37 MB, a Rust one about 5 MB).
+pub const CACHE_BUDGET: u64 = 1 << 30;
 
 /// Component layer of the binary format (`\0asm`, version 0x0d, layer 1).
 const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
@@ -183,7 +188,15 @@ const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x0
 impl Loader {
     /// A loader; `cache_dir` enables the compile cache.
     pub fn new(runtime: Runtime, cache_dir: Option<PathBuf>) -> Self {
-        Self { runtime, cache_dir }
+        Self { runtime, cache_dir, cache_budget: CACHE_BUDGET }
+    }
+
+    /// Keeps the compile cache under `bytes` (default [`CACHE_BUDGET`]):
+    /// after each new entry, the least recently used ones go.
+    #[must_use]
+    pub fn cache_budget(mut self, bytes: u64) -> Self {
+        self.cache_budget = bytes;
+        self
     }
 
     /// The runtime components are loaded for.
@@ -278,7 +291,15 @@ impl Loader {
         let cached = self.cache_path(digest);
         if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
             match deserialize_cached(&engine, file) {
-                Ok(component) => return Ok((component, CompileSource::Cache)),
+                Ok(component) => {
+                    // Used: last to go when the cache is pruned.
+                    if let Err(e) =
+                        std::fs::File::options().append(true).open(file).and_then(|f| f.set_modified(SystemTime::now()))
+                    {
+                        tracing::debug!(file = %file.display(), error = %e, "cannot touch compile cache entry");
+                    }
+                    return Ok((component, CompileSource::Cache));
+                }
                 Err(e) => tracing::warn!(file = %file.display(), error = %e, "ignoring unusable compile cache entry"),
             }
         }
@@ -291,10 +312,15 @@ impl Loader {
         .await
         .map_err(|e| compile_err(format!("compiler task failed: {e}")))?
         .map_err(|e| compile_err(format!("{e:#}")))?;
-        if let Some(file) = cached
-            && let Err(e) = write_atomically(&file, &artefact)
-        {
-            tracing::warn!(file = %file.display(), error = %e, "cannot write compile cache entry");
+        if let Some(file) = cached {
+            match write_atomically(&file, &artefact) {
+                Ok(()) => match prune_cache(&file, self.cache_budget) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(removed = n, budget_mib = self.cache_budget >> 20, "compile cache pruned"),
+                    Err(e) => tracing::warn!(error = %e, "cannot prune the compile cache"),
+                },
+                Err(e) => tracing::warn!(file = %file.display(), error = %e, "cannot write compile cache entry"),
+            }
         }
         Ok((component, CompileSource::Compiled))
     }
@@ -316,6 +342,33 @@ fn deserialize_fresh(engine: &wasmtime::Engine, artefact: &[u8]) -> wasmtime::Re
     // SAFETY: these bytes come straight from `precompile_component` on the
     // same engine.
     unsafe { Component::deserialize(engine, artefact) }
+}
+
+/// Removes the least recently used `.cwasm` entries beside `written` (the
+/// entry just written, always kept) until the cache holds at most `budget`
+/// bytes. Returns how many were removed.
+fn prune_cache(written: &Path, budget: u64) -> std::io::Result<usize> {
+    let Some(dir) = written.parent() else { return Ok(0) };
+    let mut entries: Vec<(PathBuf, u64, SystemTime)> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((e.path(), meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+        })
+        .collect();
+    // Newest first; the one just written is the newest of all.
+    entries.sort_by_key(|(path, _, modified)| (std::cmp::Reverse(path == written), std::cmp::Reverse(*modified)));
+    let mut total = 0;
+    let mut removed = 0;
+    for (path, len, _) in entries {
+        total += len;
+        if total > budget && path != written {
+            std::fs::remove_file(&path)?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -341,6 +394,33 @@ fn check_world(path: &Path, component: &Component, engine: &wasmtime::Engine) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_is_pruned_oldest_first_keeping_what_was_just_written() {
+        let dir = std::env::temp_dir().join(format!("capstan-cache-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let now = SystemTime::now();
+        let entry = |name: &str, age_s: u64| {
+            let path = dir.join(format!("{name}.cwasm"));
+            std::fs::write(&path, [0u8; 100]).expect("written");
+            let f = std::fs::File::options().append(true).open(&path).expect("open");
+            f.set_modified(now - Duration::from_secs(age_s)).expect("mtime");
+            path
+        };
+        let old = entry("old", 300);
+        let middle = entry("middle", 200);
+        let recent = entry("recent", 100);
+        let written = entry("written", 1000); // an older mtime, but just written
+        std::fs::write(dir.join("other.txt"), [0u8; 1000]).expect("written");
+        assert_eq!(prune_cache(&written, 250).expect("pruned"), 2);
+        assert!(written.is_file() && recent.is_file(), "the newest two fit in 250 bytes");
+        assert!(!middle.exists() && !old.exists());
+        assert!(dir.join("other.txt").is_file(), "only .cwasm entries are touched");
+        assert_eq!(prune_cache(&written, 10).expect("pruned"), 1, "over budget, the one just written stays");
+        assert!(written.is_file());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn error_messages_name_the_file_and_reason() {
