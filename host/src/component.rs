@@ -40,6 +40,15 @@ pub enum Error {
         /// The file.
         path: PathBuf,
     },
+    /// A gzipped file that does not decompress (or decompresses to more
+    /// than [`MAX_COMPONENT_SIZE`]).
+    #[error("{path}: cannot decompress (gzip): {reason}")]
+    Gzip {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The file is a core module, not a component.
     #[error(
         "{path}: a core WebAssembly module, not a component (build for wasm32-wasip2, or wrap it with `wasm-tools component new`)"
@@ -107,6 +116,7 @@ impl Error {
         match self {
             Error::Read { .. } => "read",
             Error::NotWasm { .. } => "not_wasm",
+            Error::Gzip { .. } => "gzip",
             Error::CoreModule { .. } => "core_module",
             Error::Compile { .. } => "compile",
             Error::WrongWorld { .. } => "world",
@@ -178,6 +188,35 @@ pub struct Loader {
     cache_budget: u64,
 }
 
+/// The largest component the host decompresses from a `.wasm.gz` (a
+/// guard against gzip bombs): 256 MiB.
+pub const MAX_COMPONENT_SIZE: u64 = 256 << 20;
+
+/// The component in `bytes`: as they are, or decompressed if they are
+/// gzipped (`.wasm.gz`, e.g. to fit a ConfigMap). The digest, the compile
+/// cache and the host's "unchanged" check all work on what this returns.
+///
+/// # Errors
+///
+/// [`Error::Gzip`] for gzip data that does not decompress, or is larger
+/// than [`MAX_COMPONENT_SIZE`] decompressed.
+pub fn decode(path: &Path, bytes: Vec<u8>) -> Result<Vec<u8>, Error> {
+    use std::io::Read as _;
+    if !bytes.starts_with(&[0x1f, 0x8b]) {
+        return Ok(bytes);
+    }
+    let mut out = Vec::with_capacity(bytes.len() * 4);
+    let gzip_err = |reason: String| Error::Gzip { path: path.to_owned(), reason };
+    flate2::read::GzDecoder::new(bytes.as_slice())
+        .take(MAX_COMPONENT_SIZE + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| gzip_err(e.to_string()))?;
+    if out.len() as u64 > MAX_COMPONENT_SIZE {
+        return Err(gzip_err(format!("more than {MAX_COMPONENT_SIZE} bytes decompressed")));
+    }
+    Ok(out)
+}
+
 /// Default size limit of the compile cache: 1 GiB (a compiled Python
 /// component is about 37 MB, a Rust one about 5 MB).
 pub const CACHE_BUDGET: u64 = 1 << 30;
@@ -244,6 +283,7 @@ impl Loader {
 
     async fn load_checked(&self, path: &Path, bytes: Vec<u8>) -> Result<Loaded, Error> {
         let path = path.to_owned();
+        let bytes = decode(&path, bytes)?;
         if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
             return Err(Error::NotWasm { path });
         }
@@ -420,6 +460,19 @@ mod tests {
         assert_eq!(prune_cache(&written, 10).expect("pruned"), 1, "over budget, the one just written stays");
         assert!(written.is_file());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn gzipped_components_are_decompressed_and_others_left_alone() {
+        use std::io::Write as _;
+        let wasm = COMPONENT_HEADER.to_vec();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gz.write_all(&wasm).expect("compressed");
+        let gz = gz.finish().expect("compressed");
+        assert_eq!(decode(Path::new("a.wasm.gz"), gz.clone()).expect("decompresses"), wasm);
+        assert_eq!(decode(Path::new("a.wasm"), wasm.clone()).expect("as is"), wasm);
+        let broken = decode(Path::new("b.wasm.gz"), gz[..gz.len() / 2].to_vec()).expect_err("truncated");
+        assert!(broken.to_string().starts_with("b.wasm.gz: cannot decompress (gzip)"), "{broken}");
     }
 
     #[test]

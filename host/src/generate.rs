@@ -53,12 +53,14 @@
 //! # Component delivery
 //!
 //! The simplest honest option: a ConfigMap with `binaryData`, mounted at
-//! `/components`. A ConfigMap holds at most 1 MiB, so larger components
-//! fail with [`Error::TooLargeForConfigMap`]; those go into an image that
-//! holds them at `/components` ([`Delivery::Image`]). Delivery from an OCI
-//! registry or a volume is future work. Apply a large ConfigMap with
-//! server-side apply: client-side `kubectl apply` copies it into an
-//! annotation limited to 256 KiB.
+//! `/components`, one gzipped `<controller>.wasm.gz` per component (the host
+//! loads them as they are; `kubectl apply` of a new ConfigMap hot-loads the
+//! new versions). A ConfigMap holds at most 1 MiB, so components larger
+//! than that compressed fail with [`Error::TooLargeForConfigMap`]; those go
+//! into an image that holds them at `/components` ([`Delivery::Image`]).
+//! Delivery from an OCI registry or a volume is future work. Apply a large
+//! ConfigMap with server-side apply: client-side `kubectl apply` copies it
+//! into an annotation limited to 256 KiB.
 
 mod deployment;
 mod kustomize;
@@ -137,8 +139,8 @@ pub enum Error {
     },
     /// The components do not fit into a ConfigMap.
     #[error(
-        "the components add up to {total} bytes ({}), more than the {CONFIG_MAP_LIMIT} bytes (1 MiB) a ConfigMap \
-         holds: bake them into an image and pass --image IMAGE --components-in-image \
+        "the components add up to {total} bytes gzipped ({}), more than the {CONFIG_MAP_LIMIT} bytes (1 MiB) a \
+         ConfigMap holds: bake them into an image and pass --image IMAGE --components-in-image \
          (delivery from an OCI registry or a volume is future work)",
         .sizes.join(", ")
     )]
@@ -715,7 +717,7 @@ mod tests {
         );
         let e = Error::TooLargeForConfigMap { total: 2_000_000, sizes: vec!["greeter 2000000 bytes".into()] };
         assert!(e.to_string().starts_with(
-            "the components add up to 2000000 bytes (greeter 2000000 bytes), more than the 1048576 bytes (1 MiB)"
+            "the components add up to 2000000 bytes gzipped (greeter 2000000 bytes), more than the 1048576 bytes (1 MiB)"
         ));
         assert_eq!(
             Error::DuplicateController("a".into()).to_string(),

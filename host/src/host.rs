@@ -431,6 +431,12 @@ impl Shared {
                 return Err(self.reject(path, None, e));
             }
         };
+        // The digest of the component itself, gzipped or not (as the
+        // loader computes it).
+        let bytes = match component::decode(path, bytes) {
+            Ok(bytes) => bytes,
+            Err(e) => return Err(self.reject(path, None, e.into())),
+        };
         let digest = hex::encode(Sha256::digest(&bytes));
         let (running, name) = {
             let slots = lock(&self.slots);

@@ -1,14 +1,15 @@
 //! Following a components directory (`capstan run --components DIR`).
 //!
 //! File-system events are debounced and only tell the host to look again:
-//! each look compares the directory's `*.wasm` files (size and mtime, then
+//! each look compares the directory's `*.wasm` and `*.wasm.gz` files (size and mtime, then
 //! digest) with what it knows, so it does not matter which events a
 //! platform reports, or how an editor, `cp`, or a ConfigMap volume's
 //! symlink swap writes the file. A file whose size or mtime is still moving
 //! is not loaded until it holds still ([`SETTLE`]), so a half-written file
 //! is not loaded; write to a temporary name (not ending in `.wasm`) and
-//! rename it into place to be sure. A periodic look ([`RESCAN`]) covers file
-//! systems that report no events.
+//! rename it into place to be sure (`greeter.wasm.tmp`, then
+//! `greeter.wasm`). A periodic look ([`RESCAN`]) covers file systems that
+//! report no events.
 //!
 //! A new file starts a controller, a changed one replaces the running
 //! version ([`Host::load`](crate::host::Host::load)), a removed one stops
@@ -104,10 +105,15 @@ fn components_in(dir: &Path) -> HashMap<PathBuf, Stamp> {
     entries
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wasm"))
+        .filter(|p| is_component_file(p))
         .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
         .filter_map(|p| std::fs::metadata(&p).ok().filter(|m| m.is_file()).map(|m| (p, stamp(&m))))
         .collect()
+}
+
+/// `*.wasm`, or `*.wasm.gz` (gzipped, e.g. from a ConfigMap).
+fn is_component_file(path: &Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".wasm") || n.ends_with(".wasm.gz"))
 }
 
 fn stamp(m: &std::fs::Metadata) -> Stamp {

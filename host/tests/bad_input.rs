@@ -85,6 +85,27 @@ async fn truncated_component_fails_to_compile() {
 }
 
 #[tokio::test]
+async fn a_gzipped_component_loads_as_the_same_component_and_a_broken_gzip_is_rejected() {
+    use std::io::Write as _;
+    let bytes = std::fs::read(guest("noop")).expect("read");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&bytes).expect("compressed");
+    let gz = gz.finish().expect("compressed");
+    let dir = tempdir();
+    let path = dir.join("noop.wasm.gz");
+    std::fs::write(&path, &gz).expect("write");
+    let loader = loader(Limits::default());
+    let zipped = loader.load(&path).await.expect("loads");
+    let plain = loader.load(&guest("noop")).await.expect("loads");
+    assert_eq!(zipped.digest, plain.digest, "the digest is the component's, gzipped or not");
+    assert_eq!(zipped.manifest.name, "noop");
+    let broken = dir.join("broken.wasm.gz");
+    std::fs::write(&broken, &gz[..gz.len() / 2]).expect("write");
+    let err = loader.load(&broken).await.expect_err("rejected");
+    assert!(matches!(err, component::Error::Gzip { .. }), "{err}");
+}
+
+#[tokio::test]
 async fn component_of_another_world_is_rejected() {
     let rejected = r#"capstan_component_loads_total{result="rejected",reason="world"}"#;
     let before = metric(rejected);

@@ -158,10 +158,17 @@ fn gen_rbac_with_install_crds_allows_patching_only_the_greeters_crd() {
 }
 
 #[test]
-fn gen_manifest_refuses_a_component_larger_than_a_config_map_holds() {
-    let out = capstan(&["gen", "manifest", &greeter()]);
+fn gen_manifest_fits_the_greeter_into_a_config_map_gzipped_and_refuses_what_does_not_fit() {
+    // 1.9 MB, about 0.5 MB gzipped: fits.
+    let objects = objects(&["gen", "manifest", &greeter()]);
+    let cm = find(&objects, "ConfigMap", "capstan-components");
+    assert!(cm["binaryData"]["greeter.wasm.gz"].is_string(), "{cm}");
+    // The Python greeter (19 MB) does not, even gzipped.
+    let python = component("greeter-python");
+    let out = capstan(&["gen", "manifest", &python.display().to_string()]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bytes gzipped"), "{stderr}");
     assert!(stderr.contains("more than the 1048576 bytes (1 MiB) a ConfigMap holds"), "{stderr}");
     assert!(stderr.contains("--components-in-image"), "{stderr}");
 }
@@ -210,8 +217,10 @@ fn gen_manifest_puts_a_small_component_into_a_config_map_mounted_at_components()
         serde_json::from_value(find(&objects, "ConfigMap", "capstan-components").clone()).expect("a ConfigMap");
     let data = cm.binary_data.expect("binaryData");
     let (key, bytes) = data.iter().next().expect("one component");
-    assert!(key.ends_with(".wasm"), "{key}");
-    assert_eq!(bytes.0, std::fs::read(&noop).expect("readable"), "the bytes of the file");
+    assert!(key.ends_with(".wasm.gz"), "{key}");
+    let mut unzipped = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes.0.as_slice()), &mut unzipped).expect("gzipped");
+    assert_eq!(unzipped, std::fs::read(&noop).expect("readable"), "the bytes of the file, gzipped");
     let deployment = find(&objects, "Deployment", "capstan");
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["volumes"][1]["configMap"]["name"], "capstan-components");

@@ -175,9 +175,15 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     assert_eq!(host.controller("fixture").map(|c| c.counts().failed), Some(0));
 
     // The Greetings keep the greeter's finalizer: put the greeter back so
-    // that the namespace can go.
-    std::fs::copy(component("greeter-v2"), &greeter_file)?;
+    // that the namespace can go, gzipped this time (as a ConfigMap holds
+    // it), and it serves the Greeting that waited.
+    let gzipped = dir.0.join("greeter.wasm.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, &v2)?;
+    std::fs::write(&gzipped, gz.finish()?)?;
     wait_for(TIMEOUT, || async { host.controller("greeter") }).await?;
+    assert!(status_of(&host, &gzipped).is_some_and(|s| s.state == "running"));
+    wait_for(TIMEOUT, || async { version_of(&ns, "unserved").await.filter(|v| v.as_deref() == Some("2")) }).await?;
     host.shutdown().await;
     ns.cleanup().await
 }
