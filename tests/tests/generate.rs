@@ -9,6 +9,7 @@
 //! with `--name`, and deleted at the end; the CRD is shared with the other
 //! suites and stays.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -20,6 +21,7 @@ use capstan_host::limits::Limits;
 use capstan_host::runtime::Runtime;
 use capstan_host::testing::{default_cache_dir, find_component};
 use capstan_tests::{ControlPlane, FIELD_MANAGER, TestNamespace, install_crd, token_for_service_account, wait_for};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, Secret};
@@ -38,7 +40,13 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The greeter, loaded the way `capstan gen` loads it.
 async fn greeter() -> Result<Component> {
-    let path = find_component("greeter").map_err(anyhow::Error::msg)?;
+    built_component("greeter").await
+}
+
+/// A built component (`greeter`, `greeter-v2`, …), loaded the way `capstan
+/// gen` loads it.
+async fn built_component(stem: &str) -> Result<Component> {
+    let path = find_component(stem).map_err(anyhow::Error::msg)?;
     let engine = Engine::new(EngineConfig::default())?;
     let runtime = Runtime::new(&engine, Limits::default()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
     let wasm = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -548,6 +556,86 @@ async fn a_project_made_by_capstan_new_runs_on_the_control_plane() -> Result<()>
     .context("the scaffolded controller did not reconcile")?;
     let cm: ConfigMap = ns.api().get("hello-message").await?;
     assert_eq!(cm.data.and_then(|d| d.get("message").cloned()).as_deref(), Some("scaffolded"));
+    host.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    ns.cleanup().await
+}
+
+/// Writes `files` into `dir` the way the kubelet projects a ConfigMap volume:
+/// a new timestamped folder, `..data` pointing at it (swapped atomically by
+/// a rename), and one symlink per key through `..data`.
+fn project_like_the_kubelet(dir: &std::path::Path, files: &BTreeMap<String, ByteString>) -> Result<()> {
+    let version = format!("..{}", capstan_tests::random_suffix(8));
+    std::fs::create_dir_all(dir.join(&version))?;
+    for (key, bytes) in files {
+        std::fs::write(dir.join(&version).join(key), &bytes.0)?;
+    }
+    let _ = std::fs::remove_file(dir.join("..data_tmp"));
+    std::os::unix::fs::symlink(&version, dir.join("..data_tmp"))?;
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data"))?;
+    for key in files.keys() {
+        let link = dir.join(key);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(std::path::Path::new("..data").join(key), &link)?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn components_delivered_by_config_map_run_and_a_new_config_map_hot_loads() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("gen-cm").await?;
+    let options = Options::default().namespace(ns.name()).name(ns.name());
+    let configmaps: Api<ConfigMap> = ns.api();
+    let cm_name = format!("{}-components", ns.name());
+    // Generate the ConfigMap, apply it, read it back as the kubelet would.
+    let deliver = |stem: &'static str| {
+        let (options, configmaps, cm_name) = (options.clone(), configmaps.clone(), cm_name.clone());
+        let client = ns.client();
+        async move {
+            let objects = generate::manifest(&[built_component(stem).await?], &options)?;
+            let cm = objects.into_iter().find(|o| o["kind"] == "ConfigMap").context("a components ConfigMap")?;
+            apply_all(&client, &[cm]).await?;
+            let applied = configmaps.get(&cm_name).await?;
+            applied.binary_data.context("binaryData")
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("capstan-{}", ns.name()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let files = deliver("greeter").await?;
+    assert_eq!(files.keys().collect::<Vec<_>>(), ["greeter.wasm.gz"]);
+    project_like_the_kubelet(&dir, &files)?;
+
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .components_dir(Some(dir.clone()))
+        .start()
+        .await?;
+    let api = greetings(ns.client(), ns.name());
+    api.create(&PostParams::default(), &greeting("hello", "from a ConfigMap", 1)?).await?;
+    let version = || async {
+        let cm: ConfigMap = configmaps.get("hello-greeting").await.ok()?;
+        Some(cm.data.unwrap_or_default().get("greeter-version").cloned())
+    };
+    assert_eq!(wait_for(TIMEOUT, version).await?, None, "v1 from the ConfigMap reconciles");
+
+    // `kubectl apply` of the new version's ConfigMap; the kubelet swaps the
+    // volume; the host hot-loads it.
+    project_like_the_kubelet(&dir, &deliver("greeter-v2").await?)?;
+    wait_for(TIMEOUT, || async { version().await.flatten().filter(|v| v == "2") })
+        .await
+        .context("v2 from the new ConfigMap converges")?;
+    let status = host.status();
+    assert_eq!(status.len(), 1, "one component file: {status:?}");
+    assert_eq!((status[0].swaps, status[0].failed), (1, 0), "{status:?}");
+
+    // Gone before the host stops, so that the finalizer does not hold the
+    // namespace.
+    api.delete("hello", &DeleteParams::default()).await?;
+    wait_for(TIMEOUT, || async { api.get_opt("hello").await.ok().and_then(|g| g.is_none().then_some(())) }).await?;
     host.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
     ns.cleanup().await
