@@ -333,7 +333,10 @@ async fn run_watch(
                 first_list_done = true;
                 let _ = synced.send(true);
             }
-            Err(e) => tracing::warn!(kind = %gvk, error = %e, "watch failed, retrying with backoff"),
+            Err(e) => {
+                crate::metrics::metrics().watch_failed(&gvk);
+                tracing::warn!(kind = %gvk, error = %e, "watch failed, retrying with backoff");
+            }
         }
     }
 }

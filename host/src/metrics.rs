@@ -23,6 +23,7 @@
 //! | `capstan_host_calls_total` | `controller`, `verb`, `kind`, `result` | `kube` and `events` imports by outcome |
 //! | `capstan_grant_denials_total` | `controller`, `verb`, `kind` | import calls refused by the grants |
 //! | `capstan_watch_restarts_total` | `kind` | watches that relisted after their first list |
+//! | `capstan_watch_errors_total` | `kind` | watch errors (a lost connection, a 403, an expired resource version), each retried with backoff |
 //! | `capstan_component_loads_total` | `result`, `reason` | components `loaded` or `rejected` (with the reason) |
 //! | `capstan_component_compile_seconds` | `source` | compiling (`compiled`) or loading from the compile cache (`cache`) |
 //! | `capstan_leader_status` | `controller` | 1 while this replica leads the controller, else 0 |
@@ -267,6 +268,7 @@ pub struct Metrics {
     host_calls: Family<HostCallLabels, Counter>,
     grant_denials: Family<DenialLabels, Counter>,
     watch_restarts: Family<KindLabels, Counter>,
+    watch_errors: Family<KindLabels, Counter>,
     component_loads: Family<LoadLabels, Counter>,
     compile_time: Histograms<SourceLabels>,
     leader: Family<ControllerLabels, Gauge>,
@@ -298,6 +300,7 @@ impl Metrics {
             host_calls: Family::default(),
             grant_denials: Family::default(),
             watch_restarts: Family::default(),
+            watch_errors: Family::default(),
             component_loads: Family::default(),
             compile_time: Family::new_with_constructor(seconds),
             leader: Family::default(),
@@ -327,6 +330,7 @@ impl Metrics {
         r.register("host_calls", "Host import calls by controller, verb, kind and result", m.host_calls.clone());
         r.register("grant_denials", "Host import calls refused by the controller's grants", m.grant_denials.clone());
         r.register("watch_restarts", "Watches that relisted after their first list", m.watch_restarts.clone());
+        r.register("watch_errors", "Watch errors, each retried with backoff", m.watch_errors.clone());
         r.register("component_loads", "Component loads by result and rejection reason", m.component_loads.clone());
         r.register_with_unit(
             "component_compile",
@@ -415,6 +419,11 @@ impl Metrics {
     /// Counts a watch of `kind` that relisted after its first list.
     pub fn watch_restarted(&self, kind: &Gvk) {
         self.watch_restarts.get_or_create(&KindLabels { kind: kind_label(kind) }).inc();
+    }
+
+    /// Counts an error of the watch of `kind` (it is retried with backoff).
+    pub fn watch_failed(&self, kind: &Gvk) {
+        self.watch_errors.get_or_create(&KindLabels { kind: kind_label(kind) }).inc();
     }
 
     /// Counts a component loaded.
@@ -561,6 +570,7 @@ mod tests {
         m.host_call("metrics-labels", Verb::Get, &cm, "not_found");
         m.grant_denied("metrics-labels", Verb::Delete, &deploy);
         m.watch_restarted(&deploy);
+        m.watch_failed(&deploy);
         m.component_rejected("contract");
         m.component_loaded();
         m.compiled("cache", Duration::from_millis(2));
@@ -574,6 +584,7 @@ mod tests {
             r#"capstan_host_calls_total{controller="metrics-labels",verb="get",kind="ConfigMap",result="not_found"}"#,
             r#"capstan_grant_denials_total{controller="metrics-labels",verb="delete",kind="Deployment.apps"}"#,
             r#"capstan_watch_restarts_total{kind="Deployment.apps"}"#,
+            r#"capstan_watch_errors_total{kind="Deployment.apps"}"#,
             r#"capstan_component_loads_total{result="rejected",reason="contract"}"#,
             r#"capstan_component_loads_total{result="loaded",reason=""}"#,
             r#"capstan_component_compile_seconds_count{source="cache"}"#,

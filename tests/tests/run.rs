@@ -294,6 +294,12 @@ async fn an_api_server_restart_mid_run_loses_nothing() -> Result<()> {
     for i in 0..5 {
         greetings.create(&PostParams::default(), &greeting(&format!("before-{i}"), "hi", 1)).await?;
     }
+    let watch_errors = || {
+        let series = r#"capstan_watch_errors_total{kind="Greeting.examples.capstan.dev"} "#;
+        let scrape = capstan_host::metrics::metrics().encode();
+        scrape.lines().find_map(|l| l.strip_prefix(series)?.parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    let errors_before = watch_errors();
     // Down while the first greetings are being reconciled.
     private.restart_apiserver(Duration::from_secs(3)).await?;
     for i in 0..3 {
@@ -308,6 +314,7 @@ async fn an_api_server_restart_mid_run_loses_nothing() -> Result<()> {
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "restart");
         cms.get(&format!("{name}-greeting")).await.with_context(|| format!("{name} has its ConfigMap"))?;
     }
+    assert!(watch_errors() > errors_before, "the lost watch shows in capstan_watch_errors_total");
     host.shutdown().await;
     Ok(())
 }
