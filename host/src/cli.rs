@@ -368,10 +368,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     server.shutdown().await;
-    match std::sync::Arc::try_unwrap(host) {
-        Ok(host) => host.shutdown().await,
-        Err(_) => tracing::warn!("host still referenced at shutdown"),
-    }
+    host.shutdown().await;
     Ok(0)
 }
 

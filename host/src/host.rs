@@ -285,16 +285,21 @@ impl HostBuilder {
             slots: Mutex::new(Vec::new()),
             changes: tokio::sync::Mutex::new(()),
         });
-        let host = Host { shared: Arc::clone(&shared), dir: None };
+        let host = Host { shared: Arc::clone(&shared), dir: Mutex::new(None) };
         for path in &self.components {
             if let Err(e) = shared.load(path).await {
                 host.shutdown().await;
                 return Err(e);
             }
         }
-        let mut host = host;
         if let Some(dir) = self.components_dir {
-            host.dir = Some(DirWatch::start(Arc::clone(&shared), dir).await?);
+            match DirWatch::start(Arc::clone(&shared), dir).await {
+                Ok(watch) => *lock(&host.dir) = Some(watch),
+                Err(e) => {
+                    host.shutdown().await;
+                    return Err(e);
+                }
+            }
         }
         Ok(host)
     }
@@ -734,7 +739,7 @@ async fn install_crd(cluster: &KubeCluster, crd: &Value) -> Result<(), Error> {
 /// A running host.
 pub struct Host {
     shared: Arc<Shared>,
-    dir: Option<DirWatch>,
+    dir: Mutex<Option<DirWatch>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -802,9 +807,10 @@ impl Host {
     }
 
     /// Stops following the components directory, then every controller
-    /// (letting reconciles in flight finish) and watch.
-    pub async fn shutdown(self) {
-        if let Some(dir) = self.dir {
+    /// (letting reconciles in flight finish), and releases their Leases;
+    /// the watches stop when the host is dropped. Idempotent.
+    pub async fn shutdown(&self) {
+        if let Some(dir) = lock(&self.dir).take() {
             dir.stop();
         }
         let controllers = self.shared.controllers();

@@ -13,6 +13,7 @@ use capstan_host::host::{Host, HostBuilder};
 use capstan_host::leader::LeaseSettings;
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, PrivateControlPlane, TestNamespace, capstan_binary, free_port, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
@@ -101,7 +102,8 @@ async fn the_host_process_serves_probes_metrics_and_status_and_hot_loads_without
     let mut child = tokio::process::Command::new(&binary)
         .args(["run", "--components"])
         .arg(&dir)
-        .args(["-n", "ops", "--listen", &format!("127.0.0.1:{port}"), "--kubeconfig"])
+        .args(["-n", "ops", "--listen", &format!("127.0.0.1:{port}"), "--leader-elect"])
+        .args(["--leader-election-namespace", "ops", "--instance", "ops-host", "--kubeconfig"])
         .arg(private.plane().kubeconfig_path())
         .env("CAPSTAN_LOG", "info")
         .stdout(Stdio::null())
@@ -173,6 +175,7 @@ async fn the_host_process_serves_probes_metrics_and_status_and_hot_loads_without
         .and_then(|c| c.iter().find(|c| c["name"] == json!("greeter")))
         .context("greeter in the status")?;
     assert_eq!(greeter["swaps"], json!(1), "{greeter}");
+    assert_eq!(greeter["leading"], json!(true), "the only replica leads: {greeter}");
     assert_eq!(greeter["failed"], json!(0), "{greeter}");
 
     // A broken build: rejected, reported in the status, log and metrics;
@@ -200,6 +203,13 @@ async fn the_host_process_serves_probes_metrics_and_status_and_hot_loads_without
     ensure!(killed.success(), "kill -TERM failed");
     let exit = tokio::time::timeout(TIMEOUT, child.wait()).await.context("the host exits on SIGTERM")??;
     assert!(exit.success(), "{exit:?}");
+    // Its Leases were released on the way out: a standby would not wait.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "ops");
+    for controller in ["greeter", "fixture"] {
+        let lease = leases.get(&format!("capstan-{controller}")).await?;
+        let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+        assert!(holder.is_empty(), "{controller}'s Lease still held by {holder}");
+    }
     let logged = std::fs::read_to_string(dir.with_extension("log"))?;
     assert!(logged.contains("component rejected"), "{logged}");
     let _ = std::fs::remove_dir_all(&dir);
