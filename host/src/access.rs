@@ -23,7 +23,7 @@ pub enum Error {
     #[error("cannot work out the permissions it needs: {0}")]
     Rules(String),
     /// The API server did not answer a review.
-    #[error("cannot review permissions: {0}")]
+    #[error("cannot review permissions (run with --skip-permission-check to do without): {0}")]
     Review(String),
 }
 

@@ -96,7 +96,10 @@ impl DirWatch {
     }
 
     /// Stops following the directory (the controllers keep running).
-    pub fn stop(self) {}
+    /// Dropping it does the same.
+    pub fn stop(self) {
+        self.task.abort();
+    }
 }
 
 /// The `*.wasm` files of `dir` with their stamps (following symlinks).
