@@ -166,7 +166,9 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     assert!(status_of(&host, &greeter_file).is_none());
     // Greetings and Deployments were the greeter's alone: no longer watched.
     // ConfigMaps (the fixture's) and Secrets still are.
-    assert_eq!(host.watched_kinds(), kinds - 2, "the greeter's own watches stopped");
+    wait_for(TIMEOUT, || async { (host.watched_kinds() == kinds - 2).then_some(()) })
+        .await
+        .with_context(|| format!("the greeter's own watches stop: {} of {kinds} left", host.watched_kinds()))?;
     greetings(&ns).create(&PostParams::default(), &greeting("unserved")?).await?;
     let after: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "after"}, "data": {"behaviour": "ok"}}))?;
     cms.create(&PostParams::default(), &after).await?;
