@@ -310,6 +310,8 @@ async fn with_two_hosts_one_reconciles_and_the_other_takes_over_when_it_dies() -
     // Objects created after a died are b's alone. (b, the new leader, also
     // reconciles one and two again, as `added`: it has not handled them.)
     for name in ["three", "four"] {
+        // An Event is recorded after the status that makes it Ready.
+        wait_for(TIMEOUT, || async { (!reporters(&ns, name).await.is_empty()).then_some(()) }).await?;
         let by = reporters(&ns, name).await;
         if by != ["replica-b"] {
             bail!("Events about {name} were recorded by {by:?}, expected only replica-b");
