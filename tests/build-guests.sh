@@ -22,6 +22,8 @@ build greeter --features v2
 cp "$release/greeter.wasm" "$out/greeter-v2.wasm"
 build greeter --features v3
 cp "$release/greeter.wasm" "$out/greeter-v3.wasm"
+build greeter --features broken
+cp "$release/greeter.wasm" "$out/greeter-broken.wasm"
 build greeter
 cp "$release/greeter.wasm" "$out/greeter.wasm"
 build fixture-other-world

@@ -84,6 +84,11 @@ pub struct RunArgs {
     /// (a rejected one leaves it serving), a removed one stops it.
     #[arg(long = "components", value_name = "DIR")]
     pub components_dir: Option<PathBuf>,
+    /// Run each new version of a running controller on this percentage of
+    /// its objects first; it replaces the running version once they all
+    /// reconcile, and is rejected at its first error or trap.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..100))]
+    pub canary: Option<u8>,
     /// Do not review each component's permissions against the host's own
     /// (SelfSubjectAccessReview) before running it.
     #[arg(long)]
@@ -343,6 +348,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         .namespaces(args.namespaces)
         .install_crds(args.install_crds)
         .check_permissions(!args.skip_permission_check)
+        .canary(args.canary)
         .limits(limits)
         .cache_dir(default_cache_dir())
         .instance(instance)

@@ -241,16 +241,25 @@ impl Controller {
     /// controller that does not run yet queues them when it starts anyway.
     /// Returns how many were queued.
     pub fn resync_all(&self) -> usize {
-        let Some(primary) = self.primary.get() else { return 0 };
-        let manifest = self.reconciler.component().manifest.clone();
-        let mut n = 0;
-        for object in primary.store().state() {
-            if let Some(r) = primary_ref(&manifest.primary, &object) {
-                self.queue.add(r);
-                n += 1;
-            }
-        }
+        let objects = self.primary_objects();
+        let n = objects.len();
+        self.resync(objects);
         n
+    }
+
+    /// The primary objects the cache holds (none before the controller
+    /// runs).
+    pub fn primary_objects(&self) -> Vec<ObjectRef> {
+        let Some(primary) = self.primary.get() else { return Vec::new() };
+        let manifest = self.reconciler.component().manifest.clone();
+        primary.store().state().iter().filter_map(|o| primary_ref(&manifest.primary, o)).collect()
+    }
+
+    /// Queues `objects` to be reconciled again.
+    pub fn resync(&self, objects: impl IntoIterator<Item = ObjectRef>) {
+        for r in objects {
+            self.queue.add(r);
+        }
     }
 
     /// Stops watching and reconciling. Reconciles in flight finish (for at

@@ -43,6 +43,10 @@ use crate::reconciler::Reconciler;
 use crate::reload::DirWatch;
 use crate::runtime::Runtime;
 
+/// How long a canary may take before it is promoted anyway (its share's
+/// objects were deleted, or this replica does not lead).
+pub const CANARY_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Field manager the host uses for its own applies (CRDs).
 pub const HOST_FIELD_MANAGER: &str = "capstan";
 
@@ -67,6 +71,14 @@ pub enum Error {
         name: String,
         /// The file that runs it.
         other: PathBuf,
+    },
+    /// A new version failed on its canary share.
+    #[error("{path}: canary failed: {failure}")]
+    Canary {
+        /// The rejected file.
+        path: PathBuf,
+        /// Its first failure.
+        failure: String,
     },
     /// The component needs permissions the host does not have.
     #[error("{path}: {error}")]
@@ -114,6 +126,7 @@ impl Error {
         match self {
             Self::Component(e) => e.reason(),
             Self::Duplicate { .. } => "duplicate",
+            Self::Canary { .. } => "canary",
             Self::Access { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) => "crd",
             Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) | Self::Leader(_) => "host",
@@ -135,6 +148,7 @@ pub struct HostBuilder {
     cache_dir: Option<PathBuf>,
     instance: Option<String>,
     leader_election: Option<LeaseSettings>,
+    canary: Option<u8>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -165,6 +179,7 @@ impl HostBuilder {
             cache_dir: None,
             instance: None,
             leader_election: None,
+            canary: None,
         }
     }
 
@@ -244,6 +259,19 @@ impl HostBuilder {
         self
     }
 
+    /// Runs each new version of a running controller on `percent` % of its
+    /// objects first (a canary; chosen by a stable hash of namespace and
+    /// name), the others staying on the version in use. At the canary's
+    /// first error or trap its version is rejected and its share is
+    /// reconciled again by the version in use; once every object of its
+    /// share was reconciled successfully, it replaces the version in use
+    /// and every object is reconciled by it. Only for versions that watch
+    /// the same kinds; others are swapped in at once. Default: none.
+    pub fn canary(mut self, percent: Option<u8>) -> Self {
+        self.canary = percent;
+        self
+    }
+
     /// Elects a leader per controller among the host's replicas (see
     /// [`crate::leader`]): each controller keeps its caches warm, and
     /// reconciles only while this replica holds its Lease
@@ -281,6 +309,7 @@ impl HostBuilder {
             namespaces: self.namespaces,
             install_crds: self.install_crds,
             check_permissions: self.check_permissions,
+            canary: self.canary,
             elections,
             slots: Mutex::new(Vec::new()),
             changes: tokio::sync::Mutex::new(()),
@@ -320,6 +349,14 @@ pub enum Change {
     },
     /// The file is the version already running.
     Unchanged(String),
+    /// The new version runs on a canary share of the objects first (see
+    /// [`HostBuilder::canary`]).
+    OnTrial {
+        /// The controller.
+        name: String,
+        /// The share, in percent.
+        percent: u8,
+    },
 }
 
 /// One component version that runs.
@@ -381,6 +418,9 @@ pub struct ComponentStatus {
     pub state: &'static str,
     /// Whether this replica leads the controller (with leader election).
     pub leading: Option<bool>,
+    /// A new version on trial for a share of the objects (with
+    /// [`HostBuilder::canary`]).
+    pub canary: Option<crate::reconciler::TrialState>,
     /// Kinds it waits for, in `waiting-for-kinds`.
     pub waiting_for: Vec<String>,
     /// Versions swapped in since the first.
@@ -409,6 +449,7 @@ pub(crate) struct Shared {
     namespaces: Vec<String>,
     install_crds: bool,
     check_permissions: bool,
+    canary: Option<u8>,
     elections: Option<Elections>,
     slots: Mutex<Vec<Slot>>,
     /// Serialises loads and unloads: one change at a time, in order.
@@ -427,7 +468,7 @@ fn shape(m: &Manifest) -> impl PartialEq + '_ {
 
 impl Shared {
     /// Loads (or reloads) the component at `path`; see [`Host::load`].
-    pub(crate) async fn load(&self, path: &Path) -> Result<Change, Error> {
+    pub(crate) async fn load(self: &Arc<Self>, path: &Path) -> Result<Change, Error> {
         let _one_at_a_time = self.changes.lock().await;
         let bytes = match tokio::fs::read(path).await {
             Ok(bytes) => bytes,
@@ -530,7 +571,7 @@ impl Shared {
 
     /// Runs an admitted component: swaps it into the controller its file
     /// ran, or starts a new controller.
-    async fn install(&self, path: &Path, loaded: Loaded) -> Result<Change, Error> {
+    async fn install(self: &Arc<Self>, path: &Path, loaded: Loaded) -> Result<Change, Error> {
         let version = Version {
             digest: loaded.digest.clone(),
             contract: loaded.contract.clone(),
@@ -545,7 +586,27 @@ impl Shared {
             (slot.and_then(|s| s.controller.clone()), slot.and_then(|s| s.leadership.as_ref().map(Leadership::watch)))
         };
         let mut joined = None;
+        if let Some(old) = &current
+            && old.reconciler().end_trial(false).is_some()
+        {
+            tracing::info!(controller = %old.name(), "canary abandoned: a newer version landed");
+        }
         let (controller, change) = match current {
+            Some(old)
+                if old.name() == name
+                    && self.canary.is_some_and(|p| p < 100)
+                    && shape(&old.reconciler().component().manifest) == shape(&loaded.manifest)
+                    && matches!(old.state(), State::Running | State::Standby) =>
+            {
+                // A canary: the new version reconciles its share first; the
+                // judge promotes it, or rejects it at its first failure.
+                let percent = self.canary.unwrap_or(100);
+                let share = old.reconciler().start_trial(loaded, percent, old.primary_objects());
+                tracing::info!(controller = %name, digest = %version.digest, percent, objects = share.len(), "canary started");
+                old.resync(share.iter().cloned());
+                tokio::spawn(Arc::clone(self).judge(path.to_owned(), Arc::clone(&old), version, share));
+                return Ok(Change::OnTrial { name, percent });
+            }
             Some(old) if old.name() == name => {
                 let same_shape = shape(&old.reconciler().component().manifest) == shape(&loaded.manifest);
                 let replaced = old.reconciler().swap(loaded);
@@ -624,6 +685,47 @@ impl Shared {
         Ok(change)
     }
 
+    /// Watches a canary (see [`HostBuilder::canary`]): rejects its version
+    /// at its first failure (its share is reconciled again by the version
+    /// in use), promotes it once every object of its share was reconciled
+    /// successfully (or after [`CANARY_TIMEOUT`]), then resyncs every object.
+    async fn judge(
+        self: Arc<Self>,
+        path: PathBuf,
+        controller: Arc<Controller>,
+        version: Version,
+        share: Vec<ObjectRef>,
+    ) {
+        let reconciler = Arc::clone(controller.reconciler());
+        let started = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Some(trial) = reconciler.trial().filter(|t| t.digest == version.digest) else { return };
+            if let Some(failure) = trial.failure {
+                reconciler.end_trial(false);
+                controller.resync(share);
+                let error = Error::Canary { path: path.clone(), failure };
+                self.reject(&path, Some(&version.digest), error);
+                return;
+            }
+            let timed_out = started.elapsed() > CANARY_TIMEOUT;
+            if trial.pending == 0 || timed_out {
+                if timed_out {
+                    tracing::warn!(controller = %controller.name(), pending = trial.pending, "canary not finished in time, promoted");
+                }
+                reconciler.end_trial(true);
+                let queued = controller.resync_all();
+                tracing::info!(controller = %controller.name(), digest = %version.digest, objects = queued, "canary promoted");
+                if let Some(slot) = lock(&self.slots).iter_mut().find(|s| s.path == path) {
+                    slot.version = Some(version);
+                    slot.rejected = None;
+                    slot.swaps += 1;
+                }
+                return;
+            }
+        }
+    }
+
     /// Releases the Lease of the controller of `path`, if it has one, so
     /// that a standby replica takes over at once.
     async fn resign(&self, path: &Path) {
@@ -697,6 +799,7 @@ impl Shared {
                     compile_ms: version.map(|v| v.compile_time.as_secs_f64() * 1000.0),
                     state,
                     leading: slot.leadership.as_ref().map(Leadership::is_leading),
+                    canary: controller.and_then(|c| c.reconciler().trial()),
                     waiting_for,
                     swaps: slot.swaps,
                     reconciled: counts.succeeded,
@@ -814,6 +917,9 @@ impl Host {
             dir.stop();
         }
         let controllers = self.shared.controllers();
+        for c in &controllers {
+            c.reconciler().end_trial(false);
+        }
         futures::future::join_all(controllers.iter().map(|c| c.stop())).await;
         for path in self.shared.paths() {
             self.shared.resign(&path).await;

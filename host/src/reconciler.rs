@@ -23,7 +23,7 @@
 //! Without a finalizer, `deleted` is best-effort: it is delivered only if
 //! this host saw the object before it disappeared.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -129,11 +129,48 @@ struct Handled {
     last: Value,
 }
 
-/// A controller's reconcile logic: one component version, the cluster, and
-/// what it last handled.
+/// A new version on trial (a canary) for a share of the objects.
+struct Trial {
+    component: Arc<Loaded>,
+    grants: Arc<Grants>,
+    percent: u8,
+    /// Objects of the share not yet reconciled successfully by it.
+    pending: HashSet<ObjectRef>,
+    /// Its first failure.
+    failure: Option<String>,
+}
+
+/// Where a trial stands (see [`Reconciler::start_trial`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrialState {
+    /// Digest of the version on trial.
+    pub digest: String,
+    /// Its share of the objects, in percent.
+    pub percent: u8,
+    /// Objects of its share it has not reconciled successfully yet.
+    pub pending: usize,
+    /// Its first failure (an error or a trap), if any.
+    pub failure: Option<String>,
+}
+
+/// Whether `r` is in the first `percent` % of objects: a stable hash of its
+/// namespace and name, so an object stays in or out of a canary's share.
+pub fn in_share(r: &ObjectRef, percent: u8) -> bool {
+    // FNV-1a: stable across processes and versions, unlike `DefaultHasher`.
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in r.namespace.as_deref().unwrap_or_default().bytes().chain([b'/']).chain(r.name.bytes()) {
+        hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+    }
+    hash % 100 < u32::from(percent)
+}
+
+/// A controller's reconcile logic: one component version (and perhaps a
+/// new one on trial), the cluster, and what it last handled.
 pub struct Reconciler {
     /// The version in use and its grants, swapped together.
     version: Mutex<(Arc<Loaded>, Arc<Grants>)>,
+    trial: Mutex<Option<Trial>>,
     runtime: Runtime,
     cluster: Arc<dyn Cluster>,
     handled: Mutex<HashMap<ObjectRef, Handled>>,
@@ -155,6 +192,7 @@ impl Reconciler {
         let grants = Arc::new(Grants::from_manifest(&component.manifest));
         Self {
             version: Mutex::new((Arc::new(component), grants)),
+            trial: Mutex::new(None),
             runtime,
             cluster,
             handled: Mutex::new(HashMap::new()),
@@ -180,9 +218,81 @@ impl Reconciler {
     fn grants_for(&self, component: &Loaded) -> Arc<Grants> {
         let version = lock(&self.version);
         if std::ptr::eq(Arc::as_ptr(&version.0), component) {
-            Arc::clone(&version.1)
-        } else {
-            Arc::new(Grants::from_manifest(&component.manifest))
+            return Arc::clone(&version.1);
+        }
+        drop(version);
+        match lock(&self.trial).as_ref() {
+            Some(t) if std::ptr::eq(Arc::as_ptr(&t.component), component) => Arc::clone(&t.grants),
+            _ => Arc::new(Grants::from_manifest(&component.manifest)),
+        }
+    }
+
+    /// Puts `component` on trial for `percent` % of the objects (chosen by
+    /// [`in_share`]) while the others stay on the version in use; returns
+    /// the objects of `objects` in its share, to be reconciled now. A
+    /// trial already running is abandoned.
+    pub fn start_trial(
+        &self,
+        component: Loaded,
+        percent: u8,
+        objects: impl IntoIterator<Item = ObjectRef>,
+    ) -> Vec<ObjectRef> {
+        let share: Vec<ObjectRef> = objects.into_iter().filter(|r| in_share(r, percent)).collect();
+        let grants = Arc::new(Grants::from_manifest(&component.manifest));
+        *lock(&self.trial) = Some(Trial {
+            component: Arc::new(component),
+            grants,
+            percent,
+            pending: share.iter().cloned().collect(),
+            failure: None,
+        });
+        share
+    }
+
+    /// Where the trial stands, if one runs.
+    pub fn trial(&self) -> Option<TrialState> {
+        lock(&self.trial).as_ref().map(|t| TrialState {
+            digest: t.component.digest.clone(),
+            percent: t.percent,
+            pending: t.pending.len(),
+            failure: t.failure.clone(),
+        })
+    }
+
+    /// Ends the trial: with `promote`, its version replaces the one in use
+    /// (as [`swap`](Self::swap)); otherwise it is dropped. Returns the
+    /// version that was on trial.
+    pub fn end_trial(&self, promote: bool) -> Option<Arc<Loaded>> {
+        let trial = lock(&self.trial).take()?;
+        if promote {
+            *lock(&self.version) = (Arc::clone(&trial.component), trial.grants);
+        }
+        Some(trial.component)
+    }
+
+    /// The version that reconciles `r`: the one on trial for its share,
+    /// else the one in use.
+    fn version_for(&self, r: &ObjectRef) -> (Arc<Loaded>, bool) {
+        if let Some(t) = lock(&self.trial).as_ref().filter(|t| in_share(r, t.percent)) {
+            return (Arc::clone(&t.component), true);
+        }
+        (self.component(), false)
+    }
+
+    /// Notes how the version on trial did on `r`.
+    fn judge(&self, component: &Arc<Loaded>, r: &ObjectRef, result: &Result<Action, Error>) {
+        let mut trial = lock(&self.trial);
+        let Some(t) = trial.as_mut().filter(|t| Arc::ptr_eq(&t.component, component)) else { return };
+        match result {
+            Ok(_) => {
+                t.pending.remove(r);
+            }
+            Err(e) if e.is_conflict() => {}
+            Err(e) => {
+                if t.failure.is_none() {
+                    t.failure = Some(format!("{r}: {e}"));
+                }
+            }
         }
     }
 
@@ -229,12 +339,21 @@ impl Reconciler {
             applied: Vec::new(),
             pruned: Vec::new(),
         };
-        report.result = self.reconcile_into(r, &mut report).await;
+        let (component, on_trial) = self.version_for(r);
+        report.result = self.reconcile_into(&component, r, &mut report).await;
+        if on_trial {
+            self.judge(&component, r, &report.result);
+        }
         report
     }
 
-    async fn reconcile_into(&self, r: &ObjectRef, report: &mut Report) -> Result<Action, Error> {
-        let component = self.component();
+    async fn reconcile_into(
+        &self,
+        component: &Arc<Loaded>,
+        r: &ObjectRef,
+        report: &mut Report,
+    ) -> Result<Action, Error> {
+        let component = Arc::clone(component);
         let manifest = &component.manifest;
         let object = match self.cluster.get(r).await {
             Ok(o) => o,
@@ -504,6 +623,23 @@ fn status_apply_body(r: &ObjectRef, status: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_canary_share_is_about_its_percentage_and_stable() {
+        let gvk = object::Gvk::new("", "v1", "ConfigMap");
+        let objects: Vec<ObjectRef> =
+            (0..2000).map(|i| ObjectRef::new(gvk.clone(), Some("ns"), format!("o{i}"))).collect();
+        for percent in [10u8, 50, 90] {
+            let share = objects.iter().filter(|r| in_share(r, percent)).count();
+            let expected = 2000 * usize::from(percent) / 100;
+            assert!(share.abs_diff(expected) < 100, "{percent} %: {share} of 2000");
+        }
+        // Larger shares contain smaller ones; the same object, the same answer.
+        assert!(objects.iter().filter(|r| in_share(r, 10)).all(|r| in_share(r, 50)));
+        assert!(objects.iter().all(|r| in_share(r, 50) == in_share(&r.clone(), 50)));
+        assert!(!objects.iter().any(|r| in_share(r, 0)));
+        assert!(objects.iter().all(|r| in_share(r, 100)));
+    }
 
     #[test]
     fn terminal_and_invalid_outcomes_are_not_retried() {

@@ -138,7 +138,7 @@ async fn settled(path: &Path) -> Option<Stamp> {
 }
 
 /// Compares the directory with `known` and loads, reloads or unloads.
-async fn look(shared: &Shared, dir: &Path, known: &mut HashMap<PathBuf, Stamp>) {
+async fn look(shared: &Arc<Shared>, dir: &Path, known: &mut HashMap<PathBuf, Stamp>) {
     let present = components_in(dir);
     let gone: Vec<PathBuf> = known.keys().filter(|p| !present.contains_key(*p)).cloned().collect();
     for path in gone {

@@ -1,7 +1,8 @@
 //! Hot loading on the real API server: a host following a components
-//! directory swaps in new versions, rejects broken files while the running
-//! version keeps serving, and stops a controller whose file is removed,
-//! without disturbing the other controllers it runs.
+//! directory swaps in new versions (or tries them on a canary share first),
+//! rejects broken files while the running version keeps serving, and stops
+//! a controller whose file is removed, without disturbing the other
+//! controllers it runs.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -225,6 +226,53 @@ async fn a_manifest_change_restarts_only_that_controller_and_a_new_name_replaces
 
     std::fs::copy(component("greeter"), &file)?;
     wait_for(TIMEOUT, || async { host.controller("greeter") }).await?;
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_is_promoted_when_its_share_reconciles_and_rejected_at_its_first_failure() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hotload-canary").await?;
+    let dir = Dir::new(&ns)?;
+    let file = dir.0.join("greeter.wasm");
+    std::fs::copy(component("greeter"), &file)?;
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .canary(Some(50))
+        .components_dir(Some(dir.0.clone()))
+        .start()
+        .await?;
+    let names: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
+    for name in &names {
+        greetings(&ns).create(&PostParams::default(), &greeting(name)?).await?;
+    }
+    for name in &names {
+        wait_for(TIMEOUT, || version_of(&ns, name)).await?;
+    }
+
+    // A broken version: its share fails, it is rejected, v1 serves on and
+    // goes over the share again.
+    write_in_place(&component("greeter-broken"), &file)?;
+    let rejected = wait_for(TIMEOUT, || async { status_of(&host, &file).and_then(|s| s.rejected) }).await?;
+    assert_eq!(rejected.kind, "canary", "{rejected:?}");
+    assert!(rejected.reason.contains("broken on purpose"), "{rejected:?}");
+    let status = status_of(&host, &file).context("status")?;
+    assert!(status.canary.is_none() && status.swaps == 0, "{status:?}");
+    greetings(&ns).create(&PostParams::default(), &greeting("after-broken")?).await?;
+    assert_eq!(wait_for(TIMEOUT, || version_of(&ns, "after-broken")).await?, None, "v1 serves");
+
+    // A good version: its share converges first, then it is promoted and
+    // every object converges.
+    write_in_place(&component("greeter-v2"), &file)?;
+    for name in &names {
+        wait_for(TIMEOUT, || async { version_of(&ns, name).await.filter(|v| v.as_deref() == Some("2")) })
+            .await
+            .with_context(|| format!("{name} converged to v2 after the canary"))?;
+    }
+    let status = wait_for(TIMEOUT, || async { status_of(&host, &file).filter(|s| s.swaps == 1) }).await?;
+    assert!(status.canary.is_none() && status.rejected.is_none(), "{status:?}");
     host.shutdown().await;
     ns.cleanup().await
 }

@@ -117,6 +117,9 @@ impl Controller for Greeter {
         if greeting.spec.message.trim().is_empty() {
             return Err(Error::terminal("spec.message must not be empty"));
         }
+        if cfg!(feature = "broken") {
+            return Err(Error::transient("this build is broken on purpose (feature `broken`)"));
+        }
 
         // The Deployment as the cluster has it, for the replicas it reports.
         let ready_replicas = ctx
