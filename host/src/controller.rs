@@ -5,7 +5,7 @@
 //! backoff with jitter after errors and traps.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kube::api::DynamicObject;
@@ -21,6 +21,7 @@ use crate::metrics::metrics;
 use crate::object::{Gvk, ObjectRef};
 use crate::queue::Queue;
 use crate::reconciler::{Action, Reconciler};
+use crate::sync::lock;
 
 /// Retry timing after failures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,10 +134,6 @@ impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Controller").field("name", &self.name).field("state", &self.state()).finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Controller {

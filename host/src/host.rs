@@ -19,7 +19,7 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -42,6 +42,7 @@ use crate::object::{Gvk, ObjectRef};
 use crate::reconciler::Reconciler;
 use crate::reload::DirWatch;
 use crate::runtime::Runtime;
+use crate::sync::lock;
 
 /// How long a canary may take before it is promoted anyway (its share's
 /// objects were deleted, or this replica does not lead).
@@ -454,10 +455,6 @@ pub(crate) struct Shared {
     slots: Mutex<Vec<Slot>>,
     /// Serialises loads and unloads: one change at a time, in order.
     changes: tokio::sync::Mutex<()>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What of a manifest decides the watches and workers of a controller: a

@@ -45,6 +45,7 @@ pub mod runtime;
 pub mod scaffold;
 pub mod scenario;
 pub mod server;
+mod sync;
 pub mod testing;
 
 pub use bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};

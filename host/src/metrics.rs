@@ -52,7 +52,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -66,6 +66,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::manifest::Verb;
 use crate::object::Gvk;
+use crate::sync::lock;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output (Prometheus text
 /// format 0.0.4).
@@ -200,10 +201,6 @@ type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 /// Buckets of durations that are usually short: 1 ms to ~65 s, doubling.
 fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The `kind` label of a kind: `Kind` for the core group, else `Kind.group`.

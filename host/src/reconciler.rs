@@ -24,7 +24,7 @@
 //! this host saw the object before it disappeared.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -37,6 +37,7 @@ use crate::imports::events::event_record;
 use crate::imports::{Caller, Journal};
 use crate::object::{self, ObjectRef};
 use crate::runtime::{self, Runtime};
+use crate::sync::lock;
 
 pub use crate::runtime::EventKind;
 
@@ -180,10 +181,6 @@ impl std::fmt::Debug for Reconciler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reconciler").field("component", &self.component()).finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Reconciler {

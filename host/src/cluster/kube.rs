@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::{Cluster, Error, EventRecord, ListParams, Patch, Propagation, Result, Status, Subresource};
 use crate::object::{Gvk, ObjectRef};
+use crate::sync::lock;
 
 mod cache;
 
@@ -75,10 +76,6 @@ impl std::fmt::Debug for KubeCluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeCluster").finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl KubeCluster {
