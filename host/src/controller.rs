@@ -117,22 +117,46 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// A running controller. Its methods take `&self`, so the host can share it
 /// with the status API while it runs.
 pub struct Controller {
+    parts: Arc<Parts>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// What a controller's handle, its task and its workers share.
+struct Parts {
     name: String,
     reconciler: Arc<Reconciler>,
     cluster: KubeCluster,
     informers: Arc<Informers>,
     settings: Settings,
-    state: Arc<Mutex<State>>,
-    counts: Arc<Mutex<Counts>>,
+    state: Mutex<State>,
+    counts: Mutex<Counts>,
     queue: Arc<Queue>,
     /// The primary kind's informer, once the controller runs.
-    primary: Arc<OnceLock<Arc<Informer>>>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    primary: OnceLock<Arc<Informer>>,
+}
+
+impl Parts {
+    /// Sets the state and the `capstan_controllers` gauge.
+    fn set_state(&self, new: State) {
+        metrics().set_controller_state(&self.name, Some(new.as_str()));
+        *lock(&self.state) = new;
+    }
+
+    /// The primary objects the cache holds (none before the controller
+    /// runs).
+    fn primary_objects(&self) -> Vec<ObjectRef> {
+        let Some(primary) = self.primary.get() else { return Vec::new() };
+        let manifest = Arc::clone(&self.reconciler.component().manifest);
+        primary.store().state().iter().filter_map(|o| primary_ref(&manifest.primary, o)).collect()
+    }
 }
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Controller").field("name", &self.name).field("state", &self.state()).finish_non_exhaustive()
+        f.debug_struct("Controller")
+            .field("name", &self.parts.name)
+            .field("state", &self.state())
+            .finish_non_exhaustive()
     }
 }
 
@@ -156,11 +180,12 @@ impl Controller {
     /// should be [stopped](Self::stop) first; the shared watches stay, only
     /// the subscriptions are made anew.
     pub fn resume(previous: &Controller, leading: Option<watch::Receiver<bool>>) -> Self {
+        let p = &previous.parts;
         Self::start_with(
-            Arc::clone(&previous.reconciler),
-            previous.cluster.clone(),
-            Arc::clone(&previous.informers),
-            previous.settings.clone(),
+            Arc::clone(&p.reconciler),
+            p.cluster.clone(),
+            Arc::clone(&p.informers),
+            p.settings.clone(),
             previous.counts(),
             leading,
         )
@@ -174,63 +199,46 @@ impl Controller {
         counts: Counts,
         leading: Option<watch::Receiver<bool>>,
     ) -> Self {
-        let manifest = Arc::clone(&reconciler.component().manifest);
-        let name = manifest.name.clone();
-        let state = Arc::new(Mutex::new(State::WaitingForKinds(vec![])));
-        let counts = Arc::new(Mutex::new(counts));
-        let queue = Queue::named(&name);
-        let primary = Arc::new(OnceLock::new());
+        let name = reconciler.component().manifest.name.clone();
         let span = tracing::info_span!("controller", controller = %name);
-        let run = run(
-            manifest,
-            Arc::clone(&reconciler),
-            cluster.clone(),
-            Arc::clone(&informers),
-            settings.clone(),
-            Arc::clone(&state),
-            Arc::clone(&counts),
-            Arc::clone(&queue),
-            Arc::clone(&primary),
-            leading,
-        );
-        let task = tokio::spawn(run.instrument(span));
-        Self {
+        let parts = Arc::new(Parts {
+            queue: Queue::named(&name),
             name,
             reconciler,
             cluster,
             informers,
             settings,
-            state,
-            counts,
-            queue,
-            primary,
-            task: Mutex::new(Some(task)),
-        }
+            state: Mutex::new(State::WaitingForKinds(vec![])),
+            counts: Mutex::new(counts),
+            primary: OnceLock::new(),
+        });
+        let task = tokio::spawn(run(Arc::clone(&parts), leading).instrument(span));
+        Self { parts, task: Mutex::new(Some(task)) }
     }
 
     /// The controller's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.parts.name
     }
 
     /// Its reconciler (and through it, the component version in use).
     pub fn reconciler(&self) -> &Arc<Reconciler> {
-        &self.reconciler
+        &self.parts.reconciler
     }
 
     /// Where it is.
     pub fn state(&self) -> State {
-        lock(&self.state).clone()
+        lock(&self.parts.state).clone()
     }
 
     /// Its counters.
     pub fn counts(&self) -> Counts {
-        lock(&self.counts).clone()
+        lock(&self.parts.counts).clone()
     }
 
     /// Objects waiting in its queue.
     pub fn queue_len(&self) -> usize {
-        self.queue.len()
+        self.parts.queue.len()
     }
 
     /// Queues every primary object the cache holds (after a new component
@@ -247,15 +255,13 @@ impl Controller {
     /// The primary objects the cache holds (none before the controller
     /// runs).
     pub fn primary_objects(&self) -> Vec<ObjectRef> {
-        let Some(primary) = self.primary.get() else { return Vec::new() };
-        let manifest = self.reconciler.component().manifest.clone();
-        primary.store().state().iter().filter_map(|o| primary_ref(&manifest.primary, o)).collect()
+        self.parts.primary_objects()
     }
 
     /// Queues `objects` to be reconciled again.
     pub fn resync(&self, objects: impl IntoIterator<Item = ObjectRef>) {
         for r in objects {
-            self.queue.add(r);
+            self.parts.queue.add(r);
         }
     }
 
@@ -263,18 +269,18 @@ impl Controller {
     /// most [`DRAIN_TIMEOUT`]); nothing new starts. Idempotent.
     pub async fn stop(&self) {
         let Some(mut task) = lock(&self.task).take() else { return };
-        self.queue.close();
+        self.parts.queue.close();
         if !matches!(self.state(), State::Running) {
             // Still discovering or syncing: nothing in flight.
             task.abort();
         }
         if tokio::time::timeout(DRAIN_TIMEOUT, &mut task).await.is_err() {
-            tracing::warn!(controller = %self.name, "reconciles still running after {DRAIN_TIMEOUT:?}, cancelled");
+            tracing::warn!(controller = %self.parts.name, "reconciles still running after {DRAIN_TIMEOUT:?}, cancelled");
             task.abort();
             let _ = task.await;
         }
-        set_state(&self.name, &self.state, State::Stopped);
-        metrics().remove_controller(&self.name);
+        self.parts.set_state(State::Stopped);
+        metrics().remove_controller(&self.parts.name);
     }
 }
 
@@ -286,19 +292,9 @@ impl Drop for Controller {
     }
 }
 
-#[allow(clippy::too_many_arguments, reason = "one private entry point wiring the shared parts together")]
-async fn run(
-    manifest: Arc<Manifest>,
-    reconciler: Arc<Reconciler>,
-    cluster: KubeCluster,
-    informers: Arc<Informers>,
-    settings: Settings,
-    state: Arc<Mutex<State>>,
-    counts: Arc<Mutex<Counts>>,
-    queue: Arc<Queue>,
-    primary_slot: Arc<OnceLock<Arc<Informer>>>,
-    leading: Option<watch::Receiver<bool>>,
-) {
+async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
+    let manifest = Arc::clone(&parts.reconciler.component().manifest);
+    let Parts { cluster, informers, settings, queue, .. } = &*parts;
     // Each kind once: a kind that is both primary and owned (or watched) is
     // routed once per change, and `targets` finds every role it plays.
     let mut kinds = vec![manifest.primary.clone()];
@@ -335,7 +331,7 @@ async fn run(
             tracing::warn!(kinds = %names.join(", "), "waiting for kinds the cluster does not serve");
             reported = Some(missing.clone());
         }
-        set_state(&manifest.name, &state, State::WaitingForKinds(missing));
+        parts.set_state(State::WaitingForKinds(missing));
         tokio::time::sleep(settings.rediscovery).await;
     }
 
@@ -345,12 +341,12 @@ async fn run(
             Ok(informer) => subscriptions.push((kind.clone(), informer.subscribe(), informer)),
             Err(e) => {
                 tracing::error!(kind = %kind, error = %e, "cannot watch kind");
-                set_state(&manifest.name, &state, State::WaitingForKinds(vec![kind.clone()]));
+                parts.set_state(State::WaitingForKinds(vec![kind.clone()]));
                 return;
             }
         }
     }
-    set_state(&manifest.name, &state, State::Syncing);
+    parts.set_state(State::Syncing);
     for (kind, _, informer) in &subscriptions {
         // Wait for the first list, reporting why it does not come (a 403
         // from RBAC, an API server that is down).
@@ -359,7 +355,7 @@ async fn run(
                 Ok(()) => break,
                 Err(_) => {
                     if let Some(e) = informer.last_error() {
-                        lock(&counts).last_error = Some(format!("watching {kind}: {e}"));
+                        lock(&parts.counts).last_error = Some(format!("watching {kind}: {e}"));
                     }
                 }
             }
@@ -367,32 +363,24 @@ async fn run(
     }
     let primary_informer = subscriptions.first().map(|(_, _, i)| Arc::clone(i)).expect("the primary kind is first");
 
-    let _ = primary_slot.set(Arc::clone(&primary_informer));
+    let _ = parts.primary.set(Arc::clone(&primary_informer));
     // Routers end when this task does (the JoinSet aborts them on drop).
     let mut routers = JoinSet::new();
     for (kind, receiver, informer) in subscriptions {
         let manifest = Arc::clone(&manifest);
-        let queue = Arc::clone(&queue);
+        let queue = Arc::clone(queue);
         let primary = Arc::clone(&primary_informer);
         routers.spawn(async move { route(manifest, kind, receiver, informer, primary, queue).await });
     }
-    let worker = Arc::new(Worker {
-        queue: Arc::clone(&queue),
-        reconciler,
-        counts,
-        failures: Mutex::default(),
-        backoff: settings.backoff,
-        span: tracing::Span::current(),
-    });
+    let worker =
+        Arc::new(Worker { parts: Arc::clone(&parts), failures: Mutex::default(), span: tracing::Span::current() });
     let queue_all = || {
         // Everything cached: an informer shared with another controller may
         // have announced its first list before this controller subscribed,
         // and a new leader must look at every object. (An object can be
         // queued twice at start; a reconcile is idempotent.)
-        for object in primary_informer.store().state() {
-            if let Some(r) = primary_ref(&manifest.primary, &object) {
-                queue.add(r);
-            }
+        for r in parts.primary_objects() {
+            queue.add(r);
         }
     };
     let workers = |n: u32| {
@@ -405,7 +393,7 @@ async fn run(
     match leading {
         None => {
             queue_all();
-            set_state(&manifest.name, &state, State::Running);
+            parts.set_state(State::Running);
             tracing::info!(concurrency = manifest.max_concurrency, "controller running");
             // Workers end when the queue is closed, each after its
             // reconcile in flight.
@@ -413,14 +401,14 @@ async fn run(
             while running.join_next().await.is_some() {}
         }
         Some(mut leading) => loop {
-            set_state(&manifest.name, &state, State::Standby);
+            parts.set_state(State::Standby);
             metrics().set_leader(&manifest.name, false);
             tracing::info!("standing by: caches warm, not leading");
             if leading.wait_for(|l| *l).await.map(|_| ()).is_err() {
                 break;
             }
             queue_all();
-            set_state(&manifest.name, &state, State::Running);
+            parts.set_state(State::Running);
             metrics().set_leader(&manifest.name, true);
             tracing::info!(concurrency = manifest.max_concurrency, "leading: controller running");
             let mut running = workers(manifest.max_concurrency);
@@ -440,24 +428,15 @@ async fn run(
     // Wait for the routers to go, so that the watches they held can be
     // stopped if no one else uses them.
     routers.shutdown().await;
-    set_state(&manifest.name, &state, State::Stopped);
+    parts.set_state(State::Stopped);
     tracing::info!("controller stopped");
-}
-
-/// Sets a controller's state and its `capstan_controllers` gauge.
-fn set_state(controller: &str, state: &Mutex<State>, new: State) {
-    metrics().set_controller_state(controller, Some(new.as_str()));
-    *lock(state) = new;
 }
 
 /// What each worker of a controller shares.
 struct Worker {
-    queue: Arc<Queue>,
-    reconciler: Arc<Reconciler>,
-    counts: Arc<Mutex<Counts>>,
+    parts: Arc<Parts>,
     /// Consecutive failures per object, for the backoff.
     failures: Mutex<HashMap<ObjectRef, u32>>,
-    backoff: Backoff,
     /// The controller's span, parent of each reconcile's.
     span: tracing::Span,
 }
@@ -465,8 +444,9 @@ struct Worker {
 impl Worker {
     /// Reconciles objects from the queue until it is closed.
     async fn work(self: Arc<Self>) {
-        let Self { queue, reconciler, counts, failures, backoff, span: controller_span } = &*self;
-        let backoff = *backoff;
+        let Self { parts, failures, span: controller_span } = &*self;
+        let Parts { queue, reconciler, counts, settings, .. } = &**parts;
+        let backoff = settings.backoff;
         while let Some(r) = queue.next().await {
             tracing::trace!(object = %r, "dequeued");
             let span = tracing::info_span!(
