@@ -37,7 +37,9 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio::process::Command;
@@ -456,4 +458,22 @@ pub async fn capstan_binary() -> Result<PathBuf> {
 /// right after can bind it).
 pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The greeter's `Greeting`s in `namespace`.
+pub fn greetings(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &greeting_resource())
+}
+
+/// A `Greeting` named `name` asking for `message` in `replicas` pods.
+pub fn greeting(name: &str, message: &str, replicas: i64) -> DynamicObject {
+    DynamicObject::new(name, &greeting_resource())
+        .data(serde_json::json!({"spec": {"message": message, "replicas": replicas}}))
+}
+
+fn greeting_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting"),
+        "greetings",
+    )
 }

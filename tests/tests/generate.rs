@@ -115,17 +115,11 @@ async fn apply_all(client: &Client, objects: &[Value]) -> Result<Installed> {
 }
 
 fn greetings(client: Client, namespace: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
-    Api::namespaced_with(client, namespace, &ApiResource::from_gvk_with_plural(&gvk, "greetings"))
+    capstan_tests::greetings(&client, namespace)
 }
 
 fn greeting(name: &str, message: &str, replicas: i64) -> Result<DynamicObject> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "examples.capstan.dev/v1alpha1",
-        "kind": "Greeting",
-        "metadata": {"name": name},
-        "spec": {"message": message, "replicas": replicas},
-    }))?)
+    Ok(capstan_tests::greeting(name, message, replicas))
 }
 
 fn code<T>(result: &kube::Result<T>) -> Option<u16> {

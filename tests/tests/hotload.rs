@@ -13,7 +13,7 @@ use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -23,17 +23,11 @@ fn component(name: &str) -> PathBuf {
 }
 
 fn greetings(ns: &TestNamespace) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
-    Api::namespaced_with(ns.client(), ns.name(), &ApiResource::from_gvk(&gvk))
+    capstan_tests::greetings(&ns.client(), ns.name())
 }
 
 fn greeting(name: &str) -> Result<DynamicObject> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "examples.capstan.dev/v1alpha1",
-        "kind": "Greeting",
-        "metadata": {"name": name},
-        "spec": {"message": format!("hello {name}"), "replicas": 1},
-    }))?)
+    Ok(capstan_tests::greeting(name, &format!("hello {name}"), 1))
 }
 
 /// The `greeter-version` the greeter wrote into `name`'s ConfigMap: `None`

@@ -17,7 +17,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -28,17 +28,11 @@ fn component(name: &str) -> PathBuf {
 }
 
 fn greetings(client: &Client, ns: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
-    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+    capstan_tests::greetings(client, ns)
 }
 
 fn greeting(name: &str) -> Result<DynamicObject> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "examples.capstan.dev/v1alpha1",
-        "kind": "Greeting",
-        "metadata": {"name": name},
-        "spec": {"message": format!("hello {name}"), "replicas": 1},
-    }))?)
+    Ok(capstan_tests::greeting(name, &format!("hello {name}"), 1))
 }
 
 fn ready(g: &DynamicObject) -> bool {

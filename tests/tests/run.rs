@@ -10,13 +10,11 @@ use capstan_host::controller::{Backoff, Settings};
 use capstan_host::host::{Host, HostBuilder};
 use capstan_host::limits::Limits;
 use capstan_host::testing::find_component;
-use capstan_tests::{ControlPlane, TestNamespace, wait_for};
+use capstan_tests::{ControlPlane, TestNamespace, greeting, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -26,18 +24,7 @@ fn component(name: &str) -> std::path::PathBuf {
 }
 
 fn greetings(ns: &TestNamespace) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
-    Api::namespaced_with(ns.client(), ns.name(), &ApiResource::from_gvk(&gvk))
-}
-
-fn greeting(name: &str, message: &str, replicas: i64) -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "examples.capstan.dev/v1alpha1",
-        "kind": "Greeting",
-        "metadata": {"name": name},
-        "spec": {"message": message, "replicas": replicas},
-    }))
-    .expect("a valid object")
+    capstan_tests::greetings(&ns.client(), ns.name())
 }
 
 fn fixture_cm(name: &str, behaviour: &str) -> ConfigMap {
@@ -251,8 +238,7 @@ async fn namespace(client: &kube::Client, name: &str) -> Result<()> {
 }
 
 fn greetings_in(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
-    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk))
+    capstan_tests::greetings(client, ns)
 }
 
 #[tokio::test(flavor = "multi_thread")]
