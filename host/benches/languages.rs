@@ -183,12 +183,17 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
         store.limiter(|s| &mut s.limiter);
         // Epochs tick every 10 ms; this deadline is hours away.
         store.set_epoch_deadline(1 << 20);
-        let instance = loaded.pre.instantiate_async(&mut store).await.expect("instantiates");
-        let outcome = instance
-            .capstan_operator_controller()
-            .call_reconcile(&mut store, EventKind::Resync.into(), &object)
-            .await
-            .expect("no trap");
+        let capstan_host::runtime::Pre::Current(pre) = &loaded.pre else {
+            panic!("{label}: built against an older contract");
+        };
+        let instance = pre.instantiate_async(&mut store).await.expect("instantiates");
+        let request = capstan_host::bindings::capstan::operator::types::ReconcileRequest {
+            event: EventKind::Resync.into(),
+            object: object.clone(),
+            failed_children: Vec::new(),
+        };
+        let outcome =
+            instance.capstan_operator_controller().call_reconcile(&mut store, &request).await.expect("no trap");
         assert!(outcome.is_ok(), "{label}: {outcome:?}");
         live.push((store, instance));
     }

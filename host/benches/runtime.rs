@@ -89,12 +89,7 @@ fn benches(c: &mut Criterion) {
     group.bench_function("noop_4k_object", |b| {
         b.to_async(&rt).iter(|| async {
             let inv = runtime
-                .reconcile(
-                    &noop_loaded.pre,
-                    caller(&noop_loaded, backend.clone()),
-                    black_box(EventKindAdded),
-                    object.clone(),
-                )
+                .reconcile(&noop_loaded.pre, caller(&noop_loaded, backend.clone()), request(EventKindAdded, &object))
                 .await;
             black_box(inv.result.expect("no trap").expect("ok"))
         })
@@ -102,12 +97,7 @@ fn benches(c: &mut Criterion) {
     group.bench_function("noop_4k_object_one_host_call", |b| {
         b.to_async(&rt).iter(|| async {
             let inv = runtime
-                .reconcile(
-                    &noop_loaded.pre,
-                    caller(&noop_loaded, backend.clone()),
-                    black_box(EventKindResync),
-                    object.clone(),
-                )
+                .reconcile(&noop_loaded.pre, caller(&noop_loaded, backend.clone()), request(EventKindResync, &object))
                 .await;
             black_box(inv.result.expect("no trap").expect("ok"))
         })
@@ -141,6 +131,19 @@ fn benches(c: &mut Criterion) {
 
 #[allow(non_upper_case_globals, reason = "reads like the enum variant it stands for")]
 const EventKindAdded: capstan_host::reconciler::EventKind = capstan_host::reconciler::EventKind::Added;
+
+/// A reconcile request for `event` with `object`.
+fn request(
+    event: capstan_host::reconciler::EventKind,
+    object: &[u8],
+) -> capstan_host::bindings::capstan::operator::types::ReconcileRequest {
+    capstan_host::bindings::capstan::operator::types::ReconcileRequest {
+        event: black_box(event).into(),
+        object: object.to_vec(),
+        failed_children: Vec::new(),
+    }
+}
+
 #[allow(non_upper_case_globals, reason = "reads like the enum variant it stands for")]
 const EventKindResync: capstan_host::reconciler::EventKind = capstan_host::reconciler::EventKind::Resync;
 

@@ -17,11 +17,10 @@ use sha2::{Digest, Sha256};
 use tracing::Instrument as _;
 use wasmtime::component::Component;
 
-use crate::bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT, OperatorPre};
-use crate::imports::HostState;
+use crate::bindings::{CONTRACT_VERSION, CONTRACT_VERSIONS, CONTROLLER_EXPORT, OperatorPre, v0_1};
 use crate::manifest::{self, Manifest};
 use crate::metrics::{Export, metrics};
-use crate::runtime::{self, Runtime};
+use crate::runtime::{self, Pre, Runtime};
 
 /// Why a component was rejected. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +73,7 @@ pub enum Error {
         exports: Vec<String>,
     },
     /// It exports the controller interface of another contract version.
-    #[error("{path}: built against contract {found}, this host supports {CONTRACT_VERSION}")]
+    #[error("{path}: built against contract {found}, this host supports {}", CONTRACT_VERSIONS.join(", "))]
     UnsupportedContract {
         /// The file.
         path: PathBuf,
@@ -161,7 +160,7 @@ pub struct Loaded {
     /// The validated manifest.
     pub manifest: Arc<Manifest>,
     /// The pre-instance: imports resolved, instantiation per call is cheap.
-    pub pre: OperatorPre<HostState>,
+    pub pre: Pre,
     /// Whether compilation was a cache hit.
     pub source: CompileSource,
     /// Time spent compiling or loading from cache.
@@ -304,8 +303,13 @@ impl Loader {
             .linker()
             .instantiate_pre(&component)
             .map_err(|e| Error::Imports { path: path.clone(), reason: format!("{e:#}") })?;
-        let pre = OperatorPre::new(instance_pre)
-            .map_err(|e| Error::WrongWorld { path: path.clone(), exports: vec![format!("{e:#}")] })?;
+        let wrong_world =
+            |e: wasmtime::Error| Error::WrongWorld { path: path.clone(), exports: vec![format!("{e:#}")] };
+        let pre = if contract == CONTRACT_VERSION {
+            Pre::Current(OperatorPre::new(instance_pre).map_err(wrong_world)?)
+        } else {
+            Pre::V0_1(v0_1::OperatorPre::new(instance_pre).map_err(wrong_world)?)
+        };
         let invocation = self.runtime.manifest(&pre).await;
         // Before the manifest names the controller, the file does.
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -420,12 +424,13 @@ fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, file)
 }
 
-/// Finds the controller export and its contract version.
+/// Finds the controller export and its contract version (one of
+/// [`CONTRACT_VERSIONS`]).
 fn check_world(path: &Path, component: &Component, engine: &wasmtime::Engine) -> Result<String, Error> {
     let exports: Vec<String> = component.component_type().exports(engine).map(|(name, _)| name.to_owned()).collect();
     let (base, _) = CONTROLLER_EXPORT.split_once('@').expect("the export name carries a version");
     match exports.iter().find_map(|e| e.strip_prefix(base).and_then(|rest| rest.strip_prefix('@'))) {
-        Some(v) if v == CONTRACT_VERSION => Ok(v.to_owned()),
+        Some(v) if CONTRACT_VERSIONS.contains(&v) => Ok(v.to_owned()),
         Some(v) => Err(Error::UnsupportedContract { path: path.to_owned(), found: v.to_owned() }),
         None => Err(Error::WrongWorld { path: path.to_owned(), exports }),
     }
@@ -479,7 +484,7 @@ mod tests {
     fn error_messages_name_the_file_and_reason() {
         let e = Error::CoreModule { path: "a.wasm".into() };
         assert!(e.to_string().starts_with("a.wasm: a core WebAssembly module, not a component"));
-        let e = Error::UnsupportedContract { path: "b.wasm".into(), found: "0.2.0".into() };
-        assert_eq!(e.to_string(), "b.wasm: built against contract 0.2.0, this host supports 0.1.0");
+        let e = Error::UnsupportedContract { path: "b.wasm".into(), found: "9.9.9".into() };
+        assert_eq!(e.to_string(), "b.wasm: built against contract 9.9.9, this host supports 0.1.0, 0.2.0");
     }
 }

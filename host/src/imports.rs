@@ -24,6 +24,7 @@ use crate::object::ObjectRef;
 pub(crate) mod events;
 mod kube;
 mod log;
+mod v0_1;
 
 pub use log::{Level, LogLine};
 
@@ -188,7 +189,8 @@ fn result_label<T>(result: &cluster::Result<T>) -> &'static str {
     }
 }
 
-/// Adds the `capstan:operator` imports and WASI p2 to a linker.
+/// Adds the `capstan:operator` imports of every contract version the host
+/// runs, and WASI p2, to a linker.
 ///
 /// # Errors
 ///
@@ -198,5 +200,9 @@ pub fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> was
     // of it; everything is linked, nothing is granted.
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     crate::bindings::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(linker, |s| s)?;
+    crate::bindings::v0_1::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+        linker,
+        |s| s,
+    )?;
     Ok(())
 }

@@ -8,6 +8,7 @@
 //! - [`engine`]: the one wasmtime configuration and the epoch ticker;
 //! - [`component`]: loading, validating and caching components;
 //! - [`manifest`]: what a controller declares;
+//! - [`mapping`]: which primary objects a change triggers;
 //! - [`runtime`]: a fresh sandboxed instance per call, with limits;
 //! - [`imports`]: the host functions guests call, checked by [`grants`];
 //! - [`cluster`]: where objects live (the real API server or the mock);
@@ -22,7 +23,7 @@
 //! - [`testing`]: the mock host for authors' unit tests.
 
 pub mod access;
-mod bindings;
+pub mod bindings;
 pub mod cli;
 pub mod cluster;
 pub mod component;
@@ -36,6 +37,7 @@ pub mod informer;
 pub mod leader;
 pub mod limits;
 pub mod manifest;
+pub mod mapping;
 pub mod metrics;
 pub mod object;
 pub mod queue;

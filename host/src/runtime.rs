@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Linker;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use crate::bindings::OperatorPre;
 use crate::bindings::capstan::operator::types as wit;
+use crate::bindings::{OperatorPre, v0_1};
 use crate::engine::Engine;
 use crate::imports::{self, Caller, HostState, Journal};
 use crate::limits::Limits;
@@ -132,8 +132,37 @@ pub struct Invocation<T> {
     pub duration: Duration,
 }
 
-/// What `reconcile` returns across the boundary.
-pub type ReconcileResult = Result<wit::Outcome, wit::ReconcileError>;
+/// What `reconcile` returns across the boundary, at the current contract
+/// version (a 0.1.0 guest's answer is converted).
+pub type ReconcileResult = Result<wit::Outcome, wit::Failure>;
+
+/// A component's pre-instance (imports resolved, instantiation per call
+/// is cheap), at the contract version it was built against.
+#[derive(Clone)]
+pub enum Pre {
+    /// `capstan:operator@0.1.0`.
+    V0_1(v0_1::OperatorPre<HostState>),
+    /// The current contract version.
+    Current(OperatorPre<HostState>),
+}
+
+impl Pre {
+    /// The contract version, e.g. `0.2.0`.
+    pub fn contract(&self) -> &'static str {
+        match self {
+            Pre::V0_1(_) => "0.1.0",
+            Pre::Current(_) => crate::bindings::CONTRACT_VERSION,
+        }
+    }
+}
+
+/// How the guest part of an invocation failed before a result.
+enum Failed {
+    /// Instantiation.
+    Instantiate(wasmtime::Error),
+    /// The call itself (a trap, the deadline, the memory cap).
+    Call(wasmtime::Error),
+}
 
 /// Runs guest exports. One per engine; cheap to clone.
 #[derive(Clone)]
@@ -209,62 +238,99 @@ impl Runtime {
 
     async fn invoke<T>(
         &self,
-        pre: &OperatorPre<HostState>,
         caller: Option<Caller>,
-        call: impl AsyncFnOnce(&crate::bindings::Operator, &mut Store<HostState>) -> wasmtime::Result<T>,
+        call: impl AsyncFnOnce(&mut Store<HostState>) -> Result<T, Failed>,
     ) -> Invocation<T> {
         let start = Instant::now();
         let mut store = self.store(caller);
         // Second guard for host calls that hang: the epoch deadline only
         // fires while guest code runs.
         let guard = self.limits.deadline + Duration::from_millis(500);
-        let outcome = tokio::time::timeout(guard, async {
-            let instance = match pre.instantiate_async(&mut store).await {
-                Ok(i) => i,
-                Err(e) => return Err(Err(Error::Instantiate(format!("{e:#}")))),
-            };
-            call(&instance, &mut store).await.map_err(Ok)
-        })
-        .await;
+        let outcome = tokio::time::timeout(guard, call(&mut store)).await;
         let state = store.into_data();
         let memory_exceeded = state.limiter.exceeded();
         let journal = state.into_journal();
         let result = match outcome {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(Err(e))) => Err(e),
-            Ok(Err(Ok(wasm_error))) => Err(self.classify(&wasm_error, memory_exceeded, &journal.stderr)),
+            Ok(Err(Failed::Instantiate(e))) => Err(Error::Instantiate(format!("{e:#}"))),
+            Ok(Err(Failed::Call(wasm_error))) => Err(self.classify(&wasm_error, memory_exceeded, &journal.stderr)),
             Err(_elapsed) => Err(Error::Deadline(self.limits.deadline)),
         };
         Invocation { result, journal, duration: start.elapsed() }
     }
 
-    /// Calls the guest's `manifest()`. Imports are not available to it.
-    /// Not counted in the metrics here: the controller's name is only known
-    /// from the result ([`Loader`](crate::component::Loader) counts it).
-    pub async fn manifest(&self, pre: &OperatorPre<HostState>) -> Invocation<wit::ControllerManifest> {
-        self.invoke(pre, None, async |op, store| op.capstan_operator_controller().call_manifest(store).await).await
+    /// Calls the guest's `manifest()`, converted to the current contract's
+    /// record. Imports are not available to it. Not counted in the metrics
+    /// here: the controller's name is only known from the result
+    /// ([`Loader`](crate::component::Loader) counts it).
+    pub async fn manifest(&self, pre: &Pre) -> Invocation<wit::ControllerManifest> {
+        match pre {
+            Pre::Current(pre) => {
+                self.invoke(None, async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)
+                })
+                .await
+            }
+            Pre::V0_1(pre) => {
+                self.invoke(None, async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
+                    Ok(wit::ControllerManifest::from(m))
+                })
+                .await
+            }
+        }
     }
 
-    /// Calls the guest's `reconcile(event, object)` on behalf of `caller`;
-    /// counts its duration and any trap in the [`metrics`](crate::metrics).
+    /// Calls the guest's `reconcile(request)` on behalf of `caller`; counts
+    /// its duration and any trap in the [`metrics`](crate::metrics). A
+    /// 0.1.0 guest gets the event and object and cannot see
+    /// `failed-children`; its answer is converted.
     pub async fn reconcile(
         &self,
-        pre: &OperatorPre<HostState>,
+        pre: &Pre,
         caller: Caller,
-        event: EventKind,
-        object: Vec<u8>,
+        request: wit::ReconcileRequest,
     ) -> Invocation<ReconcileResult> {
         let controller = Arc::clone(&caller.controller);
-        let invocation = self
-            .invoke(pre, Some(caller), async move |op, store| {
-                op.capstan_operator_controller().call_reconcile(store, event.into(), &object).await
-            })
-            .await;
+        let invocation = match pre {
+            Pre::Current(pre) => {
+                self.invoke(Some(caller), async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)
+                })
+                .await
+            }
+            Pre::V0_1(pre) => {
+                self.invoke(Some(caller), async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    let event = v0_1_event(request.event);
+                    let result = op
+                        .capstan_operator_controller()
+                        .call_reconcile(store, event, &request.object)
+                        .await
+                        .map_err(Failed::Call)?;
+                    Ok(result.map(wit::Outcome::from).map_err(wit::Failure::from))
+                })
+                .await
+            }
+        };
         metrics().guest_invoked(&controller, Export::Reconcile, invocation.duration);
         if let Err(e) = &invocation.result {
             metrics().guest_trapped(&controller, e.kind().as_str());
         }
         invocation
+    }
+}
+
+fn v0_1_event(e: wit::EventKind) -> v0_1::capstan::operator::types::EventKind {
+    use v0_1::capstan::operator::types::EventKind as Old;
+    match e {
+        wit::EventKind::Added => Old::Added,
+        wit::EventKind::Modified => Old::Modified,
+        wit::EventKind::Deleted => Old::Deleted,
+        wit::EventKind::Resync => Old::Resync,
     }
 }
 

@@ -6,6 +6,7 @@ use crate::bindings::capstan::operator::events as wit;
 use crate::bindings::capstan::operator::kube as wit_kube;
 use crate::bindings::capstan::operator::types as wit_types;
 use crate::cluster::EventRecord;
+use crate::grants::Denied;
 use crate::manifest::Verb;
 use crate::metrics::metrics;
 use crate::object::{Gvk, ObjectRef};
@@ -13,13 +14,21 @@ use crate::object::{Gvk, ObjectRef};
 use super::{CallResult, Caller, HostState, result_label};
 
 /// Turns a guest event into a record about `regarding` (or the reconciled
-/// object), reported by the calling controller.
-pub(crate) fn event_record(caller: &Caller, event: wit_types::Event) -> Option<EventRecord> {
+/// object), reported by the calling controller. `None` outside a reconcile
+/// without `regarding`; a denial when the controller may not read the
+/// object it names (an Event may only be about what the grants let it see).
+pub(crate) fn event_record(caller: &Caller, event: wit_types::Event) -> Option<Result<EventRecord, Denied>> {
     let (regarding, regarding_uid) = match event.regarding {
-        Some(r) => (ObjectRef::from(r), None),
+        Some(r) => {
+            let r = ObjectRef::from(r);
+            if let Err(denied) = caller.grants.check_event(&r, caller.own_namespace()) {
+                return Some(Err(denied));
+            }
+            (r, None)
+        }
         None => caller.reconciling.clone()?,
     };
-    Some(EventRecord {
+    Some(Ok(EventRecord {
         regarding,
         regarding_uid,
         warning: matches!(event.event_type, wit_types::EventType::Warning),
@@ -27,7 +36,7 @@ pub(crate) fn event_record(caller: &Caller, event: wit_types::Event) -> Option<E
         action: event.action,
         note: event.note,
         reporting_controller: caller.controller.to_string(),
-    })
+    }))
 }
 
 impl wit::Host for HostState {
@@ -38,9 +47,17 @@ impl wit::Host for HostState {
             self.journal_call("events.record", String::new(), CallResult::Denied(msg.clone()), start.elapsed());
             return Err(wit_kube::Error::Denied(msg));
         };
-        let Some(record) = event_record(&caller, event) else {
-            let msg = "an event needs `regarding` outside a reconcile".to_owned();
-            return Err(wit_kube::Error::BadRequest(msg));
+        let record = match event_record(&caller, event) {
+            Some(Ok(record)) => record,
+            Some(Err(denied)) => {
+                let msg = format!("an event about that object: {denied}");
+                self.journal_call("events.record", String::new(), CallResult::Denied(msg.clone()), start.elapsed());
+                return Err(wit_kube::Error::Denied(msg));
+            }
+            None => {
+                let msg = "an event needs `regarding` outside a reconcile".to_owned();
+                return Err(wit_kube::Error::BadRequest(msg));
+            }
         };
         let target = format!("{} {}", record.reason, record.regarding);
         let result = caller.cluster.record_event(record).await;

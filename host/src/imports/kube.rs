@@ -57,11 +57,12 @@ struct Access {
     kind: Gvk,
     namespace: Option<String>,
     status: bool,
+    name: Option<String>,
 }
 
 impl Access {
     fn to(verb: Verb, r: &ObjectRef, status: bool) -> Self {
-        Self { verb, kind: r.gvk.clone(), namespace: r.namespace.clone(), status }
+        Self { verb, kind: r.gvk.clone(), namespace: r.namespace.clone(), status, name: Some(r.name.clone()) }
     }
 }
 
@@ -112,6 +113,7 @@ impl HostState {
             kind: &access.kind,
             namespace: access.namespace.as_deref(),
             status: access.status,
+            name: access.name.as_deref(),
         };
         let controller = Arc::clone(&caller.controller);
         if let Err(denied) = caller.grants.check(request, caller.own_namespace()) {
@@ -199,7 +201,8 @@ impl wit::Host for HostState {
             Some(ns) => format!("{kind} in {ns}"),
             None => format!("{kind} in all namespaces"),
         };
-        let access = Access { verb: Verb::List, kind: kind.clone(), namespace: namespace.clone(), status: false };
+        let access =
+            Access { verb: Verb::List, kind: kind.clone(), namespace: namespace.clone(), status: false, name: None };
         let params = ListParams { label_selector: params.label_selector, field_selector: params.field_selector };
         self.run("kube.list", target, access, move |c| async move {
             let items = c.list(&kind, namespace.as_deref(), &params).await?;

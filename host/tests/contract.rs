@@ -1,0 +1,64 @@
+//! Components built against an earlier contract keep loading and running,
+//! unchanged: the greeter as the 0.1.0 SDK built it
+//! (`tests/fixtures/contract-0.1.0`) against today's host.
+
+use capstan_host::component::Loader;
+use capstan_host::engine::{Engine, EngineConfig};
+use capstan_host::limits::Limits;
+use capstan_host::runtime::Runtime;
+use capstan_host::scenario;
+use capstan_host::testing::{MockHost, find_component};
+use serde_json::json;
+
+fn old_greeter() -> std::path::PathBuf {
+    find_component("greeter-0.1.0").unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn a_component_of_contract_0_1_0_loads_as_such() {
+    let engine = Engine::new(EngineConfig::default()).expect("engine");
+    let runtime = Runtime::new(&engine, Limits::default()).expect("linker");
+    let loaded = Loader::new(runtime, None).load(&old_greeter()).await.expect("loads");
+    assert_eq!(loaded.contract, "0.1.0");
+    assert_eq!(loaded.pre.contract(), "0.1.0");
+    assert_eq!(loaded.manifest.name, "greeter");
+    assert_eq!(loaded.manifest.owns.len(), 2);
+    let current = Loader::new(Runtime::new(&engine, Limits::default()).expect("linker"), None);
+    let new = current.load(&find_component("greeter").unwrap_or_else(|e| panic!("{e}"))).await.expect("loads");
+    assert_eq!(new.contract, capstan_host::CONTRACT_VERSION);
+    assert_eq!(loaded.manifest.owns, new.manifest.owns, "the same declaration through either contract");
+}
+
+#[tokio::test]
+async fn a_component_of_contract_0_1_0_passes_the_greeters_scenarios() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/greeter/scenarios");
+    let results = scenario::run_all(&old_greeter(), &dir).await.expect("runs");
+    assert!(results.len() >= 2);
+    for r in &results {
+        assert!(r.passed(), "{}: {}", r.name, r.mismatches.join("\n"));
+    }
+}
+
+#[tokio::test]
+async fn a_terminal_error_of_a_0_1_0_component_gets_the_hosts_condition() {
+    let mut host = MockHost::new().expect("host");
+    host.load(old_greeter()).await.expect("loads");
+    host.seed(json!({
+        "apiVersion": "examples.capstan.dev/v1alpha1", "kind": "Greeting",
+        "metadata": {"name": "mute", "namespace": "demo"},
+        "spec": {"message": "", "replicas": 1},
+    }))
+    .expect("seeded");
+    let run = host.run_until_idle().await.expect("settles");
+    assert_eq!(run.failures().count(), 1, "terminal: tried once");
+    let gvk = capstan_host::object::Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting");
+    let g = host.cluster().get_sync(&capstan_host::object::ObjectRef::new(gvk, Some("demo"), "mute")).expect("exists");
+    let conditions = g["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c["type"] == "Reconciled" && c["status"] == "False" && c["reason"] == "TerminalError"),
+        "{}",
+        g["status"]
+    );
+}
