@@ -43,9 +43,7 @@ pub async fn check(
 ) -> Result<(), Error> {
     // Plurals of kinds other operators define come from discovery.
     let mut overrides = Vec::new();
-    let kinds =
-        std::iter::once(&manifest.primary).chain(&manifest.owns).chain(manifest.watches.iter().map(|w| &w.kind));
-    for gvk in kinds {
+    for gvk in manifest.kinds() {
         if let Ok(resolved) = cluster.resolve(gvk).await {
             let plural = resolved.resource.plural.clone();
             overrides.push(PluralOverride { group: gvk.group.clone(), kind: gvk.kind.clone(), plural });

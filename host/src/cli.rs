@@ -93,6 +93,10 @@ pub struct RunArgs {
     /// (SelfSubjectAccessReview) before running it.
     #[arg(long)]
     pub skip_permission_check: bool,
+    /// Accept components whose permissions name a wildcard group or kind
+    /// (`*`), close to cluster-admin; refused by default.
+    #[arg(long)]
+    pub allow_wildcard_permissions: bool,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the
     /// in-cluster service account).
     #[arg(long, env = "KUBECONFIG")]
@@ -225,12 +229,33 @@ fn loader() -> anyhow::Result<Loader> {
 pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> Value {
     let kind = |g: &crate::object::Gvk| json!({"group": g.group, "version": g.version, "kind": g.kind});
     let grants = crate::grants::Grants::from_manifest(manifest);
+    let scope = |s: &Scope| match s {
+        Scope::Cluster => json!("cluster"),
+        Scope::OwnNamespace => json!("own-namespace"),
+        Scope::Namespaces(n) => json!({"namespaces": n}),
+    };
+    let field = |f: &crate::manifest::FieldRef| match f {
+        crate::manifest::FieldRef::Name => json!("name"),
+        crate::manifest::FieldRef::Namespace => json!("namespace"),
+        crate::manifest::FieldRef::Label(l) => json!({"label": l}),
+        crate::manifest::FieldRef::Annotation(a) => json!({"annotation": a}),
+    };
+    let wildcards: Vec<String> = manifest
+        .wildcard_permissions()
+        .map(|p| {
+            format!("{} on {}/{}", p.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(","), p.group, p.kind)
+        })
+        .collect();
     json!({
         "name": manifest.name,
         "contract": contract,
         "digest": format!("sha256:{digest}"),
         "primary": kind(&manifest.primary),
-        "owns": manifest.owns.iter().map(kind).collect::<Vec<_>>(),
+        "owns": manifest.owns.iter().map(|o| json!({
+            "kind": kind(&o.kind),
+            "labelSelector": o.label_selector,
+            "scope": o.scope.as_ref().map(scope),
+        })).collect::<Vec<_>>(),
         "watches": manifest.watches.iter().map(|w| json!({
             "kind": kind(&w.kind),
             "mapping": match &w.mapping {
@@ -238,6 +263,8 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
                 Mapping::Label(l) => json!({"label": l}),
                 Mapping::SameName => json!("same-name"),
                 Mapping::Namespace => json!("namespace"),
+                Mapping::All => json!("all"),
+                Mapping::Reference(r) => json!({"reference": {"name": field(&r.name), "namespace": r.namespace.as_ref().map(field)}}),
             },
             "labelSelector": w.label_selector,
         })).collect::<Vec<_>>(),
@@ -249,13 +276,11 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
             "group": r.group,
             "kind": r.kind,
             "verbs": r.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
-            "scope": match &r.scope {
-                Scope::Cluster => json!("cluster"),
-                Scope::OwnNamespace => json!("own-namespace"),
-                Scope::Namespaces(n) => json!({"namespaces": n}),
-            },
+            "scope": scope(&r.scope),
             "status": r.status,
+            "resourceNames": r.resource_names,
         })).collect::<Vec<_>>(),
+        "warnings": wildcards.iter().map(|w| format!("wildcard permission {w}: the host refuses it unless run with --allow-wildcard-permissions")).collect::<Vec<_>>(),
     })
 }
 
@@ -348,6 +373,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         .namespaces(args.namespaces)
         .install_crds(args.install_crds)
         .check_permissions(!args.skip_permission_check)
+        .allow_wildcard_permissions(args.allow_wildcard_permissions)
         .canary(args.canary)
         .limits(limits)
         .cache_dir(default_cache_dir())

@@ -16,7 +16,8 @@ use tracing::Instrument;
 
 use crate::cluster::kube::KubeCluster;
 use crate::informer::{Change, Informer, Informers};
-use crate::manifest::{Manifest, Mapping};
+use crate::manifest::Manifest;
+use crate::mapping;
 use crate::metrics::metrics;
 use crate::object::{Gvk, ObjectRef};
 use crate::queue::Queue;
@@ -298,19 +299,22 @@ async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
     // Each kind once: a kind that is both primary and owned (or watched) is
     // routed once per change, and `targets` finds every role it plays.
     let mut kinds = vec![manifest.primary.clone()];
-    for kind in manifest.owns.iter().chain(manifest.watches.iter().map(|w| &w.kind)) {
+    for kind in manifest.owns.iter().map(|o| &o.kind).chain(manifest.watches.iter().map(|w| &w.kind)) {
         if !kinds.iter().any(|k| k.same_group_kind(kind)) {
             kinds.push(kind.clone());
         }
     }
-    // A kind that is only watched may be scoped by the watch's label
-    // selector; a kind that is also primary or owned is watched whole.
+    // A kind that only one role needs may be scoped by that role's label
+    // selector (an owned kind's, or a watch's); a kind that is primary, or
+    // both owned and watched, is watched whole and filtered when routed.
     let selector_of = |kind: &Gvk| -> Option<String> {
-        let whole = manifest.primary.same_group_kind(kind) || manifest.owns.iter().any(|o| o.same_group_kind(kind));
-        if whole {
-            return None;
+        let owned = manifest.owned(kind);
+        let watched = manifest.watches.iter().find(|w| w.kind.same_group_kind(kind));
+        match (manifest.primary.same_group_kind(kind), owned, watched) {
+            (false, Some(o), None) => o.label_selector.clone(),
+            (false, None, Some(w)) => w.label_selector.clone(),
+            _ => None,
         }
-        manifest.watches.iter().find(|w| w.kind.same_group_kind(kind)).and_then(|w| w.label_selector.clone())
     };
 
     // Discovery: wait until every kind is served.
@@ -362,6 +366,14 @@ async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
         }
     }
     let primary_informer = subscriptions.first().map(|(_, _, i)| Arc::clone(i)).expect("the primary kind is first");
+    let namespaced = match cluster.resolve(&manifest.primary).await {
+        Ok(resolved) => resolved.namespaced(),
+        Err(e) => {
+            tracing::error!(kind = %manifest.primary, error = %e, "cannot resolve the primary kind");
+            parts.set_state(State::WaitingForKinds(vec![manifest.primary.clone()]));
+            return;
+        }
+    };
 
     let _ = parts.primary.set(Arc::clone(&primary_informer));
     // Routers end when this task does (the JoinSet aborts them on drop).
@@ -370,7 +382,7 @@ async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
         let manifest = Arc::clone(&manifest);
         let queue = Arc::clone(queue);
         let primary = Arc::clone(&primary_informer);
-        routers.spawn(async move { route(manifest, kind, receiver, informer, primary, queue).await });
+        routers.spawn(async move { route(manifest, namespaced, kind, receiver, informer, primary, queue).await });
     }
     let worker =
         Arc::new(Worker { parts: Arc::clone(&parts), failures: Mutex::default(), span: tracing::Span::current() });
@@ -494,16 +506,17 @@ impl Worker {
                     c.last_error = Some(format!("{r}: {e}"));
                     drop(c);
                     tracing::warn!(parent: &span, error = %e, "reconcile failed");
-                    if e.is_retryable() {
+                    let failures = n.entry(r.clone()).or_insert(0);
+                    *failures += 1;
+                    let exhausted = e.retry_limit().is_some_and(|limit| *failures > limit);
+                    if e.is_retryable() && !exhausted {
                         metrics().queue_retried(&reconciler.component().manifest.name);
-                        let failures = n.entry(r.clone()).or_insert(0);
-                        *failures += 1;
                         let seed = std::time::SystemTime::now()
                             .duration_since(std::time::UNIX_EPOCH)
                             .map(|d| d.subsec_nanos().into())
                             .unwrap_or(0);
                         queue.add_after(r.clone(), backoff.delay(*failures, seed));
-                    } else {
+                    } else if !exhausted {
                         n.remove(&r);
                     }
                 }
@@ -522,6 +535,7 @@ fn primary_ref(primary: &Gvk, object: &DynamicObject) -> Option<ObjectRef> {
 /// Turns the changes of one watched kind into queue entries.
 async fn route(
     manifest: Arc<Manifest>,
+    namespaced: bool,
     kind: Gvk,
     mut receiver: tokio::sync::broadcast::Receiver<Change>,
     informer: Arc<Informer>,
@@ -537,58 +551,21 @@ async fn route(
             }
             Err(RecvError::Closed) => return,
         };
+        let primaries = |namespace: Option<&str>| -> Vec<ObjectRef> {
+            let objects = primary.store().state();
+            objects
+                .iter()
+                .filter(|p| namespace.is_none() || p.metadata.namespace.as_deref() == namespace)
+                .filter_map(|p| primary_ref(&manifest.primary, p))
+                .collect()
+        };
         for object in changes {
-            for r in targets(&manifest, &kind, &object, &primary) {
+            for r in mapping::targets(&manifest, namespaced, &kind, &object.metadata, &primaries) {
                 tracing::trace!(from = %kind, object = %r, "queued");
                 queue.add(r);
             }
         }
     }
-}
-
-/// The primary objects a change to `object` (of `kind`) triggers.
-fn targets(manifest: &Manifest, kind: &Gvk, object: &DynamicObject, primary: &Informer) -> Vec<ObjectRef> {
-    let ns = object.metadata.namespace.as_deref();
-    let mut out = Vec::new();
-    if manifest.primary.same_group_kind(kind) {
-        out.extend(primary_ref(&manifest.primary, object));
-    }
-    if manifest.owns.iter().any(|o| o.same_group_kind(kind)) {
-        for owner in object.metadata.owner_references.iter().flatten() {
-            let is_primary = owner.controller == Some(true)
-                && owner.kind == manifest.primary.kind
-                && Gvk::from_api_version(&owner.api_version, "").group == manifest.primary.group;
-            if is_primary {
-                out.push(ObjectRef::new(manifest.primary.clone(), ns, owner.name.clone()));
-            }
-        }
-    }
-    // A kind that is also primary or owned is watched whole: its watches'
-    // label selectors are applied here.
-    let labels = object.metadata.labels.as_ref().and_then(|l| serde_json::to_value(l).ok());
-    for watch in manifest.watches.iter().filter(|w| w.kind.same_group_kind(kind) && w.selects(labels.as_ref())) {
-        match &watch.mapping {
-            Mapping::None => {}
-            Mapping::SameName => {
-                if let Some(name) = &object.metadata.name {
-                    out.push(ObjectRef::new(manifest.primary.clone(), ns, name.clone()));
-                }
-            }
-            Mapping::Label(key) => {
-                if let Some(v) = object.metadata.labels.as_ref().and_then(|l| l.get(key)) {
-                    out.push(ObjectRef::new(manifest.primary.clone(), ns, v.clone()));
-                }
-            }
-            Mapping::Namespace => {
-                for p in primary.store().state() {
-                    if p.metadata.namespace.as_deref() == ns {
-                        out.extend(primary_ref(&manifest.primary, &p));
-                    }
-                }
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

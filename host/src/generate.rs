@@ -596,7 +596,7 @@ mod tests {
                 name: name.into(),
                 primary: Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting"),
                 crds,
-                owns: vec![Gvk::new("", "v1", "ConfigMap")],
+                owns: vec![crate::manifest::Owned::kind(Gvk::new("", "v1", "ConfigMap"))],
                 watches: vec![],
                 finalizer: None,
                 permissions: vec![],

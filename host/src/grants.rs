@@ -1,6 +1,14 @@
 //! What a controller may do through the `kube` import: the permissions its
 //! manifest declares, plus those its primary, owned and watched kinds imply.
-//! Checked on every host call; the same rules generate RBAC.
+//! Checked on every host call and on every child an outcome lists; the same
+//! rules generate RBAC.
+//!
+//! # Scopes
+//!
+//! `own-namespace` is the namespace of the object being reconciled; for a
+//! cluster-scoped primary it means cluster-scoped objects only. When the
+//! host watches a list of namespaces (`-n`), no write reaches an object in
+//! any other namespace, whatever a rule says.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -21,11 +29,24 @@ pub struct Rule {
     pub scope: Scope,
     /// Whether the status subresource is included.
     pub status: bool,
+    /// Only objects of these names; empty: any.
+    pub resource_names: Vec<String>,
 }
 
 impl Rule {
     fn new(gvk: &Gvk, verbs: &[Verb], scope: Scope, status: bool) -> Self {
-        Self { group: gvk.group.clone(), kind: gvk.kind.clone(), verbs: verbs.iter().copied().collect(), scope, status }
+        Self {
+            group: gvk.group.clone(),
+            kind: gvk.kind.clone(),
+            verbs: verbs.iter().copied().collect(),
+            scope,
+            status,
+            resource_names: Vec::new(),
+        }
+    }
+
+    fn allows_name(&self, name: Option<&str>) -> bool {
+        self.resource_names.is_empty() || name.is_some_and(|n| self.resource_names.iter().any(|r| r == n))
     }
 
     fn matches_kind(&self, gvk: &Gvk) -> bool {
@@ -36,8 +57,10 @@ impl Rule {
         match (&self.scope, namespace) {
             (Scope::Cluster, _) => true,
             (Scope::OwnNamespace, Some(ns)) => own == Some(ns),
+            // A cluster-scoped primary's own scope: cluster-scoped objects.
+            (Scope::OwnNamespace, None) => own.is_none(),
             (Scope::Namespaces(list), Some(ns)) => list.iter().any(|n| n == ns),
-            (_, None) => false,
+            (Scope::Namespaces(_), None) => false,
         }
     }
 }
@@ -53,6 +76,29 @@ pub struct Request<'a> {
     pub namespace: Option<&'a str>,
     /// Whether the status subresource is addressed.
     pub status: bool,
+    /// The object's name, for rules limited to resource names (`None` for
+    /// list and create... of no particular name).
+    pub name: Option<&'a str>,
+}
+
+impl<'a> Request<'a> {
+    /// A request for `verb` on `kind` in `namespace`, of any name, not the
+    /// status.
+    pub fn new(verb: Verb, kind: &'a Gvk, namespace: Option<&'a str>) -> Self {
+        Self { verb, kind, namespace, status: false, name: None }
+    }
+
+    /// The same request, for the object `name`.
+    #[must_use]
+    pub fn named(self, name: &'a str) -> Self {
+        Self { name: Some(name), ..self }
+    }
+
+    /// The same request, for the status subresource.
+    #[must_use]
+    pub fn status(self) -> Self {
+        Self { status: true, ..self }
+    }
 }
 
 /// A denied call.
@@ -76,15 +122,18 @@ pub struct Denied {
 pub struct Grants {
     controller: String,
     rules: Vec<Rule>,
+    /// The namespaces the host watches, if it watches a list: writes to
+    /// namespaced objects elsewhere are denied.
+    namespaces: Option<Vec<String>>,
 }
 
 impl Grants {
     /// The grants a manifest asks for:
     ///
     /// - primary kind: read everywhere; update and patch (and the status
-    ///   subresource) in the reconciled object's namespace;
-    /// - owned kinds: read everywhere; every verb in the reconciled object's
-    ///   namespace;
+    ///   subresource) in the reconciled object's own scope;
+    /// - owned kinds: read everywhere; every verb of an API call in the
+    ///   scope the manifest gives them (default: the own scope);
     /// - watched kinds: read everywhere;
     /// - plus each declared permission as declared.
     pub fn from_manifest(manifest: &Manifest) -> Self {
@@ -93,8 +142,8 @@ impl Grants {
             Rule::new(&manifest.primary, &[Verb::Update, Verb::Patch], Scope::OwnNamespace, true),
         ];
         for owned in &manifest.owns {
-            rules.push(Rule::new(owned, &Verb::READ, Scope::Cluster, true));
-            rules.push(Rule::new(owned, &Verb::ALL, Scope::OwnNamespace, true));
+            rules.push(Rule::new(&owned.kind, &Verb::READ, Scope::Cluster, true));
+            rules.push(Rule::new(&owned.kind, &Verb::ALL, owned.effective_scope(), true));
         }
         for watch in &manifest.watches {
             rules.push(Rule::new(&watch.kind, &Verb::READ, Scope::Cluster, false));
@@ -106,9 +155,18 @@ impl Grants {
                 verbs: p.verbs.iter().copied().collect(),
                 scope: p.scope.clone(),
                 status: p.status,
+                resource_names: p.resource_names.clone(),
             });
         }
-        Self { controller: manifest.name.clone(), rules }
+        Self { controller: manifest.name.clone(), rules, namespaces: None }
+    }
+
+    /// The same grants on a host that watches only `namespaces` (empty:
+    /// all): writes to namespaced objects anywhere else are denied.
+    #[must_use]
+    pub fn within(mut self, namespaces: &[String]) -> Self {
+        self.namespaces = (!namespaces.is_empty()).then(|| namespaces.to_vec());
+        self
     }
 
     /// The rules, for RBAC generation and status reports.
@@ -124,12 +182,19 @@ impl Grants {
     ///
     /// [`Denied`] when no rule allows the call.
     pub fn check(&self, request: Request<'_>, own_namespace: Option<&str>) -> Result<(), Denied> {
-        let allowed = self.rules.iter().any(|r| {
-            r.matches_kind(request.kind)
-                && r.verbs.contains(&request.verb)
-                && (!request.status || r.status)
-                && r.allows_namespace(request.namespace, own_namespace)
-        });
+        let write = !Verb::READ.contains(&request.verb);
+        let outside_host = match (&self.namespaces, request.namespace) {
+            (Some(watched), Some(ns)) => write && !watched.iter().any(|w| w == ns),
+            _ => false,
+        };
+        let allowed = !outside_host
+            && self.rules.iter().any(|r| {
+                r.matches_kind(request.kind)
+                    && r.verbs.contains(&request.verb)
+                    && (!request.status || r.status)
+                    && r.allows_namespace(request.namespace, own_namespace)
+                    && r.allows_name(request.name)
+            });
         if allowed {
             return Ok(());
         }
@@ -139,6 +204,7 @@ impl Grants {
             what: if request.status { "status of " } else { "" },
             kind: request.kind.to_string(),
             place: match request.namespace {
+                Some(ns) if outside_host => format!("in namespace {ns}, which this host does not watch"),
                 Some(ns) => format!("in namespace {ns}"),
                 None if request.verb == Verb::List => "in all namespaces".into(),
                 None => "cluster-wide".into(),
@@ -147,40 +213,80 @@ impl Grants {
     }
 }
 
+impl Grants {
+    /// Checks an Event about `regarding`: the controller must be able to
+    /// read that object, and the Event (which lands in the object's
+    /// namespace) must stay inside the namespaces the host watches.
+    ///
+    /// # Errors
+    ///
+    /// [`Denied`] naming what is missing.
+    pub fn check_event(&self, regarding: &crate::object::ObjectRef, own_namespace: Option<&str>) -> Result<(), Denied> {
+        let ns = regarding.namespace.as_deref();
+        if let (Some(watched), Some(ns)) = (&self.namespaces, ns)
+            && !watched.iter().any(|w| w == ns)
+        {
+            return Err(Denied {
+                controller: self.controller.clone(),
+                verb: "create",
+                what: "",
+                kind: "events.k8s.io/v1/Event".into(),
+                place: format!("in namespace {ns}, which this host does not watch"),
+            });
+        }
+        self.check(Request::new(Verb::Get, &regarding.gvk, ns).named(&regarding.name), own_namespace)
+    }
+}
+
 impl fmt::Display for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let verbs: Vec<_> = self.verbs.iter().map(|v| v.as_str()).collect();
-        write!(f, "{} {}/{} {:?}", verbs.join(","), self.group, self.kind, self.scope)
+        write!(f, "{} {}/{} {:?}", verbs.join(","), self.group, self.kind, self.scope)?;
+        if !self.resource_names.is_empty() {
+            write!(f, " named {}", self.resource_names.join(","))?;
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::Permission;
+    use crate::manifest::{Owned, Permission};
 
     fn manifest() -> Manifest {
         Manifest {
             name: "greeter".into(),
             primary: Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting"),
             crds: vec![],
-            owns: vec![Gvk::new("", "v1", "ConfigMap")],
+            owns: vec![Owned::kind(Gvk::new("", "v1", "ConfigMap"))],
             watches: vec![],
             finalizer: None,
-            permissions: vec![Permission {
-                group: String::new(),
-                kind: "Secret".into(),
-                verbs: vec![Verb::Get],
-                scope: Scope::Namespaces(vec!["vault".into()]),
-                status: false,
-            }],
+            permissions: vec![
+                Permission {
+                    group: String::new(),
+                    kind: "Secret".into(),
+                    verbs: vec![Verb::Get],
+                    scope: Scope::Namespaces(vec!["vault".into()]),
+                    status: false,
+                    resource_names: vec![],
+                },
+                Permission {
+                    group: "rbac.authorization.k8s.io".into(),
+                    kind: "ClusterRole".into(),
+                    verbs: vec![Verb::Bind],
+                    scope: Scope::Cluster,
+                    status: false,
+                    resource_names: vec!["admin".into()],
+                },
+            ],
             resync: None,
             max_concurrency: 1,
         }
     }
 
     fn req<'a>(verb: Verb, kind: &'a Gvk, ns: Option<&'a str>) -> Request<'a> {
-        Request { verb, kind, namespace: ns, status: false }
+        Request::new(verb, kind, ns)
     }
 
     #[test]
@@ -213,10 +319,57 @@ mod tests {
     fn status_needs_a_rule_that_includes_it() {
         let g = Grants::from_manifest(&manifest());
         let secret = Gvk::new("", "v1", "Secret");
-        let r = Request { verb: Verb::Get, kind: &secret, namespace: Some("vault"), status: true };
+        let r = Request::new(Verb::Get, &secret, Some("vault")).status();
         assert!(g.check(r, None).is_err());
         let greeting = Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting");
-        let r = Request { verb: Verb::Patch, kind: &greeting, namespace: Some("app"), status: true };
+        let r = Request::new(Verb::Patch, &greeting, Some("app")).status();
         assert!(g.check(r, Some("app")).is_ok());
+    }
+
+    fn tenant() -> Manifest {
+        let mut m = manifest();
+        m.name = "tenant".into();
+        m.primary = Gvk::new("examples.capstan.dev", "v1alpha1", "Tenant");
+        m.owns = vec![
+            Owned::kind(Gvk::new("", "v1", "Namespace")),
+            Owned { scope: Some(Scope::Cluster), ..Owned::kind(Gvk::new("", "v1", "ConfigMap")) },
+        ];
+        m
+    }
+
+    #[test]
+    fn a_cluster_scoped_primary_owns_cluster_scoped_children_in_its_own_scope() {
+        let g = Grants::from_manifest(&tenant());
+        let ns = Gvk::new("", "v1", "Namespace");
+        // Reconciling a cluster-scoped Tenant: its own scope is the cluster.
+        assert!(g.check(req(Verb::Delete, &ns, None).named("tenant-acme"), None).is_ok());
+        // A namespaced primary's own scope never reaches cluster-scoped objects.
+        assert!(Grants::from_manifest(&tenant()).check(req(Verb::Delete, &ns, None), Some("app")).is_err());
+        let cm = Gvk::new("", "v1", "ConfigMap");
+        assert!(g.check(req(Verb::Create, &cm, Some("tenant-acme")), None).is_ok(), "declared scope: cluster");
+    }
+
+    #[test]
+    fn writes_never_leave_the_namespaces_the_host_watches() {
+        let g = Grants::from_manifest(&tenant()).within(&["team-a".to_owned()]);
+        let cm = Gvk::new("", "v1", "ConfigMap");
+        assert!(g.check(req(Verb::Patch, &cm, Some("team-a")), None).is_ok());
+        let denied = g.check(req(Verb::Patch, &cm, Some("kube-system")), None).expect_err("outside");
+        assert_eq!(
+            denied.to_string(),
+            "patch v1/ConfigMap in namespace kube-system, which this host does not watch is not granted to controller tenant"
+        );
+        assert!(g.check(req(Verb::Get, &cm, Some("kube-system")), None).is_ok(), "reads follow the rules alone");
+        let ns = Gvk::new("", "v1", "Namespace");
+        assert!(g.check(req(Verb::Create, &ns, None), None).is_ok(), "cluster-scoped objects are in no namespace");
+    }
+
+    #[test]
+    fn rules_limited_to_resource_names_allow_only_those() {
+        let g = Grants::from_manifest(&manifest());
+        let role = Gvk::new("rbac.authorization.k8s.io", "v1", "ClusterRole");
+        assert!(g.check(req(Verb::Bind, &role, None).named("admin"), None).is_ok());
+        assert!(g.check(req(Verb::Bind, &role, None).named("cluster-admin"), None).is_err());
+        assert!(g.check(req(Verb::Bind, &role, None), None).is_err(), "no name, no match");
     }
 }

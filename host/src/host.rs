@@ -89,6 +89,17 @@ pub enum Error {
         /// What is missing.
         error: access::Error,
     },
+    /// The component asks for a wildcard permission and the host does not
+    /// allow them.
+    #[error(
+        "{path}: asks for a wildcard permission ({what}), which this host refuses; review it and run with --allow-wildcard-permissions to accept it"
+    )]
+    Wildcard {
+        /// The rejected file.
+        path: PathBuf,
+        /// The first wildcard permission.
+        what: String,
+    },
     /// A CRD could not be installed.
     #[error("cannot install CRD {name}: {error}")]
     InstallCrd {
@@ -128,7 +139,7 @@ impl Error {
             Self::Component(e) => e.reason(),
             Self::Duplicate { .. } => "duplicate",
             Self::Canary { .. } => "canary",
-            Self::Access { .. } => "permissions",
+            Self::Access { .. } | Self::Wildcard { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) => "crd",
             Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) | Self::Leader(_) => "host",
         }
@@ -144,6 +155,7 @@ pub struct HostBuilder {
     namespaces: Vec<String>,
     install_crds: bool,
     check_permissions: bool,
+    allow_wildcards: bool,
     limits: Limits,
     settings: Settings,
     cache_dir: Option<PathBuf>,
@@ -175,6 +187,7 @@ impl HostBuilder {
             namespaces: Vec::new(),
             install_crds: false,
             check_permissions: false,
+            allow_wildcards: false,
             limits: Limits::default(),
             settings: Settings::default(),
             cache_dir: None,
@@ -233,6 +246,13 @@ impl HostBuilder {
     /// was granted is rejected.
     pub fn check_permissions(mut self, on: bool) -> Self {
         self.check_permissions = on;
+        self
+    }
+
+    /// Accepts components whose permissions name a wildcard group or kind
+    /// (`*`), which come close to cluster-admin. Default: refused.
+    pub fn allow_wildcard_permissions(mut self, on: bool) -> Self {
+        self.allow_wildcards = on;
         self
     }
 
@@ -310,6 +330,7 @@ impl HostBuilder {
             namespaces: self.namespaces,
             install_crds: self.install_crds,
             check_permissions: self.check_permissions,
+            allow_wildcards: self.allow_wildcards,
             canary: self.canary,
             elections,
             slots: Mutex::new(Vec::new()),
@@ -450,6 +471,7 @@ pub(crate) struct Shared {
     namespaces: Vec<String>,
     install_crds: bool,
     check_permissions: bool,
+    allow_wildcards: bool,
     canary: Option<u8>,
     elections: Option<Elections>,
     slots: Mutex<Vec<Slot>>,
@@ -515,6 +537,11 @@ impl Shared {
             .map(|s| s.path.clone());
         if let Some(other) = other {
             return Err(Error::Duplicate { path: path.to_owned(), name, other });
+        }
+        if let Some(p) = loaded.manifest.wildcard_permissions().next().filter(|_| !self.allow_wildcards) {
+            let verbs: Vec<&str> = p.verbs.iter().map(|v| v.as_str()).collect();
+            let what = format!("{} on {}/{}", verbs.join(","), p.group, p.kind);
+            return Err(Error::Wildcard { path: path.to_owned(), what });
         }
         if self.check_permissions {
             access::check(&self.cluster, &loaded.manifest, &self.namespaces, self.install_crds)
@@ -630,7 +657,12 @@ impl Shared {
                     old.stop().await;
                     self.resign(path).await;
                 }
-                let reconciler = Arc::new(Reconciler::new(self.runtime.clone(), loaded, Arc::clone(&self.backend)));
+                let reconciler = Arc::new(Reconciler::within(
+                    self.runtime.clone(),
+                    loaded,
+                    Arc::clone(&self.backend),
+                    &self.namespaces,
+                ));
                 let controller = Controller::start(
                     reconciler,
                     self.cluster.clone(),

@@ -1,12 +1,17 @@
 //! What a controller declares, as the host holds it: parsed from the WIT
-//! record returned by the guest's `manifest()` and validated once per
-//! component version.
+//! record returned by the guest's `manifest()` (of any contract version the
+//! host runs) and validated once per component version.
+//!
+//! Everything in a manifest is untrusted input: every name, selector and
+//! number is checked against the rules and ranges below, and a rejection
+//! names the field.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::bindings::capstan::operator::types as wit;
+use crate::bindings::v0_1::capstan::operator::types as wit_v0_1;
 use crate::cluster::mock::selector::LabelSelector;
 use crate::object::Gvk;
 
@@ -27,10 +32,16 @@ pub enum Verb {
     Patch,
     /// Delete.
     Delete,
+    /// Bind a Role or ClusterRole without holding its permissions (RBAC
+    /// only: no host call uses it).
+    Bind,
+    /// Create or update a Role or ClusterRole with permissions one does not
+    /// hold (RBAC only).
+    Escalate,
 }
 
 impl Verb {
-    /// Every verb.
+    /// Every verb of an API call (not `bind` or `escalate`).
     pub const ALL: [Verb; 7] =
         [Verb::Get, Verb::List, Verb::Watch, Verb::Create, Verb::Update, Verb::Patch, Verb::Delete];
     /// get, list, watch.
@@ -46,7 +57,15 @@ impl Verb {
             Verb::Update => "update",
             Verb::Patch => "patch",
             Verb::Delete => "delete",
+            Verb::Bind => "bind",
+            Verb::Escalate => "escalate",
         }
+    }
+
+    /// True if RBAC can limit this verb to named objects (`resourceNames`):
+    /// every verb but `list`, `watch` and `create`.
+    pub fn takes_resource_names(self) -> bool {
+        !matches!(self, Verb::List | Verb::Watch | Verb::Create)
     }
 }
 
@@ -60,6 +79,8 @@ impl From<wit::Verb> for Verb {
             wit::Verb::Update => Verb::Update,
             wit::Verb::Patch => Verb::Patch,
             wit::Verb::Delete => Verb::Delete,
+            wit::Verb::Bind => Verb::Bind,
+            wit::Verb::Escalate => Verb::Escalate,
         }
     }
 }
@@ -88,6 +109,38 @@ pub struct Permission {
     pub scope: Scope,
     /// Also the status subresource.
     pub status: bool,
+    /// Only objects of these names (RBAC `resourceNames`); empty: any.
+    pub resource_names: Vec<String>,
+}
+
+impl Permission {
+    /// True if the permission names a wildcard group or kind (`*`).
+    pub fn is_wildcard(&self) -> bool {
+        self.group == "*" || self.kind == "*"
+    }
+}
+
+/// Where a [`Reference`] reads a name or namespace on a watched object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldRef {
+    /// The watched object's name.
+    Name,
+    /// The watched object's namespace.
+    Namespace,
+    /// The value of this label.
+    Label(String),
+    /// The value of this annotation.
+    Annotation(String),
+}
+
+/// The primary object named by fields of a watched object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reference {
+    /// Where the primary's name is read.
+    pub name: FieldRef,
+    /// Where a namespaced primary's namespace is read; `None`: the watched
+    /// object's own.
+    pub namespace: Option<FieldRef>,
 }
 
 /// Which primary objects a change to a watched object triggers.
@@ -101,6 +154,10 @@ pub enum Mapping {
     SameName,
     /// Every primary in the same namespace.
     Namespace,
+    /// The primary the reference names.
+    Reference(Reference),
+    /// Every primary.
+    All,
 }
 
 /// A kind watched besides the primary and owned kinds.
@@ -135,10 +192,46 @@ impl Watch {
     /// assert!(!watch.selects(None));
     /// ```
     pub fn selects(&self, labels: Option<&Value>) -> bool {
-        match &self.label_selector {
-            None => true,
-            Some(selector) => LabelSelector::parse(selector).is_ok_and(|s| s.matches(labels)),
-        }
+        selects(self.label_selector.as_deref(), labels)
+    }
+}
+
+fn selects(selector: Option<&str>, labels: Option<&Value>) -> bool {
+    match selector {
+        None => true,
+        Some(selector) => LabelSelector::parse(selector).is_ok_and(|s| s.matches(labels)),
+    }
+}
+
+/// A kind of children.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owned {
+    /// The kind.
+    pub kind: Gvk,
+    /// Only children matching this label selector are watched, cached and
+    /// pruned; every child an outcome lists must match it.
+    pub label_selector: Option<String>,
+    /// Where children may be written; `None`: the reconciled object's
+    /// namespace (cluster-scoped children only for a cluster-scoped
+    /// primary).
+    pub scope: Option<Scope>,
+}
+
+impl Owned {
+    /// An owned kind with no selector and the default scope.
+    pub fn kind(kind: Gvk) -> Self {
+        Self { kind, label_selector: None, scope: None }
+    }
+
+    /// True if a child with these labels matches the selector (always
+    /// without one).
+    pub fn selects(&self, labels: Option<&Value>) -> bool {
+        selects(self.label_selector.as_deref(), labels)
+    }
+
+    /// Where children of this kind may be written.
+    pub fn effective_scope(&self) -> Scope {
+        self.scope.clone().unwrap_or(Scope::OwnNamespace)
     }
 }
 
@@ -152,7 +245,7 @@ pub struct Manifest {
     /// CustomResourceDefinitions, as JSON objects.
     pub crds: Vec<Value>,
     /// Kinds of children.
-    pub owns: Vec<Gvk>,
+    pub owns: Vec<Owned>,
     /// Other watched kinds.
     pub watches: Vec<Watch>,
     /// Finalizer managed by the host on primary objects.
@@ -206,6 +299,44 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// An owned kind is malformed.
+    #[error("owns[{index}]: {reason}")]
+    Owned {
+        /// Position in `owns`.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A number or a list length is outside the range the host accepts.
+    #[error("{field}: {value} is out of range (allowed: {range})")]
+    Range {
+        /// Which field.
+        field: &'static str,
+        /// The value given (or the list's length).
+        value: u64,
+        /// The allowed range, e.g. `1..=64`.
+        range: &'static str,
+    },
+}
+
+/// Most reconciles in flight per controller.
+pub const MAX_CONCURRENCY: u32 = 64;
+/// Longest resync period: one week.
+pub const MAX_RESYNC_SECONDS: u32 = 7 * 24 * 3600;
+/// Most CRDs one component defines.
+pub const MAX_CRDS: usize = 32;
+/// Most owned kinds, watches or permissions one manifest lists (each).
+pub const MAX_ENTRIES: usize = 64;
+/// Most resource names one permission lists.
+pub const MAX_RESOURCE_NAMES: usize = 64;
+/// Most bytes of one CRD's JSON.
+pub const MAX_CRD_BYTES: usize = 1 << 20;
+
+fn check_len(field: &'static str, len: usize, max: usize, range: &'static str) -> Result<(), Error> {
+    if len > max {
+        return Err(Error::Range { field, value: len as u64, range });
+    }
+    Ok(())
 }
 
 /// True if `s` is a DNS-1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, ≤ 63.
@@ -242,6 +373,9 @@ fn kind_of(field: &'static str, k: wit::GroupVersionKind) -> Result<Gvk, Error> 
 
 fn validate_crd(index: usize, bytes: &[u8]) -> Result<Value, Error> {
     let crd_err = |reason: String| Error::Crd { index, reason };
+    if bytes.len() > MAX_CRD_BYTES {
+        return Err(crd_err(format!("{} bytes, more than {MAX_CRD_BYTES}", bytes.len())));
+    }
     let crd: Value = serde_json::from_slice(bytes).map_err(|e| crd_err(format!("not JSON: {e}")))?;
     if crd.get("apiVersion").and_then(Value::as_str) != Some("apiextensions.k8s.io/v1")
         || crd.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition")
@@ -267,6 +401,54 @@ fn validate_crd(index: usize, bytes: &[u8]) -> Result<Value, Error> {
     Ok(crd)
 }
 
+fn scope_of(scope: wit::Scope, bad: impl Fn(String) -> Error) -> Result<Scope, Error> {
+    Ok(match scope {
+        wit::Scope::Cluster => Scope::Cluster,
+        wit::Scope::OwnNamespace => Scope::OwnNamespace,
+        wit::Scope::Namespaces(list) => {
+            check_len("scope.namespaces", list.len(), MAX_ENTRIES, "0..=64")?;
+            if let Some(ns) = list.iter().find(|n| !is_dns1123_label(n)) {
+                return Err(bad(format!("namespace {ns:?} is not a DNS-1123 label")));
+            }
+            Scope::Namespaces(list)
+        }
+    })
+}
+
+fn selector_of(selector: Option<String>, bad: impl Fn(String) -> Error) -> Result<Option<String>, Error> {
+    if let Some(s) = &selector {
+        LabelSelector::parse(s).map_err(|e| bad(format!("invalid label selector {s:?}: {e}")))?;
+    }
+    Ok(selector)
+}
+
+/// True if `key` is a label or annotation key: an optional DNS subdomain
+/// prefix and `/`, then a name of at most 63 alphanumerics, `-`, `_`, `.`.
+pub fn is_qualified_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    prefix.is_none_or(is_dns1123_subdomain)
+        && !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+fn field_ref_of(f: wit::FieldRef, bad: &impl Fn(String) -> Error) -> Result<FieldRef, Error> {
+    let key = |k: String| {
+        if is_qualified_key(&k) { Ok(k) } else { Err(bad(format!("{k:?} is not a label or annotation key"))) }
+    };
+    Ok(match f {
+        wit::FieldRef::Name => FieldRef::Name,
+        wit::FieldRef::Namespace => FieldRef::Namespace,
+        wit::FieldRef::Label(k) => FieldRef::Label(key(k)?),
+        wit::FieldRef::Annotation(k) => FieldRef::Annotation(key(k)?),
+    })
+}
+
 impl TryFrom<wit::ControllerManifest> for Manifest {
     type Error = Error;
 
@@ -275,29 +457,49 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
             return Err(Error::Name(m.name));
         }
         let primary = kind_of("primary", m.primary)?;
+        check_len("crds", m.crds.len(), MAX_CRDS, "0..=32")?;
+        check_len("owns", m.owns.len(), MAX_ENTRIES, "0..=64")?;
+        check_len("watches", m.watches.len(), MAX_ENTRIES, "0..=64")?;
+        check_len("permissions", m.permissions.len(), MAX_ENTRIES, "0..=64")?;
         let crds = m.crds.iter().enumerate().map(|(i, c)| validate_crd(i, c)).collect::<Result<_, _>>()?;
-        let owns = m.owns.into_iter().map(|k| kind_of("owns", k)).collect::<Result<_, _>>()?;
+        let owns = m
+            .owns
+            .into_iter()
+            .enumerate()
+            .map(|(index, o)| {
+                let bad = |reason: String| Error::Owned { index, reason };
+                Ok(Owned {
+                    kind: kind_of("owns", o.kind)?,
+                    label_selector: selector_of(o.label_selector, bad)?,
+                    scope: o.scope.map(|s| scope_of(s, bad)).transpose()?,
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let watches = m
             .watches
             .into_iter()
             .enumerate()
             .map(|(index, w)| {
+                let bad = |reason: String| Error::Watch { index, reason };
                 let mapping = match w.mapping {
                     wit::WatchMapping::None => Mapping::None,
-                    wit::WatchMapping::Label(l) if l.is_empty() => {
-                        return Err(Error::Watch { index, reason: "label mapping needs a label key".into() });
+                    wit::WatchMapping::Label(l) if !is_qualified_key(&l) => {
+                        return Err(bad(format!("label mapping needs a label key, not {l:?}")));
                     }
                     wit::WatchMapping::Label(l) => Mapping::Label(l),
                     wit::WatchMapping::SameName => Mapping::SameName,
                     wit::WatchMapping::Namespace => Mapping::Namespace,
+                    wit::WatchMapping::All => Mapping::All,
+                    wit::WatchMapping::Reference(r) => Mapping::Reference(Reference {
+                        name: field_ref_of(r.name, &bad)?,
+                        namespace: r.namespace.map(|n| field_ref_of(n, &bad)).transpose()?,
+                    }),
                 };
-                if let Some(selector) = &w.label_selector {
-                    LabelSelector::parse(selector).map_err(|e| Error::Watch {
-                        index,
-                        reason: format!("invalid label selector {selector:?}: {e}"),
-                    })?;
-                }
-                Ok(Watch { kind: kind_of("watches", w.kind)?, mapping, label_selector: w.label_selector })
+                Ok(Watch {
+                    kind: kind_of("watches", w.kind)?,
+                    mapping,
+                    label_selector: selector_of(w.label_selector, bad)?,
+                })
             })
             .collect::<Result<_, _>>()?;
         if let Some(f) = &m.finalizer {
@@ -313,25 +515,44 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
             .into_iter()
             .enumerate()
             .map(|(index, p)| {
+                let bad = |reason: String| Error::Permission { index, reason };
                 if p.verbs.is_empty() {
-                    return Err(Error::Permission { index, reason: "lists no verbs".into() });
+                    return Err(bad("lists no verbs".into()));
                 }
                 if p.kind.is_empty() {
-                    return Err(Error::Permission { index, reason: "names no kind".into() });
+                    return Err(bad("names no kind".into()));
+                }
+                let kind_ok = p.kind == "*" || p.kind.chars().all(|c| c.is_ascii_alphanumeric());
+                let group_ok = p.group.is_empty() || p.group == "*" || is_dns1123_subdomain(&p.group);
+                if !kind_ok || !group_ok {
+                    return Err(bad(format!("{:?}/{:?} is not a group and kind", p.group, p.kind)));
+                }
+                check_len("permissions[].resource-names", p.resource_names.len(), MAX_RESOURCE_NAMES, "0..=64")?;
+                if let Some(n) = p.resource_names.iter().find(|n| !is_object_name(n)) {
+                    return Err(bad(format!("resource name {n:?} is not an object name")));
+                }
+                let verbs: Vec<Verb> = p.verbs.into_iter().map(Verb::from).collect();
+                if !p.resource_names.is_empty()
+                    && let Some(v) = verbs.iter().find(|v| !v.takes_resource_names())
+                {
+                    return Err(bad(format!("{} cannot be limited to resource names", v.as_str())));
                 }
                 Ok(Permission {
                     group: p.group,
                     kind: p.kind,
-                    verbs: p.verbs.into_iter().map(Verb::from).collect(),
-                    scope: match p.scope {
-                        wit::Scope::Cluster => Scope::Cluster,
-                        wit::Scope::OwnNamespace => Scope::OwnNamespace,
-                        wit::Scope::Namespaces(n) => Scope::Namespaces(n),
-                    },
+                    verbs,
+                    scope: scope_of(p.scope, bad)?,
                     status: p.status,
+                    resource_names: p.resource_names,
                 })
             })
             .collect::<Result<_, _>>()?;
+        if let Some(s) = m.resync_seconds.filter(|s| *s > MAX_RESYNC_SECONDS) {
+            return Err(Error::Range { field: "resync-seconds", value: s.into(), range: "0..=604800" });
+        }
+        if m.max_concurrency > MAX_CONCURRENCY {
+            return Err(Error::Range { field: "max-concurrency", value: m.max_concurrency.into(), range: "0..=64" });
+        }
         Ok(Manifest {
             name: m.name,
             primary,
@@ -343,6 +564,72 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
             resync: m.resync_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s.into())),
             max_concurrency: m.max_concurrency.max(1),
         })
+    }
+}
+
+/// True if `s` can name an object: a DNS-1123 subdomain (what most kinds
+/// require; the strictest rule that never refuses a valid name of those
+/// kinds is applied by the API server itself).
+pub fn is_object_name(s: &str) -> bool {
+    is_dns1123_subdomain(s)
+}
+
+/// A manifest of contract 0.1.0 is the current record with the new fields
+/// at their defaults: owned kinds without selector or scope, permissions
+/// without resource names.
+impl From<wit_v0_1::ControllerManifest> for wit::ControllerManifest {
+    fn from(m: wit_v0_1::ControllerManifest) -> Self {
+        let gvk =
+            |k: wit_v0_1::GroupVersionKind| wit::GroupVersionKind { group: k.group, version: k.version, kind: k.kind };
+        let scope = |s: wit_v0_1::Scope| match s {
+            wit_v0_1::Scope::Cluster => wit::Scope::Cluster,
+            wit_v0_1::Scope::OwnNamespace => wit::Scope::OwnNamespace,
+            wit_v0_1::Scope::Namespaces(n) => wit::Scope::Namespaces(n),
+        };
+        let verb = |v: wit_v0_1::Verb| match v {
+            wit_v0_1::Verb::Get => wit::Verb::Get,
+            wit_v0_1::Verb::List => wit::Verb::List,
+            wit_v0_1::Verb::Watch => wit::Verb::Watch,
+            wit_v0_1::Verb::Create => wit::Verb::Create,
+            wit_v0_1::Verb::Update => wit::Verb::Update,
+            wit_v0_1::Verb::Patch => wit::Verb::Patch,
+            wit_v0_1::Verb::Delete => wit::Verb::Delete,
+        };
+        wit::ControllerManifest {
+            name: m.name,
+            primary: gvk(m.primary),
+            crds: m.crds,
+            owns: m.owns.into_iter().map(|k| wit::Owned { kind: gvk(k), label_selector: None, scope: None }).collect(),
+            watches: m
+                .watches
+                .into_iter()
+                .map(|w| wit::Watch {
+                    kind: gvk(w.kind),
+                    mapping: match w.mapping {
+                        wit_v0_1::WatchMapping::None => wit::WatchMapping::None,
+                        wit_v0_1::WatchMapping::Label(l) => wit::WatchMapping::Label(l),
+                        wit_v0_1::WatchMapping::SameName => wit::WatchMapping::SameName,
+                        wit_v0_1::WatchMapping::Namespace => wit::WatchMapping::Namespace,
+                    },
+                    label_selector: w.label_selector,
+                })
+                .collect(),
+            finalizer: m.finalizer,
+            permissions: m
+                .permissions
+                .into_iter()
+                .map(|p| wit::Permission {
+                    group: p.group,
+                    kind: p.kind,
+                    verbs: p.verbs.into_iter().map(verb).collect(),
+                    scope: scope(p.scope),
+                    status: p.status,
+                    resource_names: vec![],
+                })
+                .collect(),
+            resync_seconds: m.resync_seconds,
+            max_concurrency: m.max_concurrency,
+        }
     }
 }
 
@@ -359,6 +646,24 @@ impl Manifest {
     pub fn field_manager(&self) -> String {
         format!("capstan-{}", self.name)
     }
+
+    /// The owned kind of `gvk`'s group and kind, if the manifest owns it.
+    pub fn owned(&self, gvk: &Gvk) -> Option<&Owned> {
+        self.owns.iter().find(|o| o.kind.same_group_kind(gvk))
+    }
+
+    /// Every kind the manifest names (primary, owned, watched, permitted),
+    /// each once: the bounded set metric labels are drawn from.
+    pub fn kinds(&self) -> impl Iterator<Item = &Gvk> {
+        std::iter::once(&self.primary)
+            .chain(self.owns.iter().map(|o| &o.kind))
+            .chain(self.watches.iter().map(|w| &w.kind))
+    }
+
+    /// The declared permissions that name a wildcard group or kind.
+    pub fn wildcard_permissions(&self) -> impl Iterator<Item = &Permission> {
+        self.permissions.iter().filter(|p| p.is_wildcard())
+    }
 }
 
 #[cfg(test)]
@@ -374,7 +679,7 @@ mod tests {
             name: "greeter".into(),
             primary: gvk("examples.capstan.dev", "v1alpha1", "Greeting"),
             crds: vec![],
-            owns: vec![gvk("", "v1", "ConfigMap")],
+            owns: vec![wit::Owned { kind: gvk("", "v1", "ConfigMap"), label_selector: None, scope: None }],
             watches: vec![],
             finalizer: Some("examples.capstan.dev/cleanup".into()),
             permissions: vec![],
@@ -425,9 +730,109 @@ mod tests {
             verbs: vec![],
             scope: wit::Scope::Cluster,
             status: false,
+            resource_names: vec![],
         };
         let m = wit::ControllerManifest { permissions: vec![p], ..valid() };
         assert!(matches!(Manifest::try_from(m), Err(Error::Permission { index: 0, .. })));
+    }
+
+    fn permission(verbs: Vec<wit::Verb>, names: &[&str]) -> wit::Permission {
+        wit::Permission {
+            group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            verbs,
+            scope: wit::Scope::Cluster,
+            status: false,
+            resource_names: names.iter().map(|n| (*n).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn bind_on_named_roles_is_accepted_and_list_by_name_is_not() {
+        let m = wit::ControllerManifest { permissions: vec![permission(vec![wit::Verb::Bind], &["admin"])], ..valid() };
+        let m = Manifest::try_from(m).expect("valid");
+        assert_eq!(m.permissions[0].verbs, vec![Verb::Bind]);
+        assert_eq!(m.permissions[0].resource_names, vec!["admin".to_owned()]);
+        let m = wit::ControllerManifest { permissions: vec![permission(vec![wit::Verb::List], &["admin"])], ..valid() };
+        let err = Manifest::try_from(m).expect_err("list cannot be limited by name");
+        assert_eq!(err.to_string(), "permissions[0]: list cannot be limited to resource names");
+        let m = wit::ControllerManifest { permissions: vec![permission(vec![wit::Verb::Get], &["a?b"])], ..valid() };
+        assert!(matches!(Manifest::try_from(m), Err(Error::Permission { index: 0, .. })));
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_rejected_naming_the_field() {
+        let m = wit::ControllerManifest { max_concurrency: u32::MAX, ..valid() };
+        let err = Manifest::try_from(m).expect_err("too many workers");
+        assert_eq!(err.to_string(), "max-concurrency: 4294967295 is out of range (allowed: 0..=64)");
+        let m = wit::ControllerManifest { max_concurrency: 64, ..valid() };
+        assert_eq!(Manifest::try_from(m).expect("the maximum").max_concurrency, 64);
+        let m = wit::ControllerManifest { resync_seconds: Some(u32::MAX), ..valid() };
+        assert!(matches!(Manifest::try_from(m), Err(Error::Range { field: "resync-seconds", .. })));
+        let many = (0..65).map(|_| valid().owns[0].clone()).collect();
+        let m = wit::ControllerManifest { owns: many, ..valid() };
+        assert!(matches!(Manifest::try_from(m), Err(Error::Range { field: "owns", value: 65, .. })));
+    }
+
+    #[test]
+    fn owned_kinds_take_a_selector_and_a_scope() {
+        let owned = wit::Owned {
+            kind: gvk("", "v1", "ConfigMap"),
+            label_selector: Some("capstan.dev/tenant".into()),
+            scope: Some(wit::Scope::Cluster),
+        };
+        let m = Manifest::try_from(wit::ControllerManifest { owns: vec![owned.clone()], ..valid() }).expect("valid");
+        assert_eq!(m.owns[0].effective_scope(), Scope::Cluster);
+        assert!(m.owns[0].selects(Some(&serde_json::json!({"capstan.dev/tenant": "acme"}))));
+        assert!(!m.owns[0].selects(None));
+        let broken = wit::Owned { label_selector: Some("a in (".into()), ..owned };
+        let err = Manifest::try_from(wit::ControllerManifest { owns: vec![broken], ..valid() }).expect_err("bad");
+        assert!(err.to_string().starts_with("owns[0]: invalid label selector"), "{err}");
+    }
+
+    #[test]
+    fn reference_mappings_need_real_label_keys() {
+        let watch = |name: wit::FieldRef| wit::Watch {
+            kind: gvk("", "v1", "Namespace"),
+            mapping: wit::WatchMapping::Reference(wit::Reference { name, namespace: None }),
+            label_selector: None,
+        };
+        let ok = wit::ControllerManifest {
+            watches: vec![watch(wit::FieldRef::Label("capstan.dev/tenant".into()))],
+            ..valid()
+        };
+        assert!(matches!(
+            Manifest::try_from(ok).expect("valid").watches[0].mapping,
+            Mapping::Reference(Reference { name: FieldRef::Label(_), namespace: None })
+        ));
+        let bad = wit::ControllerManifest { watches: vec![watch(wit::FieldRef::Annotation("a b".into()))], ..valid() };
+        assert!(matches!(Manifest::try_from(bad), Err(Error::Watch { index: 0, .. })));
+    }
+
+    #[test]
+    fn a_manifest_of_contract_0_1_0_converts_with_new_fields_at_their_defaults() {
+        let old = wit_v0_1::ControllerManifest {
+            name: "greeter".into(),
+            primary: wit_v0_1::GroupVersionKind {
+                group: "examples.capstan.dev".into(),
+                version: "v1alpha1".into(),
+                kind: "Greeting".into(),
+            },
+            crds: vec![],
+            owns: vec![wit_v0_1::GroupVersionKind {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+            }],
+            watches: vec![],
+            finalizer: None,
+            permissions: vec![],
+            resync_seconds: None,
+            max_concurrency: 2,
+        };
+        let m = Manifest::try_from(wit::ControllerManifest::from(old)).expect("valid");
+        assert_eq!(m.owns, vec![Owned::kind(Gvk::new("", "v1", "ConfigMap"))]);
+        assert_eq!(m.max_concurrency, 2);
     }
 
     #[test]

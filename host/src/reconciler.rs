@@ -7,23 +7,54 @@
 //!   object is compared with what this controller last handled
 //!   successfully (new uid → `added`, changed generation or
 //!   resourceVersion → `modified`, deletion timestamp → `deleted`,
-//!   unchanged → `resync`). Merged triggers lose nothing, and after a host
-//!   restart every object is reconciled again as `added`.
+//!   unchanged → `resync`). Merged triggers lose nothing.
+//! - After a host restart, what survives the host says whether an object
+//!   was handled before: the controller's finalizer on it, a
+//!   `status.observedGeneration`, or fields its field manager wrote. Such
+//!   an object is `modified` if its generation is newer than its
+//!   `status.observedGeneration`, else `resync`; only an object with none
+//!   of these marks is `added`.
 //! - With a finalizer declared, it is added before the first `added`, and
 //!   removed only after `deleted` succeeds.
+//! - Children are checked before any is applied: a declared kind, a valid
+//!   name, the namespace the grants allow (a namespaced owner's own
+//!   namespace; for a cluster-scoped owner, the scope its manifest gives
+//!   the kind; never a namespace the host does not watch), the owned
+//!   kind's label selector, `bind` declared for a role a binding refers
+//!   to. Guest-made ownerReferences are dropped; the host sets the one
+//!   controller ownerReference. A child another owner controls is refused.
 //! - Children are applied by server-side apply with this controller's field
-//!   manager and a controller ownerReference; children of owned kinds that
-//!   the outcome no longer lists are deleted.
+//!   manager; with `children-policy: prune`, children of owned kinds that
+//!   the outcome no longer lists are deleted, and only when every child
+//!   was applied.
+//! - A child the API server refuses for a reason a retry cannot fix (400,
+//!   403, 404, 422, or owned by another) is reported: a Warning Event
+//!   naming it, the host's `Reconciled=False` condition, and the guest's
+//!   next `reconcile-request.failed-children`. The object is retried with
+//!   backoff [`Error::retry_limit`] times, then waits for a change.
 //! - The status is written through the status subresource, with
 //!   `observedGeneration` filled in when the guest left it out, and only
-//!   when it differs from the current one.
+//!   when it differs from the current one. The host's own condition
+//!   ([`CONDITION`]) is merged into it by type, keeping its
+//!   `lastTransitionTime` while its status stays the same, and removed at
+//!   the next success; all of it is written with the controller's field
+//!   manager, so it behaves the same whether the schema makes `conditions`
+//!   an atomic list or a list-map.
+//! - A failure keeps the children as they are, writes the failure's status
+//!   and events, and (terminal) records a Warning Event and sets
+//!   `Reconciled=False`. A terminal failure is not retried until the object
+//!   changes: triggers caused by the host's own writes, children, watched
+//!   objects or resyncs do not call the guest again.
 //!
 //! # Caveats
 //!
 //! Without a finalizer, `deleted` is best-effort: it is delivered only if
-//! this host saw the object before it disappeared.
+//! this host saw the object before it disappeared. An object of a
+//! controller without finalizer, status and field-manager writes to it
+//! carries no mark of being handled and is `added` again after a restart.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,14 +63,25 @@ use serde_json::{Value, json};
 use crate::bindings::capstan::operator::types as wit;
 use crate::cluster::{self, Cluster, EventRecord, Patch, Propagation, Subresource};
 use crate::component::Loaded;
-use crate::grants::Grants;
+use crate::grants::{Grants, Request};
 use crate::imports::events::event_record;
 use crate::imports::{Caller, Journal};
-use crate::object::{self, ObjectRef};
+use crate::manifest::{self, Manifest, Verb};
+use crate::object::{self, Gvk, ObjectRef};
 use crate::runtime::{self, Runtime};
 use crate::sync::lock;
 
 pub use crate::runtime::EventKind;
+
+/// The type of the condition the host writes into a primary object's
+/// `status.conditions` (`Reconciled=False` after a terminal failure, an
+/// invalid outcome or a refused child; removed at the next success).
+pub const CONDITION: &str = "Reconciled";
+
+/// Most children one outcome may list.
+pub const MAX_CHILDREN: usize = 512;
+/// Most events one outcome or failure may list.
+pub const MAX_EVENTS: usize = 64;
 
 /// What to do after a successful reconcile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +90,44 @@ pub enum Action {
     Requeue(Duration),
     /// Wait for the next change.
     AwaitChange,
+}
+
+/// A child the API server (or the host) refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildFailure {
+    /// The child.
+    pub child: ObjectRef,
+    /// HTTP status code (409 for a child another owner controls).
+    pub code: u16,
+    /// Machine-readable reason, e.g. `Invalid`.
+    pub reason: String,
+    /// What was said.
+    pub message: String,
+}
+
+impl fmt::Display for ChildFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} {}): {}", self.child, self.code, self.reason, self.message)
+    }
+}
+
+impl From<&ChildFailure> for wit::ChildFailure {
+    fn from(c: &ChildFailure) -> Self {
+        wit::ChildFailure {
+            child: wit::ObjectRef {
+                kind: wit::GroupVersionKind {
+                    group: c.child.gvk.group.clone(),
+                    version: c.child.gvk.version.clone(),
+                    kind: c.child.gvk.kind.clone(),
+                },
+                namespace: c.child.namespace.clone(),
+                name: c.child.name.clone(),
+            },
+            code: c.code,
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        }
+    }
 }
 
 /// Why a reconcile failed.
@@ -66,15 +146,33 @@ pub enum Error {
     /// child of an undeclared kind). Not retried.
     #[error("invalid outcome: {0}")]
     InvalidOutcome(String),
+    /// Children were refused in a way a retry cannot fix. Retried with
+    /// backoff up to [`Error::retry_limit`] times, then not until the
+    /// object changes.
+    #[error("{} refused: {}", plural(.0.len()), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    ChildrenRefused(Vec<ChildFailure>),
     /// Reading the object or applying the outcome failed. Retried.
     #[error("applying the outcome failed: {0}")]
     Cluster(#[from] cluster::Error),
+}
+
+fn plural(n: usize) -> String {
+    if n == 1 { "1 child".into() } else { format!("{n} children") }
 }
 
 impl Error {
     /// True if retrying with backoff makes sense.
     pub fn is_retryable(&self) -> bool {
         !matches!(self, Error::Terminal(_) | Error::InvalidOutcome(_))
+    }
+
+    /// How many consecutive failures of this kind are retried before the
+    /// object waits for a change; `None`: no limit.
+    pub fn retry_limit(&self) -> Option<u32> {
+        match self {
+            Error::ChildrenRefused(_) => Some(3),
+            _ => None,
+        }
     }
 
     /// True for an optimistic-concurrency conflict (409) while applying:
@@ -128,6 +226,9 @@ struct Handled {
     resource_versions: [Option<String>; 2],
     /// Last state seen, for a best-effort `deleted` without finalizer.
     last: Value,
+    /// The last attempt ended in a terminal failure: not retried until the
+    /// object changes.
+    terminal: bool,
 }
 
 /// A new version on trial (a canary) for a share of the objects.
@@ -166,6 +267,12 @@ pub fn in_share(r: &ObjectRef, percent: u8) -> bool {
     hash % 100 < u32::from(percent)
 }
 
+/// The host's condition to merge into a status.
+struct HostCondition {
+    reason: &'static str,
+    message: String,
+}
+
 /// A controller's reconcile logic: one component version (and perhaps a
 /// new one on trial), the cluster, and what it last handled.
 pub struct Reconciler {
@@ -174,11 +281,17 @@ pub struct Reconciler {
     trial: Mutex<Option<Trial>>,
     runtime: Runtime,
     cluster: Arc<dyn Cluster>,
+    /// The namespaces the host watches (empty: all); writes stay inside.
+    namespaces: Vec<String>,
     handled: Mutex<HashMap<ObjectRef, Handled>>,
+    /// Objects whose `added` has not succeeded yet.
+    adding: Mutex<HashSet<ObjectRef>>,
+    /// Children of the last outcome per object that were refused.
+    refused: Mutex<HashMap<ObjectRef, Vec<ChildFailure>>>,
 }
 
-impl std::fmt::Debug for Reconciler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reconciler").field("component", &self.component()).finish_non_exhaustive()
     }
 }
@@ -186,14 +299,27 @@ impl std::fmt::Debug for Reconciler {
 impl Reconciler {
     /// A reconciler running `component` against `cluster`.
     pub fn new(runtime: Runtime, component: Loaded, cluster: Arc<dyn Cluster>) -> Self {
-        let grants = Arc::new(Grants::from_manifest(&component.manifest));
+        Self::within(runtime, component, cluster, &[])
+    }
+
+    /// A reconciler on a host that watches only `namespaces` (empty: all):
+    /// no write of the controller reaches a namespaced object elsewhere.
+    pub fn within(runtime: Runtime, component: Loaded, cluster: Arc<dyn Cluster>, namespaces: &[String]) -> Self {
+        let grants = Arc::new(Grants::from_manifest(&component.manifest).within(namespaces));
         Self {
             version: Mutex::new((Arc::new(component), grants)),
             trial: Mutex::new(None),
             runtime,
             cluster,
+            namespaces: namespaces.to_vec(),
             handled: Mutex::new(HashMap::new()),
+            adding: Mutex::new(HashSet::new()),
+            refused: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn grants_of(&self, manifest: &Manifest) -> Arc<Grants> {
+        Arc::new(Grants::from_manifest(manifest).within(&self.namespaces))
     }
 
     /// The component version in use.
@@ -206,7 +332,9 @@ impl Reconciler {
     /// that start afterwards use the new one. What was handled is kept, so
     /// an unchanged object is a `resync` for the new version.
     pub fn swap(&self, component: Loaded) -> Arc<Loaded> {
-        let grants = Arc::new(Grants::from_manifest(&component.manifest));
+        let grants = self.grants_of(&component.manifest);
+        // A new version gets another chance at objects the old one gave up on.
+        lock(&self.handled).values_mut().for_each(|h| h.terminal = false);
         std::mem::replace(&mut *lock(&self.version), (Arc::new(component), grants)).0
     }
 
@@ -220,7 +348,7 @@ impl Reconciler {
         drop(version);
         match lock(&self.trial).as_ref() {
             Some(t) if std::ptr::eq(Arc::as_ptr(&t.component), component) => Arc::clone(&t.grants),
-            _ => Arc::new(Grants::from_manifest(&component.manifest)),
+            _ => self.grants_of(&component.manifest),
         }
     }
 
@@ -235,7 +363,7 @@ impl Reconciler {
         objects: impl IntoIterator<Item = ObjectRef>,
     ) -> Vec<ObjectRef> {
         let share: Vec<ObjectRef> = objects.into_iter().filter(|r| in_share(r, percent)).collect();
-        let grants = Arc::new(Grants::from_manifest(&component.manifest));
+        let grants = self.grants_of(&component.manifest);
         *lock(&self.trial) = Some(Trial {
             component: Arc::new(component),
             grants,
@@ -293,15 +421,23 @@ impl Reconciler {
         }
     }
 
-    /// Forgets what was handled, so every object is `added` again (as after
-    /// a host restart).
+    /// Forgets what was handled, so every object is judged by what it
+    /// carries (as after a host restart).
     pub fn forget_all(&self) {
         lock(&self.handled).clear();
+        lock(&self.adding).clear();
+        lock(&self.refused).clear();
     }
 
-    fn derive_event(&self, r: &ObjectRef, object: &Value) -> EventKind {
+    fn derive_event(&self, manifest: &Manifest, r: &ObjectRef, object: &Value) -> EventKind {
         let handled = lock(&self.handled);
-        let Some(h) = handled.get(r) else { return EventKind::Added };
+        let Some(h) = handled.get(r) else {
+            drop(handled);
+            if lock(&self.adding).contains(r) {
+                return EventKind::Added;
+            }
+            return event_after_restart(manifest, object);
+        };
         let uid = object::meta_str(object, "uid");
         if h.uid.as_deref() != uid {
             return EventKind::Added;
@@ -315,13 +451,25 @@ impl Reconciler {
         }
     }
 
-    fn remember(&self, r: &ObjectRef, seen: &Value, object: &Value) {
+    /// True if the last attempt on `r` failed for good and the object has
+    /// not changed since (only the host's own writes).
+    fn waits_for_change(&self, r: &ObjectRef, object: &Value) -> bool {
+        let handled = lock(&self.handled);
+        let Some(h) = handled.get(r).filter(|h| h.terminal) else { return false };
+        let rv = object::meta_str(object, "resourceVersion");
+        h.uid.as_deref() == object::meta_str(object, "uid")
+            && h.generation == object::generation(object)
+            && h.resource_versions.iter().any(|v| v.as_deref() == rv)
+    }
+
+    fn remember(&self, r: &ObjectRef, seen: &Value, object: &Value, terminal: bool) {
         let rv = |o: &Value| object::meta_str(o, "resourceVersion").map(str::to_owned);
         let handled = Handled {
             uid: object::meta_str(object, "uid").map(str::to_owned),
             generation: object::generation(object),
             resource_versions: [rv(seen), rv(object)],
             last: object.clone(),
+            terminal,
         };
         lock(&self.handled).insert(r.clone(), handled);
     }
@@ -357,10 +505,14 @@ impl Reconciler {
             Err(e) if e.is_not_found() => {
                 // Gone. Without a finalizer, deliver `deleted` once if we saw it.
                 let last = lock(&self.handled).remove(r).map(|h| h.last);
+                lock(&self.adding).remove(r);
+                lock(&self.refused).remove(r);
                 if let (Some(last), None) = (last, &manifest.finalizer) {
                     report.event = Some(EventKind::Deleted);
-                    let outcome = self.call_guest(&component, r, EventKind::Deleted, last.clone(), report).await?;
-                    self.record_events(&component, r, &last, outcome.events).await;
+                    match self.call_guest(&component, r, EventKind::Deleted, last.clone(), report).await? {
+                        Ok(outcome) => self.record_events(&component, r, &last, outcome.events).await,
+                        Err(failure) => self.record_events(&component, r, &last, failure.events).await,
+                    }
                 }
                 return Ok(Action::AwaitChange);
             }
@@ -375,27 +527,56 @@ impl Reconciler {
                 return Ok(Action::AwaitChange);
             }
             report.event = Some(EventKind::Deleted);
-            let outcome = self.call_guest(&component, r, EventKind::Deleted, object.clone(), report).await?;
-            self.record_events(&component, r, &object, outcome.events).await;
+            match self.call_guest(&component, r, EventKind::Deleted, object.clone(), report).await? {
+                Ok(outcome) => self.record_events(&component, r, &object, outcome.events).await,
+                Err(failure) => return Err(self.fail(&component, r, &object, failure).await),
+            }
             if let Some(finalizer) = &manifest.finalizer {
                 self.set_finalizer(r, &object, finalizer, false).await?;
                 lock(&self.handled).remove(r);
+                lock(&self.refused).remove(r);
             } else {
-                self.remember(r, &object, &object);
+                self.remember(r, &object, &object, false);
             }
             return Ok(Action::AwaitChange);
         }
 
+        if self.waits_for_change(r, &object) {
+            tracing::debug!(object = %r, "terminal failure, unchanged since: not retried");
+            return Ok(Action::AwaitChange);
+        }
+        // The event first: the finalizer the host adds is itself a mark of
+        // having been handled.
+        let event = self.derive_event(manifest, r, &object);
         let object = match &manifest.finalizer {
             Some(f) if !object::finalizers(&object).contains(f) => self.set_finalizer(r, &object, f, true).await?,
             _ => object,
         };
-        let event = self.derive_event(r, &object);
+        if event == EventKind::Added {
+            lock(&self.adding).insert(r.clone());
+        }
         report.event = Some(event);
-        let outcome = self.call_guest(&component, r, event, object.clone(), report).await?;
-        let latest = self.apply(&component, r, &object, outcome.clone(), report).await?;
-        self.remember(r, &object, &latest);
+        let outcome = match self.call_guest(&component, r, event, object.clone(), report).await? {
+            Ok(outcome) => outcome,
+            Err(failure) => return Err(self.fail(&component, r, &object, failure).await),
+        };
         let requeue = outcome.requeue_after_ms.map(Duration::from_millis);
+        let (latest, refused) = match self.apply(&component, r, &object, outcome, report).await {
+            Ok(applied) => applied,
+            Err(Error::InvalidOutcome(m)) => {
+                let e = Error::InvalidOutcome(m);
+                self.give_up(&component, r, &object, "InvalidOutcome", &e.to_string()).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        if !refused.is_empty() {
+            lock(&self.refused).insert(r.clone(), refused.clone());
+            return Err(Error::ChildrenRefused(refused));
+        }
+        lock(&self.refused).remove(r);
+        lock(&self.adding).remove(r);
+        self.remember(r, &object, &latest, false);
         Ok(match (requeue, manifest.resync) {
             (Some(a), Some(b)) => Action::Requeue(a.min(b)),
             (Some(d), None) | (None, Some(d)) => Action::Requeue(d),
@@ -413,6 +594,20 @@ impl Reconciler {
         }
     }
 
+    fn warning(&self, component: &Loaded, r: &ObjectRef, object: &Value, reason: &str, note: String) -> EventRecord {
+        EventRecord {
+            regarding: r.clone(),
+            regarding_uid: object::meta_str(object, "uid").map(str::to_owned),
+            warning: true,
+            reason: reason.to_owned(),
+            action: "Reconcile".to_owned(),
+            note: Some(note),
+            reporting_controller: component.manifest.name.clone(),
+        }
+    }
+
+    /// Calls the guest. A trap is an `Err`; the guest's own answer, success
+    /// or failure, is `Ok`.
     async fn call_guest(
         &self,
         component: &Loaded,
@@ -420,59 +615,134 @@ impl Reconciler {
         event: EventKind,
         object: Value,
         report: &mut Report,
-    ) -> Result<wit::Outcome, Error> {
+    ) -> Result<Result<wit::Outcome, wit::Failure>, Error> {
         let caller = self.caller(component, r, &object);
-        let bytes = serde_json::to_vec(&object).expect("a JSON value always serializes");
-        let invocation = self.runtime.reconcile(&component.pre, caller, event, bytes).await;
-        report.journal = invocation.journal;
-        let warn = |reason: &str, note: String| EventRecord {
-            regarding: r.clone(),
-            regarding_uid: object::meta_str(&object, "uid").map(str::to_owned),
-            warning: true,
-            reason: reason.to_owned(),
-            action: "Reconcile".to_owned(),
-            note: Some(note),
-            reporting_controller: component.manifest.name.clone(),
+        let failed_children =
+            lock(&self.refused).get(r).map(|f| f.iter().map(wit::ChildFailure::from).collect()).unwrap_or_default();
+        let request = wit::ReconcileRequest {
+            event: event.into(),
+            object: serde_json::to_vec(&object).expect("a JSON value always serializes"),
+            failed_children,
         };
+        let invocation = self.runtime.reconcile(&component.pre, caller, request).await;
+        report.journal = invocation.journal;
         match invocation.result {
-            Ok(Ok(outcome)) => Ok(outcome),
-            Ok(Err(wit::ReconcileError::Transient(m))) => Err(Error::Transient(m)),
-            Ok(Err(wit::ReconcileError::Terminal(m))) => {
-                self.record(warn("ReconcileFailed", m.clone())).await;
-                self.mark_terminal(component, r, &object, &m).await;
-                Err(Error::Terminal(m))
-            }
+            Ok(answer) => Ok(answer),
             Err(e) => {
                 tracing::warn!(object = %r, error = %e, "guest failed");
-                self.record(warn("GuestFailed", e.to_string())).await;
+                self.record(self.warning(component, r, &object, "GuestFailed", e.to_string())).await;
                 Err(Error::Guest(e))
             }
         }
     }
 
-    /// Sets a `Reconciled=False` condition (reason `TerminalError`) in the
-    /// object's status, with a field manager of the host's own. Best
-    /// effort: a kind without a status subresource, or whose status schema
-    /// has no conditions, simply keeps no condition. The guest's next
-    /// successful status replaces it.
-    async fn mark_terminal(&self, component: &Loaded, r: &ObjectRef, object: &Value, message: &str) {
-        let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-        let mut condition = json!({
-            "type": "Reconciled",
-            "status": "False",
-            "reason": "TerminalError",
-            "message": message.chars().take(1024).collect::<String>(),
-            "lastTransitionTime": now,
+    /// Handles the guest's failure: its status (with the host's condition
+    /// for a terminal one) and events; children stay as they are.
+    async fn fail(&self, component: &Loaded, r: &ObjectRef, object: &Value, failure: wit::Failure) -> Error {
+        let terminal = failure.kind == wit::FailureKind::Terminal;
+        let status = match failure.status.as_deref().map(serde_json::from_slice::<Value>).transpose() {
+            Ok(s) => s,
+            Err(e) => {
+                let e = Error::InvalidOutcome(format!("the failure's status is not JSON: {e}"));
+                self.give_up(component, r, object, "InvalidOutcome", &e.to_string()).await;
+                return e;
+            }
+        };
+        if failure.events.len() > MAX_EVENTS {
+            let e = Error::InvalidOutcome(format!("{} events, more than {MAX_EVENTS}", failure.events.len()));
+            self.give_up(component, r, object, "InvalidOutcome", &e.to_string()).await;
+            return e;
+        }
+        let condition = terminal.then(|| HostCondition { reason: "TerminalError", message: failure.message.clone() });
+        let latest = match self.write_status(component, r, object, status, condition).await {
+            Ok(latest) => latest,
+            Err(e) => {
+                tracing::debug!(object = %r, error = %e, "the failure's status was not written");
+                object.clone()
+            }
+        };
+        self.record_events(component, r, object, failure.events).await;
+        if terminal {
+            self.record(self.warning(component, r, object, "ReconcileFailed", failure.message.clone())).await;
+            self.remember(r, object, &latest, true);
+            lock(&self.adding).remove(r);
+            Error::Terminal(failure.message)
+        } else {
+            Error::Transient(failure.message)
+        }
+    }
+
+    /// Records a Warning Event and `Reconciled=False` for a failure the
+    /// host found (an invalid outcome), and waits for a change.
+    async fn give_up(&self, component: &Loaded, r: &ObjectRef, object: &Value, reason: &'static str, message: &str) {
+        self.record(self.warning(component, r, object, reason, message.to_owned())).await;
+        let condition = HostCondition { reason, message: message.to_owned() };
+        let latest = self.write_status(component, r, object, None, Some(condition)).await.unwrap_or_else(|e| {
+            tracing::debug!(object = %r, error = %e, "no condition written");
+            object.clone()
         });
+        self.remember(r, object, &latest, true);
+    }
+
+    /// Writes `status` (the guest's, or with `None` the current one) with
+    /// the host's condition merged in by type (or removed, without one),
+    /// unless that changes nothing. Returns the object as written.
+    async fn write_status(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        object: &Value,
+        status: Option<Value>,
+        condition: Option<HostCondition>,
+    ) -> Result<Value, Error> {
+        let current = object.get("status");
+        let has_ours = conditions(current).iter().any(|c| c.get("type") == Some(&json!(CONDITION)));
+        let mut status = match status {
+            Some(s) => s,
+            None if condition.is_some() || has_ours => current.cloned().unwrap_or_else(|| json!({})),
+            None => return Ok(object.clone()),
+        };
+        let Some(map) = status.as_object_mut() else {
+            return Err(Error::InvalidOutcome("status is not a JSON object".into()));
+        };
         if let Some(generation) = object::generation(object) {
-            condition["observedGeneration"] = json!(generation);
+            map.entry("observedGeneration").or_insert_with(|| json!(generation));
         }
-        let applied = status_apply_body(r, json!({"conditions": [condition]}));
-        let field_manager = format!("{}-host", component.manifest.field_manager());
+        let mut list: Vec<Value> = match map.get("conditions") {
+            Some(Value::Array(list)) => list.clone(),
+            _ => conditions(current).to_vec(),
+        };
+        list.retain(|c| c.get("type") != Some(&json!(CONDITION)));
+        if let Some(HostCondition { reason, message }) = condition {
+            let previous = conditions(current).iter().find(|c| c.get("type") == Some(&json!(CONDITION)));
+            let since = previous
+                .filter(|c| c.get("status") == Some(&json!("False")))
+                .and_then(|c| c.get("lastTransitionTime").cloned())
+                .unwrap_or_else(|| json!(now()));
+            let mut c = json!({
+                "type": CONDITION,
+                "status": "False",
+                "reason": reason,
+                "message": message.chars().take(1024).collect::<String>(),
+                "lastTransitionTime": since,
+            });
+            if let Some(generation) = object::generation(object) {
+                c["observedGeneration"] = json!(generation);
+            }
+            list.push(c);
+        }
+        if list.is_empty() {
+            map.remove("conditions");
+        } else {
+            map.insert("conditions".into(), Value::Array(list));
+        }
+        if current == Some(&status) {
+            return Ok(object.clone());
+        }
+        let applied = status_apply_body(r, status);
+        let field_manager = component.manifest.field_manager();
         let patch = Patch::Apply { object: applied, field_manager, force: true };
-        if let Err(e) = self.cluster.patch(r, patch, Subresource::Status).await {
-            tracing::debug!(object = %r, error = %e, "no terminal condition written");
-        }
+        Ok(self.cluster.patch(r, patch, Subresource::Status).await?)
     }
 
     async fn record(&self, event: EventRecord) {
@@ -501,8 +771,86 @@ impl Reconciler {
         }
     }
 
+    /// Checks every child of an outcome and prepares it for applying: its
+    /// namespace, the host's ownerReference, none of the guest's.
+    fn prepare_children(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        owner_ref: &Value,
+        children: &[Vec<u8>],
+    ) -> Result<Vec<(ObjectRef, Value)>, Error> {
+        let manifest = &component.manifest;
+        let invalid = |m: String| Error::InvalidOutcome(m);
+        if children.len() > MAX_CHILDREN {
+            return Err(invalid(format!("{} children, more than {MAX_CHILDREN}", children.len())));
+        }
+        let grants = self.grants_for(component);
+        let mut prepared = Vec::with_capacity(children.len());
+        let mut seen = BTreeSet::new();
+        for bytes in children {
+            let mut child: Value =
+                serde_json::from_slice(bytes).map_err(|e| invalid(format!("a child is not JSON: {e}")))?;
+            let Some(gvk) = Gvk::of(&child) else {
+                return Err(invalid("a child has no apiVersion or kind".into()));
+            };
+            let Some(owned) = manifest.owned(&gvk) else {
+                return Err(invalid(format!("child kind {gvk} is not declared in `owns`")));
+            };
+            let meta = child
+                .as_object_mut()
+                .ok_or_else(|| invalid("a child is not a JSON object".into()))?
+                .entry("metadata")
+                .or_insert_with(|| json!({}));
+            let meta = meta.as_object_mut().ok_or_else(|| invalid("child metadata is not an object".into()))?;
+            if let Some(own) = &r.namespace {
+                let ns = meta.entry("namespace").or_insert_with(|| json!(own));
+                if ns.as_str() != Some(own.as_str()) {
+                    return Err(invalid(format!(
+                        "a child of kind {gvk} in namespace {ns}: the children of a namespaced object live in its namespace"
+                    )));
+                }
+            }
+            let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+            if !manifest::is_object_name(name) {
+                return Err(invalid(format!("a child of kind {gvk} has no valid metadata.name ({name:?})")));
+            }
+            if let Some(ns) = meta.get("namespace")
+                && !ns.as_str().is_some_and(manifest::is_dns1123_label)
+            {
+                return Err(invalid(format!("child {gvk} {name}: namespace {ns} is not a namespace name")));
+            }
+            let labels = meta.get("labels").cloned();
+            if !owned.selects(labels.as_ref()) {
+                let selector = owned.label_selector.as_deref().unwrap_or_default();
+                return Err(invalid(format!(
+                    "child {gvk} {name} does not match the label selector {selector:?} its kind is owned with"
+                )));
+            }
+            // The host's controller reference is the only one: a guest may
+            // not attach children to other objects.
+            meta.insert("ownerReferences".into(), json!([owner_ref]));
+            let child_ref = ObjectRef::of(&child).expect("kind, name and namespace were checked");
+            let request = Request::new(Verb::Patch, &gvk, child_ref.namespace.as_deref()).named(&child_ref.name);
+            grants.check(request, r.namespace.as_deref()).map_err(|d| invalid(format!("child {child_ref}: {d}")))?;
+            if let Some(role) = role_ref(&gvk, &child, child_ref.namespace.as_deref()) {
+                let (kind, namespace, name) = &role;
+                let request = Request::new(Verb::Bind, kind, namespace.as_deref()).named(name);
+                grants.check(request, r.namespace.as_deref()).map_err(|d| {
+                    invalid(format!("child {child_ref} binds {kind} {name}, which needs `bind` declared: {d}"))
+                })?;
+            }
+            if !seen.insert(child_ref.clone()) {
+                return Err(invalid(format!("child {child_ref} is listed twice")));
+            }
+            prepared.push((child_ref, child));
+        }
+        Ok(prepared)
+    }
+
     /// Applies children, prunes, writes status, records events. Returns the
-    /// primary object as it is after the host's own writes.
+    /// primary object as it is after the host's own writes, and the
+    /// children that were refused.
     async fn apply(
         &self,
         component: &Loaded,
@@ -510,7 +858,7 @@ impl Reconciler {
         object: &Value,
         outcome: wit::Outcome,
         report: &mut Report,
-    ) -> Result<Value, Error> {
+    ) -> Result<(Value, Vec<ChildFailure>), Error> {
         let manifest = &component.manifest;
         let field_manager = manifest.field_manager();
         let uid = object::meta_str(object, "uid").unwrap_or_default().to_owned();
@@ -522,55 +870,112 @@ impl Reconciler {
             "controller": true,
             "blockOwnerDeletion": true,
         });
+        if outcome.events.len() > MAX_EVENTS {
+            return Err(Error::InvalidOutcome(format!("{} events, more than {MAX_EVENTS}", outcome.events.len())));
+        }
+        let status = outcome
+            .status
+            .as_deref()
+            .map(serde_json::from_slice::<Value>)
+            .transpose()
+            .map_err(|e| Error::InvalidOutcome(format!("status is not JSON: {e}")))?;
+        let children = self.prepare_children(component, r, &owner_ref, &outcome.children)?;
 
+        let mut refused = Vec::new();
         let mut desired = BTreeSet::new();
-        for bytes in &outcome.children {
-            let mut child: Value = serde_json::from_slice(bytes)
-                .map_err(|e| Error::InvalidOutcome(format!("a child is not JSON: {e}")))?;
-            let Some(gvk) = object::Gvk::of(&child) else {
-                return Err(Error::InvalidOutcome("a child has no apiVersion or kind".into()));
-            };
-            if !manifest.owns.iter().any(|o| o.same_group_kind(&gvk)) {
-                return Err(Error::InvalidOutcome(format!("child kind {gvk} is not declared in `owns`")));
+        for (child_ref, child) in children {
+            desired.insert(child_ref.clone());
+            if let Some(other) = self.controlled_by_another(&child_ref, &uid).await? {
+                refused.push(ChildFailure {
+                    child: child_ref,
+                    code: 409,
+                    reason: "AlreadyOwned".into(),
+                    message: format!("controlled by {other}; the host does not take it over"),
+                });
+                continue;
             }
-            let meta = child
-                .as_object_mut()
-                .ok_or_else(|| Error::InvalidOutcome("a child is not a JSON object".into()))?
-                .entry("metadata")
-                .or_insert_with(|| json!({}));
-            let meta =
-                meta.as_object_mut().ok_or_else(|| Error::InvalidOutcome("child metadata is not an object".into()))?;
-            if let Some(ns) = &r.namespace {
-                meta.entry("namespace").or_insert_with(|| json!(ns));
-            }
-            let mut refs: Vec<Value> = meta
-                .get("ownerReferences")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter(|o| o.get("controller") != Some(&json!(true))).cloned().collect())
-                .unwrap_or_default();
-            refs.push(owner_ref.clone());
-            meta.insert("ownerReferences".into(), Value::Array(refs));
-            let child_ref = ObjectRef::of(&child)
-                .ok_or_else(|| Error::InvalidOutcome(format!("a child of kind {gvk} has no metadata.name")))?;
             let patch = Patch::Apply { object: child, field_manager: field_manager.clone(), force: true };
-            self.cluster.patch(&child_ref, patch, Subresource::Main).await?;
-            report.applied.push(child_ref.clone());
-            desired.insert(child_ref);
+            match self.cluster.patch(&child_ref, patch, Subresource::Main).await {
+                Ok(_) => report.applied.push(child_ref),
+                Err(e) => match refusal(&e) {
+                    Some((code, reason, message)) => {
+                        refused.push(ChildFailure { child: child_ref, code, reason, message });
+                    }
+                    None => return Err(e.into()),
+                },
+            }
         }
 
-        for kind in &manifest.owns {
-            let existing = self.cluster.list_owned(kind, r.namespace.as_deref(), &uid).await?;
+        if refused.is_empty() && outcome.children_policy == wit::ChildrenPolicy::Prune {
+            self.prune(manifest, r, &uid, &desired, report).await?;
+        }
+
+        let condition = (!refused.is_empty()).then(|| HostCondition {
+            reason: "ChildRefused",
+            message: refused.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        });
+        for failure in &refused {
+            tracing::warn!(object = %r, child = %failure.child, code = failure.code, reason = %failure.reason, "child refused");
+            self.record(self.warning(component, r, object, "ChildRefused", failure.to_string())).await;
+        }
+        let latest = match self.write_status(component, r, object, status, condition).await {
+            Ok(latest) => latest,
+            // With children refused, the condition is best effort (a kind
+            // may have no status subresource); the refusal is reported anyway.
+            Err(e) if !refused.is_empty() => {
+                tracing::debug!(object = %r, error = %e, "no condition written");
+                object.clone()
+            }
+            Err(e) => return Err(e),
+        };
+        self.record_events(component, r, object, outcome.events).await;
+        Ok((latest, refused))
+    }
+
+    /// The owner that controls the existing object `child`, if it is not
+    /// the object `uid`.
+    async fn controlled_by_another(&self, child: &ObjectRef, uid: &str) -> Result<Option<String>, Error> {
+        let existing = match self.cluster.get(child).await {
+            Ok(o) => o,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let controller = existing
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|o| o.get("controller") == Some(&json!(true)));
+        Ok(controller.filter(|o| o.get("uid").and_then(Value::as_str) != Some(uid)).map(|o| {
+            let field = |f: &str| o.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
+            format!("{} {}", field("kind"), field("name"))
+        }))
+    }
+
+    /// Deletes the children of owned kinds this object controls that are
+    /// not in `desired`.
+    async fn prune(
+        &self,
+        manifest: &Manifest,
+        r: &ObjectRef,
+        uid: &str,
+        desired: &BTreeSet<ObjectRef>,
+        report: &mut Report,
+    ) -> Result<(), Error> {
+        for owned in &manifest.owns {
+            let existing = self.cluster.list_owned(&owned.kind, r.namespace.as_deref(), uid).await?;
             for child in existing {
                 let controlled_by_us =
                     child.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
                         refs.iter().any(|o| {
-                            o.get("uid").and_then(Value::as_str) == Some(uid.as_str())
+                            o.get("uid").and_then(Value::as_str) == Some(uid)
                                 && o.get("controller") == Some(&json!(true))
                         })
                     });
                 let Some(child_ref) = ObjectRef::of(&child) else { continue };
-                let child_ref = ObjectRef { gvk: kind.clone(), ..child_ref };
-                if controlled_by_us && !desired.contains(&child_ref) && !object::is_deleting(&child) {
+                let child_ref = ObjectRef { gvk: owned.kind.clone(), ..child_ref };
+                let selected = owned.selects(child.pointer("/metadata/labels"));
+                if controlled_by_us && selected && !desired.contains(&child_ref) && !object::is_deleting(&child) {
                     match self.cluster.delete(&child_ref, Propagation::Background).await {
                         Ok(()) => report.pruned.push(child_ref),
                         Err(e) if e.is_not_found() => {}
@@ -579,33 +984,70 @@ impl Reconciler {
                 }
             }
         }
-
-        let mut latest = object.clone();
-        if let Some(bytes) = &outcome.status {
-            let mut status: Value =
-                serde_json::from_slice(bytes).map_err(|e| Error::InvalidOutcome(format!("status is not JSON: {e}")))?;
-            if let (Some(map), Some(generation)) = (status.as_object_mut(), object::generation(object)) {
-                map.entry("observedGeneration").or_insert_with(|| json!(generation));
-            }
-            if object.get("status") != Some(&status) {
-                let applied = status_apply_body(r, status);
-                let patch = Patch::Apply { object: applied, field_manager: field_manager.clone(), force: true };
-                latest = self.cluster.patch(r, patch, Subresource::Status).await?;
-            }
-        }
-
-        self.record_events(component, r, object, outcome.events).await;
-        Ok(latest)
+        Ok(())
     }
 
     async fn record_events(&self, component: &Loaded, r: &ObjectRef, object: &Value, events: Vec<wit::Event>) {
         let caller = self.caller(component, r, object);
-        for event in events {
-            if let Some(record) = event_record(&caller, event) {
-                self.record(record).await;
+        for event in events.into_iter().take(MAX_EVENTS) {
+            match event_record(&caller, event) {
+                Some(Ok(record)) => self.record(record).await,
+                Some(Err(denied)) => tracing::warn!(object = %r, reason = %denied, "outcome event denied"),
+                None => {}
             }
         }
     }
+}
+
+/// What the event of an object this host has not handled since it started
+/// is, judged by the marks a handled object carries.
+fn event_after_restart(manifest: &Manifest, object: &Value) -> EventKind {
+    let finalized = manifest.finalizer.as_ref().is_some_and(|f| object::finalizers(object).contains(f));
+    let observed = object.pointer("/status/observedGeneration").and_then(Value::as_i64);
+    let manager = manifest.field_manager();
+    let written = object.pointer("/metadata/managedFields").and_then(Value::as_array).is_some_and(|fields| {
+        fields.iter().any(|f| f.get("manager").and_then(Value::as_str) == Some(manager.as_str()))
+    });
+    if !finalized && observed.is_none() && !written {
+        return EventKind::Added;
+    }
+    match (object::generation(object), observed) {
+        (Some(generation), Some(observed)) if generation > observed => EventKind::Modified,
+        _ => EventKind::Resync,
+    }
+}
+
+/// The role a RoleBinding or ClusterRoleBinding child refers to: kind,
+/// namespace (a Role's is the binding's) and name.
+fn role_ref(gvk: &Gvk, child: &Value, namespace: Option<&str>) -> Option<(Gvk, Option<String>, String)> {
+    if gvk.group != "rbac.authorization.k8s.io" || !matches!(gvk.kind.as_str(), "RoleBinding" | "ClusterRoleBinding") {
+        return None;
+    }
+    let kind = child.pointer("/roleRef/kind").and_then(Value::as_str).unwrap_or("ClusterRole");
+    let name = child.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or_default();
+    let namespace = (kind == "Role").then(|| namespace.map(str::to_owned)).flatten();
+    Some((Gvk::new("rbac.authorization.k8s.io", "v1", kind), namespace, name.to_owned()))
+}
+
+/// The code, reason and message of an API error that a retry cannot fix.
+fn refusal(e: &cluster::Error) -> Option<(u16, String, String)> {
+    use cluster::Error as E;
+    match e {
+        E::Invalid(s) | E::Forbidden(s) | E::NotFound(s) => Some((s.code, s.reason.clone(), s.message.clone())),
+        E::BadRequest(m) => Some((400, "BadRequest".into(), m.clone())),
+        E::Other(s) if (400..500).contains(&s.code) && s.code != 429 => {
+            Some((s.code, s.reason.clone(), s.message.clone()))
+        }
+        _ => None,
+    }
+}
+
+fn conditions(status: Option<&Value>) -> &[Value] {
+    status.and_then(|s| s.get("conditions")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The body of a server-side apply of `status` to the object `r`.
@@ -623,7 +1065,7 @@ mod tests {
 
     #[test]
     fn a_canary_share_is_about_its_percentage_and_stable() {
-        let gvk = object::Gvk::new("", "v1", "ConfigMap");
+        let gvk = Gvk::new("", "v1", "ConfigMap");
         let objects: Vec<ObjectRef> =
             (0..2000).map(|i| ObjectRef::new(gvk.clone(), Some("ns"), format!("o{i}"))).collect();
         for percent in [10u8, 50, 90] {
@@ -650,7 +1092,7 @@ mod tests {
     fn reports_map_to_the_result_label_of_the_reconcile_metric() {
         use crate::metrics::ReconcileResult as R;
         let report = |result| Report {
-            object: ObjectRef::new(object::Gvk::new("", "v1", "ConfigMap"), Some("ns"), "a"),
+            object: ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("ns"), "a"),
             event: None,
             result,
             journal: Journal::default(),

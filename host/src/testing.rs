@@ -22,12 +22,13 @@
 //!
 //! # How it drives controllers
 //!
-//! Every write to the mock cluster is a change. A change to an object of a
-//! controller's primary kind queues that object; a change to an owned kind
-//! queues the owner named by its controller ownerReference; a change to a
-//! watched kind queues the primaries its mapping names, if the object
-//! matches the watch's label selector (its state after the change, or its
-//! last state for a removal). The queue holds each object once. Time is
+//! Every write to the mock cluster is a change, routed to primary objects
+//! by the same rules as on a real cluster ([`mapping`]): a change to an
+//! object of a controller's primary kind queues that object; a change to an
+//! owned kind queues the owner named by its controller ownerReference; a
+//! change to a watched kind queues the primaries its mapping names, if the
+//! object matches the watch's label selector (its state after the change,
+//! or its last state for a removal). The queue holds each object once. Time is
 //! virtual: requeues, resyncs and backoff after errors are due at a later
 //! virtual instant, which [`MockHost::advance`] reaches;
 //! [`MockHost::run_until_idle`] only processes what is due now.
@@ -45,7 +46,8 @@ use crate::component::{self, Loader};
 use crate::engine::{self, Engine, EngineConfig};
 use crate::imports::{ImportCall, LogLine};
 use crate::limits::Limits;
-use crate::manifest::{Manifest, Mapping, Watch};
+use crate::manifest::Manifest;
+use crate::mapping;
 use crate::object::{self, ObjectRef};
 use crate::reconciler::{Action, EventKind, Reconciler, Report};
 use crate::runtime::Runtime;
@@ -312,41 +314,21 @@ impl MockHost {
         self.cursor = last.seq;
         for change in changes {
             let gvk = &change.object_ref.gvk;
+            let meta = mapping::meta_of(&change.object);
             for index in 0..self.controllers.len() {
                 let manifest = Arc::clone(&self.controllers[index].manifest);
-                if manifest.primary.same_group_kind(gvk) {
-                    self.enqueue(index, ObjectRef { gvk: manifest.primary.clone(), ..change.object_ref.clone() });
-                }
-                if manifest.owns.iter().any(|o| o.same_group_kind(gvk)) {
-                    for owner in controller_owners(&change.object, &manifest) {
-                        let r = ObjectRef::new(manifest.primary.clone(), change.object_ref.namespace.as_deref(), owner);
-                        self.enqueue(index, r);
-                    }
-                }
-                let labels = change.object.pointer("/metadata/labels");
-                let watching = |w: &&Watch| w.kind.same_group_kind(gvk) && w.selects(labels);
-                for watch in manifest.watches.iter().filter(watching) {
-                    let ns = change.object_ref.namespace.as_deref();
-                    let names: Vec<String> = match &watch.mapping {
-                        Mapping::None => vec![],
-                        Mapping::SameName => vec![change.object_ref.name.clone()],
-                        Mapping::Label(key) => change
-                            .object
-                            .pointer(&format!("/metadata/labels/{}", key.replace('~', "~0").replace('/', "~1")))
-                            .and_then(Value::as_str)
-                            .map(|v| vec![v.to_owned()])
-                            .unwrap_or_default(),
-                        Mapping::Namespace => self
-                            .cluster
-                            .list(&manifest.primary, ns, &ListParams::default())
-                            .await?
-                            .iter()
-                            .filter_map(|o| object::meta_str(o, "name").map(str::to_owned))
-                            .collect(),
-                    };
-                    for name in names {
-                        self.enqueue(index, ObjectRef::new(manifest.primary.clone(), ns, name));
-                    }
+                let namespaced = self.cluster.kind_info(&manifest.primary).is_none_or(|k| k.namespaced);
+                let cluster = Arc::clone(&self.cluster);
+                let primaries = |namespace: Option<&str>| -> Vec<ObjectRef> {
+                    cluster
+                        .objects(&manifest.primary)
+                        .iter()
+                        .filter(|o| namespace.is_none() || object::meta_str(o, "namespace") == namespace)
+                        .filter_map(|o| ObjectRef::of(o).map(|r| ObjectRef { gvk: manifest.primary.clone(), ..r }))
+                        .collect()
+                };
+                for r in mapping::targets(&manifest, namespaced, gvk, &meta, &primaries) {
+                    self.enqueue(index, r);
                 }
             }
         }
@@ -381,7 +363,8 @@ impl MockHost {
                 Err(e) if e.is_retryable() => {
                     let n = controller.failures.entry(r.clone()).or_insert(0);
                     *n += 1;
-                    Some(backoff(*n))
+                    // Past its retry limit, it waits for a change.
+                    e.retry_limit().is_none_or(|limit| *n <= limit).then(|| backoff(*n))
                 }
                 Err(_) => None,
             };
@@ -422,26 +405,6 @@ impl MockHost {
 pub fn backoff(failures: u32) -> Duration {
     let factor = 1u32.checked_shl(failures.saturating_sub(1).min(16)).unwrap_or(u32::MAX);
     BACKOFF_BASE.saturating_mul(factor).min(BACKOFF_MAX)
-}
-
-/// Names of the primary objects that control `object` (controller
-/// ownerReferences of the manifest's primary kind).
-fn controller_owners(object: &Value, manifest: &Manifest) -> Vec<String> {
-    object
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
-        .filter(|o| {
-            o.get("kind").and_then(Value::as_str) == Some(manifest.primary.kind.as_str())
-                && o.get("apiVersion")
-                    .and_then(Value::as_str)
-                    .map(|v| object::Gvk::from_api_version(v, "").group == manifest.primary.group)
-                    .unwrap_or(false)
-        })
-        .filter_map(|o| o.get("name").and_then(Value::as_str).map(str::to_owned))
-        .collect()
 }
 
 #[cfg(test)]

@@ -129,6 +129,18 @@ async fn load(paths: &[PathBuf]) -> anyhow::Result<Vec<Component>> {
     for path in paths {
         let wasm = tokio::fs::read(path).await.with_context(|| format!("cannot read {}", path.display()))?;
         let loaded = loader.load_bytes(path, wasm.clone()).await?;
+        for p in loaded.manifest.wildcard_permissions() {
+            let verbs: Vec<&str> = p.verbs.iter().map(|v| v.as_str()).collect();
+            eprintln!(
+                "warning: {}: controller {} asks for {} on {}/{}: a wildcard, close to cluster-admin; \
+                 the host refuses it unless run with --allow-wildcard-permissions",
+                path.display(),
+                loaded.manifest.name,
+                verbs.join(","),
+                p.group,
+                p.kind
+            );
+        }
         components.push(Component::new((*loaded.manifest).clone(), wasm));
     }
     Ok(components)

@@ -62,12 +62,14 @@ impl Rules {
         self.0.entry(target).or_default().extend(verbs);
     }
 
-    /// Adds `verbs` on a resource and, if `status`, the subset of them the
-    /// status subresource serves on `<resource>/status`.
-    fn add_with_status(&mut self, group: &str, resource: &str, verbs: &BTreeSet<Verb>, status: bool) {
-        self.add(group, resource, verbs.iter().copied());
+    /// Adds `verbs` on the objects `names` (any with none) of a resource
+    /// and, if `status`, the subset of them the status subresource serves
+    /// on `<resource>/status`.
+    fn add_with_status(&mut self, group: &str, resource: &str, names: &[String], verbs: &BTreeSet<Verb>, status: bool) {
+        self.add_named(group, resource, names, verbs.iter().copied());
         if status {
-            self.add(group, &format!("{resource}/status"), verbs.iter().copied().filter(|v| STATUS_VERBS.contains(v)));
+            let status_verbs = verbs.iter().copied().filter(|v| STATUS_VERBS.contains(v));
+            self.add_named(group, &format!("{resource}/status"), names, status_verbs);
         }
     }
 
@@ -134,9 +136,12 @@ pub(crate) fn component_rules(
     let mut out = ComponentRules::default();
     for rule in Grants::from_manifest(manifest).rules() {
         let plural = resources.plural(&rule.group, &rule.kind)?;
+        // A status subresource only where the kind serves one.
+        let status = rule.status && resources.has_status(&rule.group, &rule.kind);
+        let names = &rule.resource_names;
         match &rule.scope {
             Scope::Cluster | Scope::OwnNamespace => {
-                out.cluster.add_with_status(&rule.group, &plural, &rule.verbs, rule.status);
+                out.cluster.add_with_status(&rule.group, &plural, names, &rule.verbs, status);
             }
             Scope::Namespaces(namespaces) => {
                 for ns in namespaces {
@@ -146,7 +151,7 @@ pub(crate) fn component_rules(
                         super::names::Rule::Dns1123Label,
                     )?;
                     let rules = out.namespaces.entry(ns.clone()).or_default();
-                    rules.add_with_status(&rule.group, &plural, &rule.verbs, rule.status);
+                    rules.add_with_status(&rule.group, &plural, names, &rule.verbs, status);
                 }
             }
         }
@@ -155,7 +160,8 @@ pub(crate) fn component_rules(
     out.cluster.add(&manifest.primary.group, &primary, [Verb::Get, Verb::List, Verb::Watch, Verb::Update, Verb::Patch]);
     out.cluster.add(&manifest.primary.group, &format!("{primary}/status"), [Verb::Patch]);
     for owned in &manifest.owns {
-        out.cluster.add(&owned.group, &resources.plural(&owned.group, &owned.kind)?, Verb::ALL);
+        let kind = &owned.kind;
+        out.cluster.add(&kind.group, &resources.plural(&kind.group, &kind.kind)?, Verb::ALL);
     }
     for watch in &manifest.watches {
         out.cluster.add(&watch.kind.group, &resources.plural(&watch.kind.group, &watch.kind.kind)?, Verb::READ);
@@ -268,7 +274,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::manifest::{Manifest, Mapping, Permission, Watch};
+    use crate::manifest::{Manifest, Mapping, Owned, Permission, Watch};
     use crate::object::Gvk;
 
     fn greeter() -> Component {
@@ -276,14 +282,18 @@ mod tests {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
             "metadata": {"name": "greetings.examples.capstan.dev"},
-            "spec": {"group": "examples.capstan.dev", "names": {"kind": "Greeting", "plural": "greetings"}},
+            "spec": {"group": "examples.capstan.dev", "names": {"kind": "Greeting", "plural": "greetings"},
+                "versions": [{"name": "v1alpha1", "subresources": {"status": {}}}]},
         });
         Component::new(
             Manifest {
                 name: "greeter".into(),
                 primary: Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting"),
                 crds: vec![crd],
-                owns: vec![Gvk::new("", "v1", "ConfigMap"), Gvk::new("apps", "v1", "Deployment")],
+                owns: vec![
+                    Owned::kind(Gvk::new("", "v1", "ConfigMap")),
+                    Owned::kind(Gvk::new("apps", "v1", "Deployment")),
+                ],
                 watches: vec![Watch {
                     kind: Gvk::new("", "v1", "Secret"),
                     mapping: Mapping::None,
@@ -342,11 +352,11 @@ mod tests {
     #[test]
     fn the_status_subresource_gets_only_the_verbs_it_serves() {
         let mut rules = Rules::default();
-        rules.add_with_status("apps", "deployments", &Verb::ALL.into_iter().collect(), true);
+        rules.add_with_status("apps", "deployments", &[], &Verb::ALL.into_iter().collect(), true);
         let policy = rules.policy_rules();
         assert_eq!(verbs(&policy, "apps", "deployments/status"), ["get", "update", "patch"]);
         let mut rules = Rules::default();
-        rules.add_with_status("", "pods", &[Verb::Create].into_iter().collect(), true);
+        rules.add_with_status("", "pods", &[], &[Verb::Create].into_iter().collect(), true);
         assert_eq!(rules.policy_rules().len(), 1, "no empty status rule");
     }
 
@@ -360,6 +370,8 @@ mod tests {
         let all = ["get", "list", "watch", "create", "update", "patch", "delete"];
         assert_eq!(verbs(&policy, "", "configmaps"), all);
         assert_eq!(verbs(&policy, "apps", "deployments"), all);
+        assert_eq!(verbs(&policy, "apps", "deployments/status"), ["get", "update", "patch"]);
+        assert!(verbs(&policy, "", "configmaps/status").is_empty(), "ConfigMaps serve no status subresource");
         assert_eq!(verbs(&policy, "", "secrets"), ["get", "list", "watch"]);
         assert!(verbs(&policy, "apiextensions.k8s.io", "customresourcedefinitions").is_empty());
         assert!(rules.namespaces.is_empty());
@@ -387,6 +399,7 @@ mod tests {
             verbs: vec![Verb::Get],
             scope: Scope::Namespaces(vec!["vault".into(), "keys".into()]),
             status: false,
+            resource_names: vec![],
         });
         let rules = component_rules(&c, &resources(&c), false).expect("known kinds");
         assert_eq!(rules.namespaces.keys().collect::<Vec<_>>(), ["keys", "vault"]);
@@ -403,15 +416,34 @@ mod tests {
             verbs: vec![Verb::List],
             scope: Scope::Cluster,
             status: false,
+            resource_names: vec![],
         });
         let rules = component_rules(&c, &resources(&c), false).expect("known kinds");
         assert_eq!(verbs(&rules.cluster.policy_rules(), "apps", "*"), ["list"]);
     }
 
     #[test]
+    fn binding_a_named_cluster_role_becomes_a_bind_rule_limited_to_that_name() {
+        let mut c = greeter();
+        c.manifest.permissions.push(Permission {
+            group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            verbs: vec![Verb::Bind],
+            scope: Scope::Cluster,
+            status: false,
+            resource_names: vec!["admin".into()],
+        });
+        let rules = component_rules(&c, &resources(&c), false).expect("known kinds");
+        let policy = rules.cluster.policy_rules();
+        let bind = policy.iter().find(|r| r.verbs == ["bind"]).expect("a bind rule");
+        assert_eq!(bind.resources.as_deref(), Some(&["clusterroles".to_owned()][..]));
+        assert_eq!(bind.resource_names.as_deref(), Some(&["admin".to_owned()][..]));
+    }
+
+    #[test]
     fn a_kind_without_a_known_plural_fails_instead_of_being_guessed() {
         let mut c = greeter();
-        c.manifest.owns.push(Gvk::new("cert-manager.io", "v1", "Certificate"));
+        c.manifest.owns.push(Owned::kind(Gvk::new("cert-manager.io", "v1", "Certificate")));
         let err = component_rules(&c, &resources(&c), false).expect_err("unknown kind");
         assert!(matches!(err, Error::UnknownKind { ref kind, .. } if kind == "Certificate"), "{err}");
     }

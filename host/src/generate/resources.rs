@@ -77,6 +77,33 @@ const BUILTIN: &[(&str, &str, &str)] = builtin![
     apiregistration::v1::APIService,
 ];
 
+/// The built-in kinds of [`BUILTIN`] that have a `status` subresource
+/// (`(group, kind)`), as the API server serves them.
+const WITH_STATUS: &[(&str, &str)] = &[
+    ("", "Namespace"),
+    ("", "Node"),
+    ("", "PersistentVolume"),
+    ("", "PersistentVolumeClaim"),
+    ("", "Pod"),
+    ("", "ReplicationController"),
+    ("", "ResourceQuota"),
+    ("", "Service"),
+    ("apps", "DaemonSet"),
+    ("apps", "Deployment"),
+    ("apps", "ReplicaSet"),
+    ("apps", "StatefulSet"),
+    ("autoscaling", "HorizontalPodAutoscaler"),
+    ("batch", "CronJob"),
+    ("batch", "Job"),
+    ("certificates.k8s.io", "CertificateSigningRequest"),
+    ("networking.k8s.io", "Ingress"),
+    ("policy", "PodDisruptionBudget"),
+    ("storage.k8s.io", "VolumeAttachment"),
+    ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+    ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io", "APIService"),
+];
+
 /// A plural given on the command line for a kind no component defines and
 /// the built-in table does not know: `Certificate.cert-manager.io=certificates`
 /// (`KIND=PLURAL` for the core group).
@@ -115,6 +142,8 @@ impl FromStr for PluralOverride {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Resources {
     plurals: BTreeMap<(String, String), String>,
+    /// Kinds known to have a status subresource.
+    status: std::collections::BTreeSet<(String, String)>,
 }
 
 impl Resources {
@@ -123,14 +152,28 @@ impl Resources {
     pub(crate) fn new<'a>(crds: impl IntoIterator<Item = &'a Value>, overrides: &[PluralOverride]) -> Self {
         let mut plurals: BTreeMap<(String, String), String> =
             BUILTIN.iter().map(|(g, k, p)| (((*g).to_owned(), (*k).to_owned()), (*p).to_owned())).collect();
+        let mut status: std::collections::BTreeSet<(String, String)> =
+            WITH_STATUS.iter().map(|(g, k)| ((*g).to_owned(), (*k).to_owned())).collect();
         for crd in crds {
             let field = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
-            plurals.insert((field("/spec/group"), field("/spec/names/kind")), field("/spec/names/plural"));
+            let key = (field("/spec/group"), field("/spec/names/kind"));
+            plurals.insert(key.clone(), field("/spec/names/plural"));
+            let versions = crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten();
+            if versions.into_iter().any(|v| v.pointer("/subresources/status").is_some()) {
+                status.insert(key);
+            }
         }
         for o in overrides {
             plurals.insert((o.group.clone(), o.kind.clone()), o.plural.clone());
         }
-        Self { plurals }
+        Self { plurals, status }
+    }
+
+    /// True if `kind` of `group` is known to serve a `status` subresource
+    /// (built-in kinds that have one, CRDs that declare one). Wildcards
+    /// count as having one.
+    pub(crate) fn has_status(&self, group: &str, kind: &str) -> bool {
+        group == "*" || kind == "*" || self.status.contains(&(group.to_owned(), kind.to_owned()))
     }
 
     /// The plural serving `kind` in `group`; `*` stays `*`. With group `*`
@@ -173,6 +216,17 @@ mod tests {
         assert_eq!(r.plural("", "Endpoints").expect("known"), "endpoints");
         assert_eq!(r.plural("events.k8s.io", "Event").expect("known"), "events");
         assert_eq!(r.plural("policy", "PodDisruptionBudget").expect("known"), "poddisruptionbudgets");
+    }
+
+    #[test]
+    fn only_kinds_that_serve_a_status_subresource_have_one() {
+        let crd = json!({"spec": {"group": "x.io", "names": {"kind": "W", "plural": "ws"},
+            "versions": [{"name": "v1", "subresources": {"status": {}}}]}});
+        let r = Resources::new([&crd], &[]);
+        assert!(r.has_status("apps", "Deployment"));
+        assert!(r.has_status("x.io", "W"));
+        assert!(!r.has_status("", "ConfigMap"));
+        assert!(!r.has_status("rbac.authorization.k8s.io", "RoleBinding"));
     }
 
     #[test]
