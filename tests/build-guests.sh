@@ -26,6 +26,10 @@ build greeter --features broken
 cp "$release/greeter.wasm" "$out/greeter-broken.wasm"
 build greeter
 cp "$release/greeter.wasm" "$out/greeter.wasm"
+build tenant
+cp "$release/tenant.wasm" "$out/tenant.wasm"
+# A greeter built against contract 0.1.0, kept as a binary (see its README).
+gunzip -c "$root/tests/fixtures/contract-0.1.0/greeter.wasm.gz" > "$out/greeter-0.1.0.wasm"
 build fixture-other-world
 cp "$release/fixture_other_world.wasm" "$out/other-world.wasm"
 build fixture-future-contract

@@ -41,12 +41,66 @@ pub struct Context {
     event: EventKind,
     namespace: Option<String>,
     name: String,
+    failed_children: Vec<FailedChild>,
+}
+
+/// A child of the previous outcome for this object that the API server
+/// (or the host) refused, e.g. a 422 for an invalid spec or a 403 the host
+/// may not grant. The host also records a Warning Event and sets its
+/// `Reconciled=False` condition; a controller can react, e.g. by setting
+/// its own `Ready=False` with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedChild {
+    /// API group of the child's kind (empty for core).
+    pub group: String,
+    /// Version of the child's kind.
+    pub version: String,
+    /// Kind, e.g. `CronJob`.
+    pub kind: String,
+    /// Namespace; `None` for cluster-scoped children.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// HTTP status code, e.g. 422.
+    pub code: u16,
+    /// Machine-readable reason, e.g. `Invalid`.
+    pub reason: String,
+    /// What the API server said.
+    pub message: String,
+}
+
+impl From<wit::ChildFailure> for FailedChild {
+    fn from(c: wit::ChildFailure) -> Self {
+        Self {
+            group: c.child.kind.group,
+            version: c.child.kind.version,
+            kind: c.child.kind.kind,
+            namespace: c.child.namespace,
+            name: c.child.name,
+            code: c.code,
+            reason: c.reason,
+            message: c.message,
+        }
+    }
 }
 
 impl Context {
     #[doc(hidden)]
     pub fn new(event: EventKind, namespace: Option<String>, name: String) -> Self {
-        Self { event, namespace, name }
+        Self { event, namespace, name, failed_children: Vec::new() }
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_failed_children(mut self, failed: Vec<FailedChild>) -> Self {
+        self.failed_children = failed;
+        self
+    }
+
+    /// Children of the previous outcome for this object that were refused
+    /// and have not been applied since; empty when all were applied.
+    pub fn failed_children(&self) -> &[FailedChild] {
+        &self.failed_children
     }
 
     /// Why this reconcile happens.

@@ -97,34 +97,72 @@ impl From<wit_kube::Error> for ApiError {
     }
 }
 
-/// Why a reconcile gave up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Error {
-    /// Retry later, with exponential backoff.
-    Transient(String),
-    /// Do not retry until the object changes; the host records a Warning
-    /// event with this message.
-    Terminal(String),
+/// Why a reconcile gave up, and what to record about it.
+///
+/// A failure keeps the children as they are. It may carry the `status` to
+/// write (e.g. `Ready=False` with the reason) and events; the host merges
+/// its own `Reconciled=False` condition into the status of a terminal
+/// failure and records a Warning Event with the message.
+///
+/// ```
+/// use capstan_guest::{Error, Event};
+/// use serde_json::json;
+///
+/// let e = Error::terminal("spec.schedule is not a cron expression")
+///     .with_status(&json!({"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec"}]}))
+///     .with_event(Event::warning("InvalidSpec", "Validate"));
+/// assert!(e.is_terminal());
+/// ```
+#[derive(Clone, Debug)]
+pub struct Error {
+    terminal: bool,
+    message: String,
+    status: Option<Vec<u8>>,
+    events: Vec<crate::outcome::Event>,
 }
 
 impl Error {
-    /// A failure worth retrying.
+    /// A failure worth retrying (with backoff).
     pub fn transient(message: impl fmt::Display) -> Self {
-        Self::Transient(message.to_string())
+        Self { terminal: false, message: message.to_string(), status: None, events: Vec::new() }
     }
 
-    /// A failure retrying will not fix (e.g. an invalid spec).
+    /// A failure retrying will not fix (e.g. an invalid spec): not retried
+    /// until the object changes.
     pub fn terminal(message: impl fmt::Display) -> Self {
-        Self::Terminal(message.to_string())
+        Self { terminal: true, ..Self::transient(message) }
+    }
+
+    /// The `status` to write with the failure (the status field only, as
+    /// in [`Outcome::status`](crate::Outcome::status)).
+    #[must_use]
+    pub fn with_status<S: serde::Serialize>(mut self, status: &S) -> Self {
+        self.status = Some(serde_json::to_vec(status).expect("a status always serializes to JSON"));
+        self
+    }
+
+    /// An event to record with the failure.
+    #[must_use]
+    pub fn with_event(mut self, event: crate::outcome::Event) -> Self {
+        self.events.push(event);
+        self
+    }
+
+    /// True if not retried until the object changes.
+    pub fn is_terminal(&self) -> bool {
+        self.terminal
+    }
+
+    /// What went wrong.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Transient(m) => write!(f, "transient: {m}"),
-            Self::Terminal(m) => write!(f, "terminal: {m}"),
-        }
+        let kind = if self.terminal { "terminal" } else { "transient" };
+        write!(f, "{kind}: {}", self.message)
     }
 }
 
@@ -135,8 +173,8 @@ impl std::error::Error for Error {}
 impl From<ApiError> for Error {
     fn from(e: ApiError) -> Self {
         match e {
-            ApiError::Denied(_) => Self::Terminal(e.to_string()),
-            _ => Self::Transient(e.to_string()),
+            ApiError::Denied(_) => Self::terminal(e),
+            _ => Self::transient(e),
         }
     }
 }
@@ -144,15 +182,17 @@ impl From<ApiError> for Error {
 /// Bad JSON from or for the host is a bug, not something a retry fixes.
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
-        Self::Terminal(format!("json: {e}"))
+        Self::terminal(format!("json: {e}"))
     }
 }
 
-impl From<Error> for wit_types::ReconcileError {
+impl From<Error> for wit_types::Failure {
     fn from(e: Error) -> Self {
-        match e {
-            Error::Transient(m) => Self::Transient(m),
-            Error::Terminal(m) => Self::Terminal(m),
+        Self {
+            kind: if e.terminal { wit_types::FailureKind::Terminal } else { wit_types::FailureKind::Transient },
+            message: e.message,
+            status: e.status,
+            events: e.events.into_iter().map(|ev| ev.0).collect(),
         }
     }
 }

@@ -24,13 +24,12 @@ macro_rules! export {
                 }
 
                 fn reconcile(
-                    event: $crate::wit::capstan::operator::types::EventKind,
-                    object: ::std::vec::Vec<u8>,
+                    request: $crate::wit::capstan::operator::types::ReconcileRequest,
                 ) -> ::std::result::Result<
                     $crate::wit::capstan::operator::types::Outcome,
-                    $crate::wit::capstan::operator::types::ReconcileError,
+                    $crate::wit::capstan::operator::types::Failure,
                 > {
-                    $crate::__private::reconcile::<$controller>(event, &object)
+                    $crate::__private::reconcile::<$controller>(request)
                 }
             }
 
@@ -50,11 +49,13 @@ pub mod __private {
         C::default().manifest().into_wit()
     }
 
-    pub fn reconcile<C: Controller>(event: wit::EventKind, object: &[u8]) -> Result<wit::Outcome, wit::ReconcileError> {
-        let object: C::Resource = serde_json::from_slice(object)
+    pub fn reconcile<C: Controller>(request: wit::ReconcileRequest) -> Result<wit::Outcome, wit::Failure> {
+        let object: C::Resource = serde_json::from_slice(&request.object)
             .map_err(|e| Error::terminal(format!("object does not match the controller's type: {e}")))?;
         let meta = object.meta();
-        let ctx = Context::new(event.into(), meta.namespace.clone(), meta.name.clone().unwrap_or_default());
+        let failed = request.failed_children.into_iter().map(crate::context::FailedChild::from).collect();
+        let ctx = Context::new(request.event.into(), meta.namespace.clone(), meta.name.clone().unwrap_or_default())
+            .with_failed_children(failed);
         let controller = C::default();
         let outcome = match ctx.event() {
             EventKind::Added => controller.add(&ctx, object),

@@ -51,12 +51,17 @@
 //!
 //! Returning `Err(Error::transient(..))` retries with exponential backoff;
 //! `Err(Error::terminal(..))` records a Warning event and waits for the next
-//! change. Errors from the Kubernetes API convert into transient errors with
-//! `?`.
+//! change. Either may carry a status ([`Error::with_status`], e.g.
+//! `Ready=False` with the reason, built with [`conditions`]) and events;
+//! the children stay as they are. Errors from the Kubernetes API convert
+//! into transient errors with `?`. A child the API server refuses is
+//! reported by the host (Event and `Reconciled=False`) and shows in
+//! [`Context::failed_children`] at the next call.
 //!
 //! [Capstan]: https://github.com/capstan-dev/capstan
 
 mod api;
+pub mod conditions;
 mod context;
 mod error;
 mod export;
@@ -81,10 +86,10 @@ pub mod wit {
 }
 
 pub use api::{Api, ListParams, PatchType, Propagation};
-pub use context::{Context, EventKind};
+pub use context::{Context, EventKind, FailedChild};
 pub use error::{ApiError, ApiStatus, Error, Result};
 pub use log::{Level, Log};
-pub use manifest::{Manifest, Mapping, Permission, Scope, Verb, Watch};
+pub use manifest::{Field, Manifest, Mapping, Owns, Permission, Scope, Verb, Watch};
 pub use outcome::{Event, Outcome};
 
 pub use k8s_openapi;
@@ -138,8 +143,8 @@ pub trait Controller: Default + 'static {
 /// Everything a controller usually needs, in one import.
 pub mod prelude {
     pub use crate::{
-        Api, Context, Controller, Error, Event, EventKind, ListParams, Manifest, Mapping, Outcome, PatchType,
-        Permission, Result, Scope, Verb, Watch,
+        Api, Context, Controller, Error, Event, EventKind, FailedChild, Field, ListParams, Manifest, Mapping, Outcome,
+        Owns, PatchType, Permission, Result, Scope, Verb, Watch,
     };
     pub use kube::{Resource, ResourceExt};
 }

@@ -32,10 +32,20 @@ pub enum Verb {
     Patch,
     /// Delete objects.
     Delete,
+    /// Bind a Role or ClusterRole in a binding without holding its
+    /// permissions. Declare it on `ClusterRole` / `Role` (group
+    /// `rbac.authorization.k8s.io`), limited with [`Permission::names`]:
+    /// the host refuses a RoleBinding child whose role the controller may
+    /// not bind.
+    Bind,
+    /// Create or update a Role or ClusterRole with permissions one does not
+    /// hold.
+    Escalate,
 }
 
 impl Verb {
-    /// Every verb.
+    /// Every verb of an API call (not `bind` or `escalate`, which are
+    /// asked for by name).
     pub const ALL: [Verb; 7] =
         [Verb::Get, Verb::List, Verb::Watch, Verb::Create, Verb::Update, Verb::Patch, Verb::Delete];
     /// The read-only verbs: get, list, watch.
@@ -52,6 +62,8 @@ impl From<Verb> for wit::Verb {
             Verb::Update => Self::Update,
             Verb::Patch => Self::Patch,
             Verb::Delete => Self::Delete,
+            Verb::Bind => Self::Bind,
+            Verb::Escalate => Self::Escalate,
         }
     }
 }
@@ -66,6 +78,16 @@ pub enum Scope {
     OwnNamespace,
     /// Only these namespaces.
     Namespaces(Vec<String>),
+}
+
+impl From<Scope> for wit::Scope {
+    fn from(scope: Scope) -> Self {
+        match scope {
+            Scope::Cluster => wit::Scope::Cluster,
+            Scope::OwnNamespace => wit::Scope::OwnNamespace,
+            Scope::Namespaces(n) => wit::Scope::Namespaces(n),
+        }
+    }
 }
 
 /// One permission: verbs on a kind, within a scope.
@@ -93,18 +115,29 @@ impl Permission {
             verbs: verbs.iter().map(|v| (*v).into()).collect(),
             scope: wit::Scope::OwnNamespace,
             status: false,
+            resource_names: Vec::new(),
         })
+    }
+
+    /// Only the objects with these names (RBAC `resourceNames`). Not for
+    /// `list`, `watch` or `create`, which RBAC cannot limit by name.
+    ///
+    /// ```
+    /// use capstan_guest::{Permission, Scope, Verb};
+    /// use capstan_guest::k8s_openapi::api::rbac::v1::ClusterRole;
+    /// let bind_admin = Permission::new::<ClusterRole>(&[Verb::Bind]).scope(Scope::Cluster).names(&["admin"]);
+    /// ```
+    #[must_use]
+    pub fn names(mut self, names: &[&str]) -> Self {
+        self.0.resource_names = names.iter().map(|n| (*n).to_owned()).collect();
+        self
     }
 
     /// Sets where the permission applies (default: the reconciled object's
     /// namespace).
     #[must_use]
     pub fn scope(mut self, scope: Scope) -> Self {
-        self.0.scope = match scope {
-            Scope::Cluster => wit::Scope::Cluster,
-            Scope::OwnNamespace => wit::Scope::OwnNamespace,
-            Scope::Namespaces(n) => wit::Scope::Namespaces(n),
-        };
+        self.0.scope = scope.into();
         self
     }
 
@@ -127,6 +160,42 @@ pub enum Mapping {
     SameName,
     /// Every primary object in the same namespace.
     Namespace,
+    /// The primary object whose name (and namespace, for a namespaced
+    /// primary) are read from the watched object: maps any object,
+    /// namespaced or not, to any primary, namespaced or not.
+    Reference {
+        /// Where the primary's name is read.
+        name: Field,
+        /// Where a namespaced primary's namespace is read; `None`: the
+        /// watched object's own namespace.
+        namespace: Option<Field>,
+    },
+    /// Every primary object.
+    All,
+}
+
+/// Where a [`Mapping::Reference`] reads a value on a watched object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// The object's name.
+    Name,
+    /// The object's namespace.
+    Namespace,
+    /// The value of this label.
+    Label(String),
+    /// The value of this annotation.
+    Annotation(String),
+}
+
+impl From<Field> for wit::FieldRef {
+    fn from(f: Field) -> Self {
+        match f {
+            Field::Name => Self::Name,
+            Field::Namespace => Self::Namespace,
+            Field::Label(l) => Self::Label(l),
+            Field::Annotation(a) => Self::Annotation(a),
+        }
+    }
 }
 
 /// A kind watched besides the primary and owned kinds.
@@ -144,6 +213,11 @@ impl Watch {
                 Mapping::Label(l) => wit::WatchMapping::Label(l),
                 Mapping::SameName => wit::WatchMapping::SameName,
                 Mapping::Namespace => wit::WatchMapping::Namespace,
+                Mapping::Reference { name, namespace } => wit::WatchMapping::Reference(wit::Reference {
+                    name: name.into(),
+                    namespace: namespace.map(Into::into),
+                }),
+                Mapping::All => wit::WatchMapping::All,
             },
             label_selector: None,
         })
@@ -153,6 +227,47 @@ impl Watch {
     #[must_use]
     pub fn label_selector(mut self, selector: &str) -> Self {
         self.0.label_selector = Some(selector.to_owned());
+        self
+    }
+}
+
+/// A kind of children, with what limits it: [`Manifest::owns_with`].
+///
+/// ```
+/// use capstan_guest::{Manifest, Owns, Scope};
+/// use capstan_guest::k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+///
+/// // A cluster-scoped primary that makes a Namespace and ConfigMaps in it:
+/// // the ConfigMaps need a scope, and a selector keeps the cache small.
+/// let m = Manifest::new("tenant")
+///     .owns::<Namespace>()
+///     .owns_with(Owns::new::<ConfigMap>().scope(Scope::Cluster).label_selector("capstan.dev/tenant"));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Owns(wit::Owned);
+
+impl Owns {
+    /// Children of kind `K`, in the default scope: the reconciled object's
+    /// namespace (cluster-scoped children only, for a cluster-scoped
+    /// primary).
+    pub fn new<K: Resource<DynamicType = ()>>() -> Self {
+        Self(wit::Owned { kind: gvk_of::<K>(), label_selector: None, scope: None })
+    }
+
+    /// Only children matching this label selector are watched, cached and
+    /// pruned; every child an outcome lists must carry matching labels.
+    #[must_use]
+    pub fn label_selector(mut self, selector: &str) -> Self {
+        self.0.label_selector = Some(selector.to_owned());
+        self
+    }
+
+    /// Where children may be written: for a cluster-scoped primary with
+    /// namespaced children, [`Scope::Cluster`] or [`Scope::Namespaces`]. A
+    /// namespaced primary's children always live in its namespace.
+    #[must_use]
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.0.scope = Some(scope.into());
         self
     }
 }
@@ -212,8 +327,14 @@ impl Manifest {
 
     /// A kind of child objects this controller creates.
     #[must_use]
-    pub fn owns<K: Resource<DynamicType = ()>>(mut self) -> Self {
-        self.0.owns.push(gvk_of::<K>());
+    pub fn owns<K: Resource<DynamicType = ()>>(self) -> Self {
+        self.owns_with(Owns::new::<K>())
+    }
+
+    /// Children of a kind, with a label selector or a scope (see [`Owns`]).
+    #[must_use]
+    pub fn owns_with(mut self, owns: Owns) -> Self {
+        self.0.owns.push(owns.0);
         self
     }
 

@@ -79,7 +79,13 @@ pub struct Outcome(wit::Outcome);
 #[allow(clippy::derivable_impls, reason = "the generated type cannot carry a derive")]
 impl Default for wit::Outcome {
     fn default() -> Self {
-        Self { children: Vec::new(), status: None, events: Vec::new(), requeue_after_ms: None }
+        Self {
+            children: Vec::new(),
+            status: None,
+            events: Vec::new(),
+            requeue_after_ms: None,
+            children_policy: wit::ChildrenPolicy::Prune,
+        }
     }
 }
 
@@ -121,6 +127,22 @@ impl Outcome {
     #[must_use]
     pub fn event(mut self, event: Event) -> Self {
         self.0.events.push(event.0);
+        self
+    }
+
+    /// Keep existing children as they are: apply the children listed (if
+    /// any) and delete none. Without it, children of owned kinds that the
+    /// outcome does not list are deleted (pruned), which is right for an
+    /// outcome that lists every child there should be, and wrong for one
+    /// that, say, has not read everything it needs yet.
+    ///
+    /// ```
+    /// use capstan_guest::Outcome;
+    /// let outcome = Outcome::new().keep_children();
+    /// ```
+    #[must_use]
+    pub fn keep_children(mut self) -> Self {
+        self.0.children_policy = wit::ChildrenPolicy::Keep;
         self
     }
 
