@@ -9,7 +9,17 @@
 //   tests/build-polyglot-guests.sh
 //   capstan test $CARGO_TARGET_DIR/guests/greeter-js.wasm examples/greeter/scenarios
 
-import { Controller, Event, EventKind, Manifest, Outcome, Terminal, exportController } from "capstan-guest";
+import {
+  Controller,
+  Event,
+  EventKind,
+  Manifest,
+  Outcome,
+  Terminal,
+  exportController,
+  findCondition,
+  setCondition,
+} from "capstan-guest";
 
 // Bundled into the component at build time; generated from the Rust greeter
 // (see README.md).
@@ -23,11 +33,6 @@ export const configmapName = (greeting) => `${greeting}-greeting`;
 
 /** Name of the Deployment a Greeting owns. @param {string} greeting */
 export const deploymentName = (greeting) => `${greeting}-greeter`;
-
-/** The current time as a Kubernetes timestamp (RFC 3339, seconds). */
-function now() {
-  return new Date().toISOString().replace(/\.\d+Z$/, "Z");
-}
 
 /** The greeter controller. */
 export class Greeter extends Controller {
@@ -86,7 +91,7 @@ export class Greeter extends Controller {
       ...(generation !== undefined ? { observedGeneration: generation } : {}),
       message,
       replicas: readyReplicas,
-      conditions: [readyCondition(greeting.status ?? {}, generation)],
+      conditions: readyConditions(greeting.status ?? {}, generation),
     };
 
     const outcome = new Outcome().child(configmap).child(deployment).status(status);
@@ -101,21 +106,14 @@ export class Greeter extends Controller {
 }
 
 /**
- * A `Ready=True` condition, keeping the transition time when it was already
- * true.
+ * The conditions: `Ready=True`, keeping the transition time when it was
+ * already true.
  * @param {any} previous
  * @param {number | undefined} generation
  */
-function readyCondition(previous, generation) {
-  const old = (previous.conditions ?? []).find((c) => c.type === "Ready" && c.status === "True");
-  return {
-    lastTransitionTime: old?.lastTransitionTime ?? now(),
-    message: "configmap and deployment are applied",
-    ...(generation !== undefined ? { observedGeneration: generation } : {}),
-    reason: "Reconciled",
-    status: "True",
-    type: "Ready",
-  };
+function readyConditions(previous, generation) {
+  const old = findCondition(previous.conditions, "Ready");
+  return setCondition(old ? [old] : [], "Ready", "True", "Reconciled", "configmap and deployment are applied", generation);
 }
 
 /**

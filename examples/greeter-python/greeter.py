@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from datetime import datetime, timezone
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import capstan_guest as capstan
 
@@ -36,11 +35,6 @@ def configmap_name(greeting: str) -> str:
 def deployment_name(greeting: str) -> str:
     """Name of the Deployment a Greeting owns."""
     return f"{greeting}-greeter"
-
-
-def now() -> str:
-    """The current time as a Kubernetes timestamp (RFC 3339, seconds)."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Greeter(capstan.Controller):
@@ -99,7 +93,7 @@ class Greeter(capstan.Controller):
         status.update(
             message=message,
             replicas=ready_replicas,
-            conditions=[ready_condition(previous, generation)],
+            conditions=ready_conditions(previous, generation),
         )
 
         outcome = capstan.Outcome().child(configmap).child(deployment).status(status)
@@ -111,21 +105,18 @@ class Greeter(capstan.Controller):
         return outcome
 
 
-def ready_condition(previous: Dict[str, Any], generation: Optional[int]) -> Dict[str, Any]:
-    """A ``Ready=True`` condition, keeping the transition time when it was
-    already true."""
-    old = next(
-        (c for c in previous.get("conditions") or [] if c.get("type") == "Ready" and c.get("status") == "True"),
-        None,
+def ready_conditions(previous: Dict[str, Any], generation: Optional[int]) -> List[Dict[str, Any]]:
+    """The conditions: ``Ready=True``, keeping the transition time when it
+    was already true."""
+    old = capstan.find_condition(previous.get("conditions"), "Ready")
+    return capstan.set_condition(
+        [old] if old else [],
+        "Ready",
+        "True",
+        "Reconciled",
+        "configmap and deployment are applied",
+        observed_generation=generation,
     )
-    condition: Dict[str, Any] = {
-        "lastTransitionTime": old["lastTransitionTime"] if old and "lastTransitionTime" in old else now(),
-        "message": "configmap and deployment are applied",
-    }
-    if generation is not None:
-        condition["observedGeneration"] = generation
-    condition.update(reason="Reconciled", status="True", type="Ready")
-    return condition
 
 
 def greeter_deployment(name: str, replicas: int, labels: Dict[str, str]) -> Dict[str, Any]:

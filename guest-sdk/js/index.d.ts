@@ -60,9 +60,34 @@ export class OtherApiError extends ApiError {}
 /** The host answered with JSON that could not be decoded. */
 export class Decode extends ApiError {}
 
-/** Why a reconcile gave up: throw `Transient` or `Terminal`. */
+/** What a reconcile error may carry besides its message. */
+export interface ReconcileErrorOptions {
+  /**
+   * The `status` to write with the failure (the status field only, any JSON
+   * value); `undefined` leaves the status as it is.
+   */
+  status?: unknown;
+  /** Events to record with the failure. */
+  events?: Iterable<Event>;
+}
+
+/**
+ * Why a reconcile gave up: throw `Transient` or `Terminal`. The host keeps
+ * the children as they are, writes `status` (merged with its own
+ * `Reconciled=False` condition for a terminal failure) and records `events`.
+ */
 export class ReconcileError extends Error {
-  constructor(message: string);
+  constructor(message: string, options?: ReconcileErrorOptions);
+  /** The status to write with the failure, if any. */
+  readonly status: unknown;
+  /** Events to record with the failure. */
+  readonly events: readonly Event[];
+  /** True for `Terminal`: the host waits for the object to change. */
+  readonly isTerminal: boolean;
+  /** Sets the status to write (throws `TypeError` if JSON cannot represent it). */
+  withStatus(status: unknown): this;
+  /** Adds an event to record. */
+  withEvent(event: Event): this;
 }
 /** A failure worth retrying: the host retries with exponential backoff. */
 export class Transient extends ReconcileError {}
@@ -146,14 +171,41 @@ export const EventKind: {
   readonly RESYNC: "resync";
 };
 
+/**
+ * A child of the previous outcome for this object that the API server (or
+ * the host) refused.
+ */
+export interface FailedChild {
+  /** The child's `apiVersion`, e.g. `batch/v1`. */
+  readonly apiVersion: string;
+  /** The child's kind, e.g. `CronJob`. */
+  readonly kind: string;
+  /** The child's namespace; `undefined` for a cluster-scoped child. */
+  readonly namespace: string | undefined;
+  /** The child's name. */
+  readonly name: string;
+  /** HTTP status code, e.g. 422 or 403. */
+  readonly code: number;
+  /** Machine-readable reason, e.g. `Invalid` or `Forbidden`. */
+  readonly reason: string;
+  /** What the API server said. */
+  readonly message: string;
+}
+
 /** Handed to every callback. */
 export class Context {
+  constructor(event: EventKind, namespace: string | undefined, name: string, failedChildren?: readonly FailedChild[]);
   /** Why this reconcile happens. */
   readonly event: EventKind;
   /** Namespace of the reconciled object (`undefined` if cluster-scoped). */
   readonly namespace: string | undefined;
   /** Name of the reconciled object. */
   readonly name: string;
+  /**
+   * Children of the previous outcome for this object that were refused and
+   * have not been applied since; empty when all were applied.
+   */
+  readonly failedChildren: readonly FailedChild[];
   /** Structured logging under this reconcile's span. */
   readonly log: Log;
   /** A client for `kind` in `namespace`. */
@@ -177,7 +229,11 @@ export class Event {
 /** What a successful reconcile asks the host to do. */
 export class Outcome {
   constructor();
-  /** A desired child object (with `apiVersion` and `kind`); applied, owned and pruned by the host. */
+  /**
+   * A desired child object (with `apiVersion` and `kind`); applied and owned
+   * by the host, and pruned once an outcome no longer lists it (unless that
+   * outcome says `keepChildren()`).
+   */
   child(child: KubeObject): this;
   /** The desired `status` of the reconciled object. */
   status(status: Record<string, unknown>): this;
@@ -185,14 +241,86 @@ export class Outcome {
   event(event: Event): this;
   /** Reconcile again after `seconds`, even if nothing changes. */
   requeueAfter(seconds: number): this;
+  /**
+   * Keep existing children as they are: apply the children listed, delete
+   * none (`children-policy: keep`). `keepChildren(false)` restores the
+   * default, prune.
+   */
+  keepChildren(keep?: boolean): this;
+  /** True if `keepChildren()` was called. */
+  readonly keepsChildren: boolean;
 }
 
-/** Every verb. */
+/** A status condition, as Kubernetes serializes a `metav1.Condition`. */
+export interface Condition {
+  lastTransitionTime: string;
+  message: string;
+  observedGeneration?: number;
+  reason: string;
+  status: "True" | "False" | "Unknown";
+  type: string;
+  [key: string]: unknown;
+}
+
+/** A condition to set with `setCondition`. */
+export interface ConditionInput {
+  type: string;
+  /** `"True"`, `"False"`, `"Unknown"`, or a boolean. */
+  status: "True" | "False" | "Unknown" | boolean;
+  reason: string;
+  message: string;
+  /** Left out: removed from an existing condition. */
+  observedGeneration?: number;
+  /** Stands in for the current time (tests). */
+  now?: Date | string;
+}
+
+/**
+ * `conditions` with the condition of this type set, as a new array (like
+ * controller-runtime's `meta.SetStatusCondition`): a new type is appended;
+ * an existing one keeps its `lastTransitionTime` while its status stays the
+ * same, and gets now (RFC 3339, seconds, `Z`) when it changes.
+ */
+export function setCondition(conditions: readonly any[] | undefined | null, condition: ConditionInput): Condition[];
+export function setCondition(
+  conditions: readonly any[] | undefined | null,
+  type: string,
+  status: "True" | "False" | "Unknown" | boolean,
+  reason: string,
+  message: string,
+  observedGeneration?: number,
+  now?: Date | string,
+): Condition[];
+/** The condition of this type (a copy), or `undefined`. */
+export function findCondition(conditions: readonly any[] | undefined | null, type: string): Condition | undefined;
+/** True if the condition of this type has status `"True"`. */
+export function isConditionTrue(conditions: readonly any[] | undefined | null, type: string): boolean;
+/** `conditions` without the condition of this type, as a new array. */
+export function removeCondition(conditions: readonly any[] | undefined | null, type: string): Condition[];
+/** A Kubernetes timestamp (RFC 3339, UTC, whole seconds) of `date` (default: now). */
+export function timestamp(date?: Date): string;
+
+/** Every API verb: get, list, watch, create, update, patch, delete (not bind or escalate). */
 export const ALL_VERBS: readonly Verb[];
 /** The read-only verbs: get, list, watch. */
 export const READ_VERBS: readonly Verb[];
-/** A Kubernetes API verb, as in RBAC rules. */
-export type Verb = "get" | "list" | "watch" | "create" | "update" | "patch" | "delete";
+/**
+ * A Kubernetes API verb, as in RBAC rules. `bind` and `escalate` are
+ * RBAC-only: declare them on `ClusterRole` or `Role` of group
+ * `rbac.authorization.k8s.io`, best with `Permission.names`.
+ */
+export type Verb = "get" | "list" | "watch" | "create" | "update" | "patch" | "delete" | "bind" | "escalate";
+export const Verb: {
+  readonly GET: "get";
+  readonly LIST: "list";
+  readonly WATCH: "watch";
+  readonly CREATE: "create";
+  readonly UPDATE: "update";
+  readonly PATCH: "patch";
+  readonly DELETE: "delete";
+  readonly BIND: "bind";
+  readonly ESCALATE: "escalate";
+};
 
 /** Where a permission applies. */
 export type Scope = { tag: "cluster" } | { tag: "own-namespace" } | { tag: "namespaces"; val: string[] };
@@ -202,13 +330,40 @@ export const Scope: {
   namespaces(names: string[]): Scope;
 };
 
+/** Where `Mapping.reference` reads a value on a watched object. */
+export type Field = { tag: "name" } | { tag: "namespace" } | { tag: "label"; val: string } | { tag: "annotation"; val: string };
+export const Field: {
+  /** The watched object's own name. */
+  readonly NAME: Field;
+  /** The watched object's own namespace. */
+  readonly NAMESPACE: Field;
+  /** The value of this label. */
+  label(key: string): Field;
+  /** The value of this annotation. */
+  annotation(key: string): Field;
+};
+
 /** How a change to a watched object maps to primary objects. */
-export type Mapping = { tag: "none" } | { tag: "same-name" } | { tag: "namespace" } | { tag: "label"; val: string };
+export type Mapping =
+  | { tag: "none" }
+  | { tag: "same-name" }
+  | { tag: "namespace" }
+  | { tag: "label"; val: string }
+  | { tag: "reference"; val: { name: Field; namespace: Field | undefined } }
+  | { tag: "all" };
 export const Mapping: {
   readonly NONE: Mapping;
   readonly SAME_NAME: Mapping;
   readonly NAMESPACE: Mapping;
+  /** Every primary object. */
+  readonly ALL: Mapping;
   label(key: string): Mapping;
+  /**
+   * The primary object whose name is read at `name` and, for a namespaced
+   * primary, whose namespace is read at `namespace` (default: the watched
+   * object's own namespace).
+   */
+  reference(name: Field, namespace?: Field): Mapping;
 };
 
 /** One permission: verbs on a kind, within a scope. */
@@ -216,6 +371,8 @@ export class Permission {
   constructor(group: string, kind: string, verbs: readonly Verb[]);
   scope(scope: Scope): this;
   withStatus(): this;
+  /** Only objects with these names (RBAC `resourceNames`); not for list, watch or create. */
+  names(...names: (string | readonly string[])[]): this;
 }
 
 /** A kind watched besides the primary and owned kinds. */
@@ -229,7 +386,12 @@ export class Manifest {
   constructor(name: string);
   primary(apiVersion: string, kind: string): this;
   crd(crd: object): this;
-  owns(apiVersion: string, kind: string): this;
+  /**
+   * A kind of children. `labelSelector`: only matching children are
+   * watched, cached and pruned. `scope`: where they may be written (default:
+   * the reconciled object's namespace).
+   */
+  owns(apiVersion: string, kind: string, options?: { labelSelector?: string; scope?: Scope }): this;
   watches(watch: Watch): this;
   finalizer(name: string): this;
   permission(permission: Permission): this;
@@ -250,10 +412,23 @@ export class Controller<T extends KubeObject = KubeObject> {
   reconcile(ctx: Context, obj: T): Outcome | undefined;
 }
 
-/** The shape of the `capstan:operator/controller` export. */
+/** One call of `reconcile`, as the component export receives it. */
+export interface ReconcileRequest {
+  event: EventKind;
+  object: Uint8Array;
+  failedChildren: {
+    child: { kind: { group: string; version: string; kind: string }; namespace?: string; name: string };
+    code: number;
+    reason: string;
+    message: string;
+  }[];
+}
+
+/** The shape of the `capstan:operator/controller@0.2.0` export. */
 export interface ControllerExport {
   manifest(): unknown;
-  reconcile(event: EventKind, object: Uint8Array): unknown;
+  /** Returns the outcome; throws the WIT `failure` record. */
+  reconcile(request: ReconcileRequest): unknown;
 }
 
 /**

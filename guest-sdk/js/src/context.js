@@ -1,6 +1,6 @@
 // What a callback gets besides the object: the `Context`.
 
-import { record } from "capstan:operator/events@0.1.0";
+import { record } from "capstan:operator/events@0.2.0";
 
 import { Api, call } from "./api.js";
 import { log } from "./log.js";
@@ -21,8 +21,35 @@ export const EventKind = Object.freeze({
 });
 
 /**
+ * A child of the previous outcome for this object that the API server (or
+ * the host) refused, as `ctx.failedChildren` lists it: `{apiVersion, kind,
+ * namespace, name, code, reason, message}` (`namespace` is `undefined` for a
+ * cluster-scoped child).
+ * @typedef {{apiVersion: string, kind: string, namespace: string | undefined, name: string, code: number, reason: string, message: string}} FailedChild
+ */
+
+/**
+ * The `FailedChild` for a WIT `child-failure`.
+ * @param {{child: {kind: {group: string, version: string, kind: string}, namespace?: string, name: string}, code: number, reason: string, message: string}} failure
+ * @returns {FailedChild}
+ */
+export function failedChild(failure) {
+  const { group, version, kind } = failure.child.kind;
+  return Object.freeze({
+    apiVersion: group ? `${group}/${version}` : version,
+    kind,
+    namespace: failure.child.namespace ?? undefined,
+    name: failure.child.name,
+    code: failure.code,
+    reason: failure.reason,
+    message: failure.message,
+  });
+}
+
+/**
  * Handed to every callback: the event kind, the reconciled object's
- * namespace and name, the Kubernetes client, events and logging.
+ * namespace and name, the children refused last time, the Kubernetes
+ * client, events and logging.
  */
 export class Context {
   /**
@@ -30,14 +57,21 @@ export class Context {
    * @param {"added" | "modified" | "deleted" | "resync"} event
    * @param {string | undefined} namespace
    * @param {string} name
+   * @param {readonly FailedChild[]} [failedChildren]
    */
-  constructor(event, namespace, name) {
+  constructor(event, namespace, name, failedChildren = []) {
     /** Why this reconcile happens. */
     this.event = event;
     /** Namespace of the reconciled object (`undefined` if cluster-scoped). */
     this.namespace = namespace;
     /** Name of the reconciled object. */
     this.name = name;
+    /**
+     * Children of the previous outcome for this object that were refused
+     * and have not been applied since; empty when all were applied.
+     * @type {readonly FailedChild[]}
+     */
+    this.failedChildren = Object.freeze([...failedChildren]);
     /** Structured logging under this reconcile's span. */
     this.log = log;
   }

@@ -1,7 +1,7 @@
 // The `Controller` base class, and `exportController`, which turns a
 // controller class into the component's `controller` export.
 
-import { Context } from "./context.js";
+import { Context, failedChild } from "./context.js";
 import { ApiError, ReconcileError, Terminal, Transient, fromApiError } from "./errors.js";
 import { fromBytes } from "./json.js";
 import { log } from "./log.js";
@@ -14,7 +14,8 @@ import { Outcome } from "./outcome.js";
  * keep no state in it.
  *
  * Throw `Transient` to retry with backoff and `Terminal` to wait for the next
- * change. An `ApiError` that escapes is transient (terminal for `Denied`);
+ * change; either may carry a status and events, and keeps the children as
+ * they are. An `ApiError` that escapes is transient (terminal for `Denied`);
  * any other exception is logged with its stack and is transient.
  */
 export class Controller {
@@ -60,34 +61,38 @@ export class Controller {
 }
 
 /**
- * The `reconcile-error` for a reconcile error, thrown as the export's `err`.
+ * The WIT `failure` for a reconcile error, thrown as the export's `err`.
  * @param {ReconcileError} error
  */
-function reconcileError(error) {
-  return error instanceof Terminal
-    ? { tag: "terminal", val: error.message }
-    : { tag: "transient", val: error.message };
+function failure(error) {
+  return {
+    kind: error instanceof Terminal ? "terminal" : "transient",
+    message: error.message,
+    status: error.statusJson,
+    events: error.events.map((event) => event.wit),
+  };
 }
 
 /**
- * Decodes the object, calls the controller's callback for `event` and
- * converts what it returns or throws.
+ * Decodes the object, calls the controller's callback for the request's
+ * event and converts what it returns or throws.
  * @param {new () => Controller} ControllerClass
- * @param {string} event
- * @param {Uint8Array} bytes
+ * @param {{event: string, object: Uint8Array, failedChildren?: any[]}} request
  */
-export function runReconcile(ControllerClass, event, bytes) {
+export function runReconcile(ControllerClass, request) {
+  const { event } = request;
   let obj;
   try {
-    obj = fromBytes(bytes);
+    obj = fromBytes(request.object);
   } catch (e) {
-    throw reconcileError(new Terminal(`object is not valid JSON: ${e}`));
+    throw failure(new Terminal(`object is not valid JSON: ${e}`));
   }
   if (obj === null || typeof obj !== "object" || Array.isArray(obj)) {
-    throw reconcileError(new Terminal("object is not a JSON object"));
+    throw failure(new Terminal("object is not a JSON object"));
   }
   const meta = obj.metadata ?? {};
-  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "");
+  const failed = (request.failedChildren ?? []).map(failedChild);
+  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "", failed);
   const controller = new ControllerClass();
   let outcome;
   try {
@@ -105,15 +110,15 @@ export function runReconcile(ControllerClass, event, bytes) {
         outcome = controller.reconcile(ctx, obj);
     }
   } catch (e) {
-    if (e instanceof ReconcileError) throw reconcileError(e);
-    if (e instanceof ApiError) throw reconcileError(fromApiError(e));
+    if (e instanceof ReconcileError) throw failure(e);
+    if (e instanceof ApiError) throw failure(fromApiError(e));
     const name = e instanceof Error ? e.name : typeof e;
     log.error("unhandled exception in reconcile", { error: String(e), stack: e?.stack ?? "" });
-    throw reconcileError(new Transient(`unhandled ${name}: ${e instanceof Error ? e.message : String(e)}`));
+    throw failure(new Transient(`unhandled ${name}: ${e instanceof Error ? e.message : String(e)}`));
   }
   if (outcome === undefined || outcome === null) return new Outcome().wit;
   if (!(outcome instanceof Outcome)) {
-    throw reconcileError(new Terminal("reconcile returned something other than an Outcome"));
+    throw failure(new Terminal("reconcile returned something other than an Outcome"));
   }
   return outcome.wit;
 }
@@ -134,12 +139,11 @@ export function exportController(ControllerClass) {
       return new ControllerClass().manifest().wit;
     },
     /**
-     * Calls the controller's callback for `event`.
-     * @param {string} event
-     * @param {Uint8Array} object
+     * Calls the controller's callback for the request's event.
+     * @param {{event: string, object: Uint8Array, failedChildren: any[]}} request
      */
-    reconcile(event, object) {
-      return runReconcile(ControllerClass, event, object);
+    reconcile(request) {
+      return runReconcile(ControllerClass, request);
     },
   };
 }

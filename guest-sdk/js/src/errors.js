@@ -1,6 +1,8 @@
 // Errors: from the Kubernetes API (`ApiError` and its subclasses) and from a
 // reconcile (`Transient`, `Terminal`).
 
+import { toBytes } from "./json.js";
+
 /**
  * A failed call to the Kubernetes API through the host. `status` is set for
  * errors the API server answered, `undefined` otherwise.
@@ -111,12 +113,65 @@ export class Decode extends ApiError {
   }
 }
 
-/** Why a reconcile gave up: throw `Transient` or `Terminal`. */
+/**
+ * Why a reconcile gave up: throw `Transient` or `Terminal`. Either may carry
+ * the `status` to write (the status field only, as in `Outcome.status`; any
+ * JSON value) and `events` to record. The host keeps the children as they
+ * are, writes the status (merged with its own `Reconciled=False` condition
+ * for a terminal failure) and records the events:
+ *
+ * ```js
+ * throw new Terminal("spec.schedule is not a cron expression", {
+ *   status: { conditions: setCondition(conditions, "Ready", "False", "InvalidSpec", "bad schedule") },
+ *   events: [Event.warning("InvalidSpec", "Validate")],
+ * });
+ * ```
+ */
 export class ReconcileError extends Error {
-  /** @param {string} message */
-  constructor(message) {
+  /**
+   * @param {string} message what went wrong
+   * @param {{status?: unknown, events?: Iterable<import("./outcome.js").Event>}} [options]
+   */
+  constructor(message, options = {}) {
     super(message);
     this.name = new.target.name;
+    /** The status to write with the failure; `undefined` leaves it. */
+    this.status = undefined;
+    /** Events to record with the failure. @type {import("./outcome.js").Event[]} */
+    this.events = [];
+    /** @internal the status as JSON bytes */
+    this.statusJson = undefined;
+    if (options.status !== undefined) this.withStatus(options.status);
+    for (const event of options.events ?? []) this.withEvent(event);
+  }
+
+  /**
+   * Sets the status to write with the failure (encoded to JSON right away:
+   * a value JSON cannot represent throws here). Returns the error.
+   * @param {unknown} status
+   */
+  withStatus(status) {
+    if (JSON.stringify(status) === undefined) throw new TypeError("the status of a failure must be a JSON value");
+    this.statusJson = toBytes(status);
+    this.status = status;
+    return this;
+  }
+
+  /**
+   * Adds an event to record with the failure. Returns the error.
+   * @param {import("./outcome.js").Event} event
+   */
+  withEvent(event) {
+    if (!event || typeof event !== "object" || !event.wit) {
+      throw new TypeError("expected an Event (Event.normal or Event.warning)");
+    }
+    this.events.push(event);
+    return this;
+  }
+
+  /** True if the host waits for the object to change. */
+  get isTerminal() {
+    return this instanceof Terminal;
   }
 }
 

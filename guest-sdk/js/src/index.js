@@ -2,6 +2,7 @@
 // WebAssembly components. See ../README.md and docs/guests/javascript.md.
 
 export { Api, PatchType, Propagation } from "./api.js";
+export { findCondition, isConditionTrue, removeCondition, setCondition, timestamp } from "./conditions.js";
 export { Context, EventKind } from "./context.js";
 export { Controller, exportController } from "./controller.js";
 export {
@@ -21,5 +22,5 @@ export {
   Unavailable,
 } from "./errors.js";
 export { Log, log } from "./log.js";
-export { ALL_VERBS, READ_VERBS, Manifest, Mapping, Permission, Scope, Watch } from "./manifest.js";
+export { ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Verb, Watch } from "./manifest.js";
 export { Event, Outcome } from "./outcome.js";

@@ -3,16 +3,43 @@
 import { gvk } from "./kinds.js";
 import { toBytes } from "./json.js";
 
-/** Every verb. */
+/**
+ * Every API verb: get, list, watch, create, update, patch, delete (not the
+ * RBAC-only `bind` and `escalate`, which are asked for by name).
+ */
 export const ALL_VERBS = Object.freeze(["get", "list", "watch", "create", "update", "patch", "delete"]);
 /** The read-only verbs: get, list, watch. */
 export const READ_VERBS = Object.freeze(["get", "list", "watch"]);
 
-/** Where a permission applies. */
+/**
+ * A Kubernetes API verb, as in RBAC rules: `Verb.GET` is `"get"`. `BIND`
+ * (bind a Role or ClusterRole in a binding without holding its
+ * permissions) and `ESCALATE` (write a role with permissions the host does
+ * not hold) are RBAC-only: declare them on kind `ClusterRole` or `Role` of
+ * group `rbac.authorization.k8s.io`, best with `Permission.names`.
+ */
+export const Verb = Object.freeze({
+  GET: "get",
+  LIST: "list",
+  WATCH: "watch",
+  CREATE: "create",
+  UPDATE: "update",
+  PATCH: "patch",
+  DELETE: "delete",
+  BIND: "bind",
+  ESCALATE: "escalate",
+});
+
+const VERBS = new Set(Object.values(Verb));
+
+/** Where a permission (or an owned kind) applies. */
 export const Scope = Object.freeze({
-  /** Every namespace, and cluster-scoped kinds. */
+  /** Every namespace, and cluster-scoped objects. */
   CLUSTER: Object.freeze({ tag: "cluster" }),
-  /** Only the namespace of the object being reconciled (the default). */
+  /**
+   * The namespace of the object being reconciled (the default); for a
+   * cluster-scoped primary, cluster-scoped objects only.
+   */
   OWN_NAMESPACE: Object.freeze({ tag: "own-namespace" }),
   /**
    * Only these namespaces.
@@ -21,7 +48,40 @@ export const Scope = Object.freeze({
   namespaces: (names) => ({ tag: "namespaces", val: [...names] }),
 });
 
-/** How a change to a watched object maps to primary objects to reconcile. */
+/** Where a `Mapping.reference` reads a value on a watched object. */
+export const Field = Object.freeze({
+  /** The watched object's own name. */
+  NAME: Object.freeze({ tag: "name" }),
+  /** The watched object's own namespace (nothing is triggered for a cluster-scoped object). */
+  NAMESPACE: Object.freeze({ tag: "namespace" }),
+  /**
+   * The value of this label.
+   * @param {string} key
+   */
+  label: (key) => ({ tag: "label", val: key }),
+  /**
+   * The value of this annotation.
+   * @param {string} key
+   */
+  annotation: (key) => ({ tag: "annotation", val: key }),
+});
+
+const FIELD_TAGS = new Set(["name", "namespace", "label", "annotation"]);
+
+/** @param {unknown} f */
+function checkField(f) {
+  if (!f || typeof f !== "object" || !FIELD_TAGS.has(/** @type {any} */ (f).tag)) {
+    throw new TypeError("Mapping.reference takes Field values (Field.NAME, Field.label(key), ...)");
+  }
+  return f;
+}
+
+/**
+ * How a change to a watched object maps to primary objects to reconcile.
+ * For a cluster-scoped primary "in the same namespace" is dropped: `label`
+ * and `SAME_NAME` name a cluster-scoped primary, and `NAMESPACE` triggers
+ * every primary object.
+ */
 export const Mapping = Object.freeze({
   /** Trigger nothing: cache the kind for reads. */
   NONE: Object.freeze({ tag: "none" }),
@@ -34,6 +94,24 @@ export const Mapping = Object.freeze({
    * @param {string} key
    */
   label: (key) => ({ tag: "label", val: key }),
+  /**
+   * The primary object whose name is read at `name` on the watched object
+   * and, for a namespaced primary, whose namespace is read at `namespace`
+   * (omitted: the watched object's own namespace). Maps any object,
+   * namespaced or not, to any primary, namespaced or not:
+   *
+   * ```js
+   * Mapping.reference(Field.label("example.com/team"), Field.label("example.com/team-namespace"))
+   * ```
+   * @param {{tag: string, val?: string}} name
+   * @param {{tag: string, val?: string}} [namespace]
+   */
+  reference: (name, namespace) => ({
+    tag: "reference",
+    val: { name: checkField(name), namespace: namespace === undefined || namespace === null ? undefined : checkField(namespace) },
+  }),
+  /** Every primary object. */
+  ALL: Object.freeze({ tag: "all" }),
 });
 
 /**
@@ -41,6 +119,7 @@ export const Mapping = Object.freeze({
  *
  * ```js
  * new Permission("", "Secret", READ_VERBS).scope(Scope.OWN_NAMESPACE)
+ * new Permission("rbac.authorization.k8s.io", "ClusterRole", [Verb.BIND]).scope(Scope.CLUSTER).names("view")
  * ```
  */
 export class Permission {
@@ -51,7 +130,21 @@ export class Permission {
    */
   constructor(group, kind, verbs) {
     /** @internal */
-    this.wit = { group, kind, verbs: [...verbs], scope: Scope.OWN_NAMESPACE, status: false };
+    for (const verb of verbs) {
+      if (!VERBS.has(verb)) throw new TypeError(`unknown verb ${JSON.stringify(verb)}`);
+    }
+    this.wit = { group, kind, verbs: [...verbs], scope: Scope.OWN_NAMESPACE, status: false, resourceNames: [] };
+  }
+
+  /**
+   * Only the objects with these names (RBAC `resourceNames`), given as
+   * arguments or as arrays; replaces names set before. Not for `list`,
+   * `watch` or `create`, which RBAC cannot limit by name.
+   * @param {...(string | readonly string[])} names
+   */
+  names(...names) {
+    this.wit.resourceNames = names.flat();
+    return this;
   }
 
   /** Sets where the permission applies. @param {{tag: string, val?: string[]}} scope */
@@ -96,7 +189,9 @@ export class Watch {
  * new Manifest("web")
  *   .primary("apps/v1", "Deployment")
  *   .owns("v1", "ConfigMap")
+ *   .owns("batch/v1", "Job", { labelSelector: "app.kubernetes.io/managed-by=web" })
  *   .watches(new Watch("v1", "Secret", Mapping.label("app")))
+ *   .watches(new Watch("v1", "ConfigMap", Mapping.reference(Field.annotation("example.com/owner"))))
  *   .finalizer("example.com/cleanup")
  *   .resync(600)
  *   .maxConcurrency(4);
@@ -139,9 +234,29 @@ export class Manifest {
     return this;
   }
 
-  /** A kind of child objects this controller creates. @param {string} apiVersion @param {string} kind */
-  owns(apiVersion, kind) {
-    this.wit.owns.push(gvk(apiVersion, kind));
+  /**
+   * A kind of child objects this controller creates.
+   *
+   * `labelSelector`: only children matching it are watched, cached and
+   * pruned, and every child an outcome lists must match it. `scope`: where
+   * children of this kind may be written; by default the reconciled
+   * object's namespace (cluster-scoped children only, for a cluster-scoped
+   * primary). A cluster-scoped primary with namespaced children gives
+   * `Scope.CLUSTER` or `Scope.namespaces([...])`:
+   *
+   * ```js
+   * .owns("v1", "ConfigMap", { labelSelector: "example.com/tenant", scope: Scope.CLUSTER })
+   * ```
+   * @param {string} apiVersion
+   * @param {string} kind
+   * @param {{labelSelector?: string, scope?: {tag: string, val?: string[]}}} [options]
+   */
+  owns(apiVersion, kind, options = {}) {
+    const { labelSelector, scope } = options;
+    if (scope !== undefined && !(scope && typeof scope === "object" && typeof scope.tag === "string")) {
+      throw new TypeError("scope must be a Scope (Scope.CLUSTER, Scope.OWN_NAMESPACE, Scope.namespaces([...]))");
+    }
+    this.wit.owns.push({ kind: gvk(apiVersion, kind), labelSelector: labelSelector ?? undefined, scope: scope ?? undefined });
     return this;
   }
 
@@ -173,7 +288,7 @@ export class Manifest {
     return this;
   }
 
-  /** At most `n` reconciles in flight at once (minimum 1, the default). @param {number} n */
+  /** At most `n` reconciles in flight at once (1, the default, to 64). @param {number} n */
   maxConcurrency(n) {
     this.wit.maxConcurrency = Math.max(1, Math.min(Math.floor(n), 0xffffffff));
     return this;

@@ -67,19 +67,22 @@ export class Event {
  * ```js
  * new Outcome().child(configmap).status({ ready: true }).requeueAfter(60);
  * ```
+ *
+ * An outcome lists every child there should be: children of owned kinds it
+ * does not list are deleted (pruned), unless it says `keepChildren()`.
  */
 export class Outcome {
   /** Nothing to do. */
   constructor() {
     /** @internal */
-    this.wit = { children: [], status: undefined, events: [], requeueAfterMs: undefined };
+    this.wit = { children: [], status: undefined, events: [], requeueAfterMs: undefined, childrenPolicy: "prune" };
   }
 
   /**
    * A desired child object (with `apiVersion` and `kind`). The host applies
    * it by server-side apply, sets a controller ownerReference, defaults its
    * namespace to the owner's, and prunes children of owned kinds that a
-   * later outcome no longer lists.
+   * later outcome no longer lists (unless it says `keepChildren()`).
    * @param {object} child
    */
   child(child) {
@@ -101,6 +104,30 @@ export class Outcome {
   event(event) {
     this.wit.events.push(event.wit);
     return this;
+  }
+
+  /**
+   * Keeps existing children as they are: the children listed (if any) are
+   * applied, none is deleted. Without it, children of owned kinds the
+   * outcome does not list are pruned, which is right for an outcome that
+   * lists every child there should be and wrong for one that, say, could
+   * not read everything it needs yet:
+   *
+   * ```js
+   * if (source === undefined) return new Outcome().keepChildren().requeueAfter(30);
+   * ```
+   *
+   * `keepChildren(false)` restores the default (prune).
+   * @param {boolean} [keep]
+   */
+  keepChildren(keep = true) {
+    this.wit.childrenPolicy = keep ? "keep" : "prune";
+    return this;
+  }
+
+  /** True if `keepChildren()` was called: no child is pruned. */
+  get keepsChildren() {
+    return this.wit.childrenPolicy === "keep";
   }
 
   /** Reconcile this object again after `seconds`, even if nothing changes. @param {number} seconds */

@@ -4,15 +4,23 @@ import assert from "node:assert/strict";
 import { beforeEach, test } from "node:test";
 
 import {
+  ALL_VERBS,
   Controller,
   Denied,
   Event,
+  Field,
   Manifest,
+  Mapping,
   NotFound,
   Outcome,
   PatchType,
+  Permission,
+  READ_VERBS,
+  Scope,
   Terminal,
   Transient,
+  Verb,
+  Watch,
   exportController,
 } from "../src/index.js";
 import { Context } from "../src/context.js";
@@ -71,12 +79,13 @@ test("objects sent to the host get apiVersion, kind and namespace filled in", ()
 test("the manifest and the outcome have the shapes of the WIT records", () => {
   const m = new Manifest("web").primary("apps/v1", "Deployment").owns("v1", "ConfigMap").resync(1.5).maxConcurrency(0).wit;
   assert.deepEqual(m.primary, { group: "apps", version: "v1", kind: "Deployment" });
-  assert.deepEqual(m.owns, [{ group: "", version: "v1", kind: "ConfigMap" }]);
+  assert.deepEqual(m.owns, [{ kind: { group: "", version: "v1", kind: "ConfigMap" }, labelSelector: undefined, scope: undefined }]);
   assert.equal(m.resyncSeconds, 2);
   assert.equal(m.maxConcurrency, 1);
   assert.equal(m.finalizer, undefined);
   const o = new Outcome().child({ kind: "ConfigMap" }).event(Event.warning("Odd", "Check").note("n")).requeueAfter(2.5).wit;
   assert.equal(o.requeueAfterMs, 2500n);
+  assert.equal(o.childrenPolicy, "prune");
   assert.deepEqual(fromBytes(o.children[0]), { kind: "ConfigMap" });
   assert.deepEqual(o.events[0], { eventType: "warning", reason: "Odd", action: "Check", note: "n", regarding: undefined });
 });
@@ -110,7 +119,12 @@ class Probe extends Controller {
   }
 }
 
-const run = (event, spec) => exportController(Probe).reconcile(event, toBytes({ ...greeting, spec }));
+const request = (event, obj, failedChildren = []) => ({
+  event,
+  object: obj instanceof Uint8Array ? obj : toBytes(obj),
+  failedChildren,
+});
+const run = (event, spec) => exportController(Probe).reconcile(request(event, { ...greeting, spec }));
 
 test("callbacks are chosen by event kind, and delete defaults apart", () => {
   assert.deepEqual(fromBytes(run("added", {}).status), { seen: "added", name: "hi", namespace: "demo" });
@@ -119,15 +133,180 @@ test("callbacks are chosen by event kind, and delete defaults apart", () => {
   assert.deepEqual(run("modified", { mode: "nothing" }), new Outcome().wit);
 });
 
-test("what reconcile throws becomes the reconcile-error the host expects", () => {
-  assert.throws(() => run("added", { mode: "terminal" }), { tag: "terminal", val: "bad spec" });
-  assert.throws(() => run("added", { mode: "transient" }), { tag: "transient", val: "later" });
-  assert.throws(() => run("added", { mode: "denied" }), { tag: "terminal", val: "denied by grants: no list" });
-  assert.throws(() => run("added", { mode: "missing" }), { tag: "transient", val: "not found: gone" });
-  assert.throws(() => run("added", { mode: "bug" }), (e) => e.tag === "transient" && e.val.startsWith("unhandled TypeError"));
+const failure = (kind, message) => ({ kind, message, status: undefined, events: [] });
+
+test("what reconcile throws becomes the failure the host expects", () => {
+  const thrown = (mode) => {
+    try {
+      run("added", { mode });
+    } catch (e) {
+      return e;
+    }
+    assert.fail(`mode ${mode} did not throw`);
+  };
+  assert.deepEqual(thrown("terminal"), failure("terminal", "bad spec"));
+  assert.deepEqual(thrown("transient"), failure("transient", "later"));
+  assert.deepEqual(thrown("denied"), failure("terminal", "denied by grants: no list"));
+  assert.deepEqual(thrown("missing"), failure("transient", "not found: gone"));
+  const bug = thrown("bug");
+  assert.equal(bug.kind, "transient");
+  assert.ok(bug.message.startsWith("unhandled TypeError"), bug.message);
   assert.ok(calls.some(([f, level, message]) => f === "log.log" && level === "error" && message === "unhandled exception in reconcile"));
 });
 
 test("an object that is not JSON is a terminal error", () => {
-  assert.throws(() => exportController(Probe).reconcile("added", Uint8Array.of(0x7b)), (e) => e.tag === "terminal");
+  assert.throws(
+    () => exportController(Probe).reconcile(request("added", Uint8Array.of(0x7b))),
+    (e) => e.kind === "terminal" && e.message.startsWith("object is not valid JSON"),
+  );
+});
+
+class Failing extends Controller {
+  manifest() {
+    return new Manifest("failing").primary("example.com/v1", "Greeting");
+  }
+
+  reconcile(ctx, obj) {
+    switch (obj.spec.mode) {
+      case "terminal":
+        throw new Terminal("bad schedule", {
+          status: { conditions: [{ type: "Ready", status: "False", reason: "InvalidSpec" }] },
+          events: [Event.warning("InvalidSpec", "Validate").note("schedule: x")],
+        });
+      case "chained":
+        throw new Transient("source missing").withStatus(["any", "json", 1]).withEvent(Event.normal("Waiting", "Reconcile"));
+      default:
+        throw new Transient("plain");
+    }
+  }
+}
+
+test("errors carry status and events into the failure", () => {
+  const thrown = (event, mode) => {
+    try {
+      exportController(Failing).reconcile(request(event, { ...greeting, spec: { mode } }));
+    } catch (e) {
+      return e;
+    }
+    assert.fail("did not throw");
+  };
+  const terminal = thrown("added", "terminal");
+  assert.equal(terminal.kind, "terminal");
+  assert.equal(terminal.message, "bad schedule");
+  assert.ok(terminal.status instanceof Uint8Array);
+  assert.deepEqual(fromBytes(terminal.status), { conditions: [{ type: "Ready", status: "False", reason: "InvalidSpec" }] });
+  assert.deepEqual(terminal.events, [{ eventType: "warning", reason: "InvalidSpec", action: "Validate", note: "schedule: x", regarding: undefined }]);
+  const chained = thrown("resync", "chained");
+  assert.equal(chained.kind, "transient");
+  assert.deepEqual(fromBytes(chained.status), ["any", "json", 1]);
+  assert.deepEqual(chained.events.map((e) => e.reason), ["Waiting"]);
+  assert.deepEqual(thrown("resync", "plain"), failure("transient", "plain"));
+});
+
+test("error status and events are checked where they are given", () => {
+  const e = new Terminal("x", { status: { ready: false } });
+  assert.deepEqual(e.status, { ready: false });
+  assert.equal(e.isTerminal, true);
+  assert.equal(new Transient("y").isTerminal, false);
+  assert.equal(new Transient("y").status, undefined);
+  assert.throws(() => new Terminal("x", { status: { big: 1n } }), TypeError);
+  assert.throws(() => new Terminal("x").withStatus(() => 1), TypeError);
+  assert.throws(() => new Transient("x", { events: ["not an event"] }), TypeError);
+  // Status `null` is a JSON value and is sent; only `undefined` leaves the status alone.
+  assert.deepEqual(fromBytes(new Terminal("x", { status: null }).statusJson), null);
+});
+
+test("keepChildren sets the children policy", () => {
+  const o = new Outcome().keepChildren();
+  assert.equal(o.keepsChildren, true);
+  assert.equal(o.wit.childrenPolicy, "keep");
+  assert.equal(o.keepChildren(false).wit.childrenPolicy, "prune");
+  assert.equal(new Outcome().keepsChildren, false);
+});
+
+test("failed children are on the context", () => {
+  const seen = [];
+  class Watcher extends Controller {
+    manifest() {
+      return new Manifest("watcher").primary("example.com/v1", "Greeting");
+    }
+
+    reconcile(ctx) {
+      seen.push(ctx.failedChildren);
+      return new Outcome();
+    }
+  }
+  const refused = [
+    {
+      child: { kind: { group: "batch", version: "v1", kind: "CronJob" }, namespace: "demo", name: "nightly" },
+      code: 422,
+      reason: "Invalid",
+      message: "spec.schedule: Invalid value",
+    },
+    { child: { kind: { group: "", version: "v1", kind: "Namespace" }, namespace: undefined, name: "team-a" }, code: 403, reason: "Forbidden", message: "no" },
+  ];
+  exportController(Watcher).reconcile(request("resync", greeting, refused));
+  exportController(Watcher).reconcile(request("resync", greeting));
+  assert.deepEqual(seen[0], [
+    { apiVersion: "batch/v1", kind: "CronJob", namespace: "demo", name: "nightly", code: 422, reason: "Invalid", message: "spec.schedule: Invalid value" },
+    { apiVersion: "v1", kind: "Namespace", namespace: undefined, name: "team-a", code: 403, reason: "Forbidden", message: "no" },
+  ]);
+  assert.deepEqual(seen[1], []);
+  assert.deepEqual(new Context("added", "demo", "hi").failedChildren, []);
+});
+
+test("owned kinds take a label selector and a scope", () => {
+  const m = new Manifest("tenant")
+    .primary("example.com/v1", "Tenant")
+    .owns("v1", "Namespace")
+    .owns("v1", "ConfigMap", { labelSelector: "example.com/tenant", scope: Scope.CLUSTER })
+    .owns("apps/v1", "Deployment", { scope: Scope.namespaces(["a", "b"]) }).wit;
+  assert.deepEqual(m.owns, [
+    { kind: { group: "", version: "v1", kind: "Namespace" }, labelSelector: undefined, scope: undefined },
+    { kind: { group: "", version: "v1", kind: "ConfigMap" }, labelSelector: "example.com/tenant", scope: { tag: "cluster" } },
+    { kind: { group: "apps", version: "v1", kind: "Deployment" }, labelSelector: undefined, scope: { tag: "namespaces", val: ["a", "b"] } },
+  ]);
+  assert.throws(() => new Manifest("x").owns("v1", "ConfigMap", { scope: "cluster" }), TypeError);
+});
+
+test("permissions take resource names and the RBAC verbs", () => {
+  const p = new Permission("rbac.authorization.k8s.io", "ClusterRole", [Verb.BIND, Verb.ESCALATE]).scope(Scope.CLUSTER).names("view", "edit").wit;
+  assert.deepEqual(p, {
+    group: "rbac.authorization.k8s.io",
+    kind: "ClusterRole",
+    verbs: ["bind", "escalate"],
+    scope: { tag: "cluster" },
+    status: false,
+    resourceNames: ["view", "edit"],
+  });
+  assert.deepEqual(new Permission("", "Secret", READ_VERBS).names(["a", "b"]).wit.resourceNames, ["a", "b"]);
+  assert.deepEqual(new Permission("", "Secret", READ_VERBS).wit.resourceNames, []);
+  assert.throws(() => new Permission("", "Secret", ["read"]), TypeError);
+  // ALL_VERBS stays the API verbs: bind and escalate are asked for by name.
+  assert.equal(ALL_VERBS.length, 7);
+  assert.ok(!ALL_VERBS.includes("bind"));
+  const m = new Manifest("m").permission(new Permission("", "Secret", [Verb.GET]).names("s")).wit;
+  assert.deepEqual(m.permissions[0].resourceNames, ["s"]);
+});
+
+test("watch mappings include reference and all", () => {
+  const byLabel = Mapping.reference(Field.label("example.com/team"), Field.annotation("example.com/ns"));
+  assert.deepEqual(byLabel, {
+    tag: "reference",
+    val: { name: { tag: "label", val: "example.com/team" }, namespace: { tag: "annotation", val: "example.com/ns" } },
+  });
+  assert.deepEqual(Mapping.reference(Field.NAME), { tag: "reference", val: { name: { tag: "name" }, namespace: undefined } });
+  assert.deepEqual(Mapping.reference(Field.NAMESPACE, Field.NAME).val, { name: { tag: "namespace" }, namespace: { tag: "name" } });
+  assert.deepEqual(Mapping.ALL, { tag: "all" });
+  const m = new Manifest("m")
+    .watches(new Watch("v1", "Namespace", Mapping.ALL))
+    .watches(new Watch("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", byLabel).labelSelector("team")).wit;
+  assert.deepEqual(m.watches[0].mapping, { tag: "all" });
+  assert.deepEqual(m.watches[1], {
+    kind: { group: "rbac.authorization.k8s.io", version: "v1", kind: "ClusterRoleBinding" },
+    mapping: byLabel,
+    labelSelector: "team",
+  });
+  assert.throws(() => Mapping.reference("name"), TypeError);
+  assert.throws(() => Mapping.reference(Field.NAME, { tag: "uid" }), TypeError);
 });

@@ -29,11 +29,17 @@ The reconcile contract is the Rust SDK's: the host calls ``add``,
 ``modify``, ``delete`` or, for a resync, ``reconcile`` (the first three
 forward to ``reconcile`` unless overridden); reconciles must be
 idempotent. Raise :class:`Transient` to retry with backoff and
-:class:`Terminal` to wait for the next change.
+:class:`Terminal` to wait for the next change; either may carry a status
+and events (``Terminal("bad spec", status={...}, events=[...])``), and the
+children stay as they are. ``Outcome().keep_children()`` applies the
+children it lists and prunes none. Children the API server refused last
+time are in ``ctx.failed_children``. :func:`set_condition` and
+:func:`find_condition` maintain ``status.conditions``.
 """
 
 from .api import Api, PatchType, Propagation
-from .context import Context, EventKind
+from .conditions import Condition, find_condition, is_condition_true, remove_condition, set_condition
+from .context import Context, EventKind, FailedChild
 from .controller import Controller, export
 from .errors import (
     AlreadyExists,
@@ -53,7 +59,7 @@ from .errors import (
     Unavailable,
 )
 from .log import Level, Log, log
-from .manifest import ALL_VERBS, READ_VERBS, Manifest, Mapping, Permission, Scope, Verb, Watch
+from .manifest import ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Verb, Watch
 from .outcome import Event, Outcome
 
 __all__ = [
@@ -63,6 +69,7 @@ __all__ = [
     "ApiError",
     "ApiStatus",
     "BadRequest",
+    "Condition",
     "Conflict",
     "Context",
     "Controller",
@@ -70,6 +77,8 @@ __all__ = [
     "Denied",
     "Event",
     "EventKind",
+    "FailedChild",
+    "Field",
     "Forbidden",
     "Invalid",
     "Level",
@@ -91,5 +100,9 @@ __all__ = [
     "Verb",
     "Watch",
     "export",
+    "find_condition",
+    "is_condition_true",
     "log",
+    "remove_condition",
+    "set_condition",
 ]

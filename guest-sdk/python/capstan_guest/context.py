@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
-from typing import Optional
+from typing import Iterable, List, Optional
 
 from wit_world.imports import events as _events
 from wit_world.imports import types as _wit
@@ -32,11 +33,55 @@ class EventKind(Enum):
         return EventKind[event.name]
 
 
+@dataclass(frozen=True)
+class FailedChild:
+    """A child of the previous outcome for this object that the API server
+    (or the host) refused, e.g. a 422 for an invalid spec or a 403 the host
+    may not grant. The host has also recorded a Warning Event and set its
+    ``Reconciled=False`` condition; a controller can react, e.g. with its
+    own ``Ready=False`` condition naming the child."""
+
+    api_version: str
+    """The child's ``apiVersion``, e.g. ``batch/v1``."""
+    kind: str
+    """The child's kind, e.g. ``CronJob``."""
+    namespace: Optional[str]
+    """The child's namespace; ``None`` for a cluster-scoped child."""
+    name: str
+    """The child's name."""
+    code: int
+    """HTTP status code, e.g. 422 or 403."""
+    reason: str
+    """Machine-readable reason, e.g. ``Invalid`` or ``Forbidden``."""
+    message: str
+    """What the API server said."""
+
+    @staticmethod
+    def _from_wit(failure: _wit.ChildFailure) -> "FailedChild":
+        kind = failure.child.kind
+        return FailedChild(
+            api_version=f"{kind.group}/{kind.version}" if kind.group else kind.version,
+            kind=kind.kind,
+            namespace=failure.child.namespace,
+            name=failure.child.name,
+            code=failure.code,
+            reason=failure.reason,
+            message=failure.message,
+        )
+
+
 class Context:
     """Handed to every callback: the event kind, the reconciled object's
-    namespace and name, the Kubernetes client, events and logging."""
+    namespace and name, the children refused last time, the Kubernetes
+    client, events and logging."""
 
-    def __init__(self, event: EventKind, namespace: Optional[str], name: str) -> None:
+    def __init__(
+        self,
+        event: EventKind,
+        namespace: Optional[str],
+        name: str,
+        failed_children: Iterable[FailedChild] = (),
+    ) -> None:
         """Made by the SDK for each call."""
         self.event: EventKind = event
         """Why this reconcile happens."""
@@ -44,11 +89,20 @@ class Context:
         """Namespace of the reconciled object (``None`` if cluster-scoped)."""
         self.name: str = name
         """Name of the reconciled object."""
+        self.failed_children: List[FailedChild] = list(failed_children)
+        """Children of the previous outcome for this object that were
+        refused and have not been applied since; empty when all were
+        applied::
+
+            for child in ctx.failed_children:
+                ctx.log.warn("child refused", kind=child.kind, name=child.name, reason=child.reason)
+        """
         self.log: Log = log
         """Structured logging under this reconcile's span."""
 
     def __repr__(self) -> str:
-        return f"Context(event={self.event.value}, namespace={self.namespace!r}, name={self.name!r})"
+        failed = f", failed_children={len(self.failed_children)}" if self.failed_children else ""
+        return f"Context(event={self.event.value}, namespace={self.namespace!r}, name={self.name!r}{failed})"
 
     def api(self, api_version: str, kind: str, namespace: Optional[str] = None) -> Api:
         """A client for ``kind`` in ``namespace`` (``None``: all namespaces

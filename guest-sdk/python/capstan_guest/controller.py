@@ -11,7 +11,7 @@ from componentize_py_types import Err
 from wit_world import exports as _exports
 from wit_world.imports import types as _wit
 
-from .context import Context, EventKind
+from .context import Context, EventKind, FailedChild
 from .errors import ApiError, ReconcileError, Terminal, Transient, from_api_error
 from .log import log
 from .manifest import Manifest
@@ -29,7 +29,8 @@ class Controller:
 
     Raise :class:`~capstan_guest.Transient` to retry with backoff and
     :class:`~capstan_guest.Terminal` to wait for the next change (the host
-    records a Warning event). An :class:`~capstan_guest.ApiError` that
+    records a Warning event); either may carry a status and events, and
+    keeps the children as they are. An :class:`~capstan_guest.ApiError` that
     escapes is transient (terminal for :class:`~capstan_guest.Denied`);
     any other exception is logged with its traceback and is transient.
     """
@@ -64,25 +65,32 @@ class Controller:
         raise NotImplementedError("a controller must define reconcile()")
 
 
-def _reconcile_error(error: ReconcileError) -> Err[_wit.ReconcileError]:
-    if isinstance(error, Terminal):
-        return Err(_wit.ReconcileError_Terminal(error.message))
-    return Err(_wit.ReconcileError_Transient(error.message))
+def _failure(error: ReconcileError) -> Err[_wit.Failure]:
+    """The WIT ``failure`` for a reconcile error, as the export's ``Err``."""
+    return Err(
+        _wit.Failure(
+            kind=_wit.FailureKind.TERMINAL if isinstance(error, Terminal) else _wit.FailureKind.TRANSIENT,
+            message=error.message,
+            status=error._status_json,
+            events=[event._wit for event in error.events],
+        )
+    )
 
 
-def run_reconcile(controller: Type[Controller], event: _wit.EventKind, data: bytes) -> _wit.Outcome:
-    """Decodes the object, calls the controller's callback for ``event``
-    and converts what it returns or raises; raises ``Err`` with a
-    ``reconcile-error``."""
+def run_reconcile(controller: Type[Controller], request: _wit.ReconcileRequest) -> _wit.Outcome:
+    """Decodes the object, calls the controller's callback for the
+    request's event and converts what it returns or raises; raises ``Err``
+    with a ``failure``."""
     try:
-        obj = json.loads(data)
+        obj = json.loads(request.object)
     except ValueError as e:
-        raise _reconcile_error(Terminal(f"object is not valid JSON: {e}")) from None
+        raise _failure(Terminal(f"object is not valid JSON: {e}")) from None
     if not isinstance(obj, dict):
-        raise _reconcile_error(Terminal("object is not a JSON object"))
+        raise _failure(Terminal("object is not a JSON object"))
     meta = obj.get("metadata") or {}
     namespace: Optional[str] = meta.get("namespace")
-    ctx = Context(EventKind._from_wit(event), namespace, meta.get("name") or "")
+    failed = [FailedChild._from_wit(c) for c in request.failed_children]
+    ctx = Context(EventKind._from_wit(request.event), namespace, meta.get("name") or "", failed)
     instance = controller()
     callback = {
         EventKind.ADDED: instance.add,
@@ -93,16 +101,16 @@ def run_reconcile(controller: Type[Controller], event: _wit.EventKind, data: byt
     try:
         outcome = callback(ctx, obj)
     except ReconcileError as e:
-        raise _reconcile_error(e) from None
+        raise _failure(e) from None
     except ApiError as e:
-        raise _reconcile_error(from_api_error(e)) from None
+        raise _failure(from_api_error(e)) from None
     except Exception as e:  # noqa: BLE001 - a bug in the controller must not trap the host call
         log.error("unhandled exception in reconcile", error=repr(e), traceback=traceback.format_exc())
-        raise _reconcile_error(Transient(f"unhandled {type(e).__name__}: {e}")) from None
+        raise _failure(Transient(f"unhandled {type(e).__name__}: {e}")) from None
     if outcome is None:
         return Outcome()._into_wit()
     if not isinstance(outcome, Outcome):
-        raise _reconcile_error(Terminal(f"reconcile returned {type(outcome).__name__}, not an Outcome"))
+        raise _failure(Terminal(f"reconcile returned {type(outcome).__name__}, not an Outcome"))
     return outcome._into_wit()
 
 
@@ -124,9 +132,9 @@ def export(controller: Type[Controller]) -> type:
             """Calls the controller's ``manifest()``."""
             return controller().manifest()._into_wit()
 
-        def reconcile(self, event: _wit.EventKind, object: bytes) -> _wit.Outcome:
-            """Calls the controller's callback for ``event``."""
-            return run_reconcile(controller, event, object)
+        def reconcile(self, request: _wit.ReconcileRequest) -> _wit.Outcome:
+            """Calls the controller's callback for the request's event."""
+            return run_reconcile(controller, request)
 
     Export.__name__ = Export.__qualname__ = f"Export[{controller.__name__}]"
     return Export

@@ -15,8 +15,12 @@ becomes terminal, as in the Rust SDK.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Self
+
+if TYPE_CHECKING:
+    from .outcome import Event
 
 
 @dataclass(frozen=True)
@@ -124,12 +128,54 @@ class Decode(ApiError):
 
 
 class ReconcileError(Exception):
-    """Why a reconcile gave up: raise :class:`Transient` or :class:`Terminal`."""
+    """Why a reconcile gave up: raise :class:`Transient` or :class:`Terminal`.
 
-    def __init__(self, message: str) -> None:
+    Either may carry the ``status`` to write (the status field only, as in
+    :meth:`Outcome.status <capstan_guest.Outcome.status>`; any JSON-able
+    value) and ``events`` to record. The host keeps the children as they
+    are, writes the status (merged with its own ``Reconciled=False``
+    condition for a terminal failure) and records the events::
+
+        raise capstan.Terminal(
+            "spec.schedule is not a cron expression",
+            status={"conditions": capstan.set_condition(conditions, "Ready", "False", "InvalidSpec", "bad schedule")},
+            events=[capstan.Event.warning("InvalidSpec", "Validate")],
+        )
+    """
+
+    def __init__(self, message: str, *, status: Any = None, events: Iterable["Event"] = ()) -> None:
         super().__init__(message)
         self.message: str = message
         """What went wrong."""
+        self.status: Any = None
+        """The status to write with the failure; ``None`` leaves it."""
+        self.events: List["Event"] = []
+        """Events to record with the failure."""
+        self._status_json: Optional[bytes] = None
+        if status is not None:
+            self.with_status(status)
+        for event in events:
+            self.with_event(event)
+
+    def with_status(self, status: Any) -> Self:
+        """Sets the status to write with the failure (encoded to JSON right
+        away: a value JSON cannot represent raises ``TypeError`` here).
+        Returns the error, so calls chain."""
+        self._status_json = json.dumps(status, separators=(",", ":"), ensure_ascii=False).encode()
+        self.status = status
+        return self
+
+    def with_event(self, event: "Event") -> Self:
+        """Adds an event to record with the failure. Returns the error."""
+        if not hasattr(event, "_wit"):
+            raise TypeError(f"expected a capstan_guest.Event, got {type(event).__name__}")
+        self.events.append(event)
+        return self
+
+    @property
+    def is_terminal(self) -> bool:
+        """True if the host waits for the object to change."""
+        return isinstance(self, Terminal)
 
 
 class Transient(ReconcileError):

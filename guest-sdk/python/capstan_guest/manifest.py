@@ -5,7 +5,10 @@ Example::
     Manifest("web")
         .primary("apps/v1", "Deployment")
         .owns("v1", "ConfigMap")
+        .owns("batch/v1", "Job", label_selector="app.kubernetes.io/managed-by=web")
         .watches(Watch("v1", "Secret", Mapping.label("app")))
+        .watches(Watch("v1", "ConfigMap", Mapping.reference(Field.annotation("example.com/owner"))))
+        .permission(Permission("rbac.authorization.k8s.io", "ClusterRole", [Verb.BIND]).scope(Scope.CLUSTER).names("view"))
         .finalizer("example.com/cleanup")
         .resync(600)
         .max_concurrency(4)
@@ -41,13 +44,22 @@ class Verb(Enum):
     """Patch objects, including server-side apply."""
     DELETE = "delete"
     """Delete objects."""
+    BIND = "bind"
+    """Bind a Role or ClusterRole in a (Cluster)RoleBinding without holding
+    its permissions (RBAC only: declare it on kind ``ClusterRole`` or
+    ``Role`` of group ``rbac.authorization.k8s.io``, best with
+    :meth:`Permission.names`)."""
+    ESCALATE = "escalate"
+    """Create or update a Role or ClusterRole with permissions the host
+    does not hold (RBAC only)."""
 
     def _into_wit(self) -> _wit.Verb:
         return _wit.Verb[self.name]
 
 
-ALL_VERBS: tuple[Verb, ...] = tuple(Verb)
-"""Every verb."""
+ALL_VERBS: tuple[Verb, ...] = (Verb.GET, Verb.LIST, Verb.WATCH, Verb.CREATE, Verb.UPDATE, Verb.PATCH, Verb.DELETE)
+"""Every API verb: get, list, watch, create, update, patch, delete (not
+the RBAC-only :attr:`Verb.BIND` and :attr:`Verb.ESCALATE`)."""
 READ_VERBS: tuple[Verb, ...] = (Verb.GET, Verb.LIST, Verb.WATCH)
 """The read-only verbs: get, list, watch."""
 
@@ -57,12 +69,19 @@ class Scope:
     (the default) or :meth:`namespaces`."""
 
     CLUSTER: "Scope"
-    """Every namespace, and cluster-scoped kinds."""
+    """Every namespace, and cluster-scoped objects."""
     OWN_NAMESPACE: "Scope"
-    """Only the namespace of the object being reconciled."""
+    """The namespace of the object being reconciled (for a cluster-scoped
+    primary, cluster-scoped objects only)."""
 
     def __init__(self, wit: _wit.Scope) -> None:
         self._wit = wit
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Scope) and self._wit == other._wit
+
+    def __repr__(self) -> str:
+        return f"Scope({self._wit!r})"
 
     @staticmethod
     def namespaces(names: Iterable[str]) -> "Scope":
@@ -80,7 +99,10 @@ class Permission:
         Permission("", "Secret", READ_VERBS).scope(Scope.OWN_NAMESPACE)
 
     ``group`` is the API group (``""`` for the core group, ``*`` for all);
-    ``kind`` may be ``*``.
+    ``kind`` may be ``*``. :meth:`names` limits it to objects with these
+    names (RBAC ``resourceNames``)::
+
+        Permission("rbac.authorization.k8s.io", "ClusterRole", [Verb.BIND]).scope(Scope.CLUSTER).names("view")
     """
 
     def __init__(self, group: str, kind: str, verbs: Iterable[Verb]) -> None:
@@ -90,7 +112,22 @@ class Permission:
             verbs=[v._into_wit() for v in verbs],
             scope=_wit.Scope_OwnNamespace(),
             status=False,
+            resource_names=[],
         )
+
+    def names(self, *names: Union[str, Iterable[str]]) -> "Permission":
+        """Only the objects with these names (RBAC ``resourceNames``), given
+        as arguments or as one list; replaces names set before. Not for
+        ``list``, ``watch`` or ``create``, which RBAC cannot limit by
+        name."""
+        flat: list[str] = []
+        for n in names:
+            if isinstance(n, str):
+                flat.append(n)
+            else:
+                flat.extend(n)
+        self._wit.resource_names = flat
+        return self
 
     def scope(self, scope: Scope) -> "Permission":
         """Sets where the permission applies (default: the reconciled
@@ -104,10 +141,48 @@ class Permission:
         return self
 
 
+class Field:
+    """Where a :meth:`Mapping.reference` reads a value on a watched object:
+    :attr:`NAME`, :attr:`NAMESPACE`, :meth:`label` or :meth:`annotation`."""
+
+    NAME: "Field"
+    """The watched object's own name."""
+    NAMESPACE: "Field"
+    """The watched object's own namespace (nothing is triggered for a
+    cluster-scoped object)."""
+
+    def __init__(self, wit: _wit.FieldRef) -> None:
+        self._wit = wit
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Field) and self._wit == other._wit
+
+    def __repr__(self) -> str:
+        return f"Field({self._wit!r})"
+
+    @staticmethod
+    def label(key: str) -> "Field":
+        """The value of this label."""
+        return Field(_wit.FieldRef_Label(key))
+
+    @staticmethod
+    def annotation(key: str) -> "Field":
+        """The value of this annotation."""
+        return Field(_wit.FieldRef_Annotation(key))
+
+
+Field.NAME = Field(_wit.FieldRef_Name())
+Field.NAMESPACE = Field(_wit.FieldRef_Namespace())
+
+
 class Mapping:
     """How a change to a watched object maps to primary objects to
-    reconcile: :attr:`NONE`, :meth:`label`, :attr:`SAME_NAME` or
-    :attr:`NAMESPACE`."""
+    reconcile: :attr:`NONE`, :meth:`label`, :attr:`SAME_NAME`,
+    :attr:`NAMESPACE`, :meth:`reference` or :attr:`ALL`.
+
+    For a cluster-scoped primary "in the same namespace" is dropped:
+    :meth:`label` and :attr:`SAME_NAME` name a cluster-scoped primary, and
+    :attr:`NAMESPACE` triggers every primary object."""
 
     NONE: "Mapping"
     """Trigger nothing: cache the kind for reads."""
@@ -115,9 +190,17 @@ class Mapping:
     """The primary object in the same namespace with the same name."""
     NAMESPACE: "Mapping"
     """Every primary object in the same namespace."""
+    ALL: "Mapping"
+    """Every primary object."""
 
     def __init__(self, wit: _wit.WatchMapping) -> None:
         self._wit = wit
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and self._wit == other._wit
+
+    def __repr__(self) -> str:
+        return f"Mapping({self._wit!r})"
 
     @staticmethod
     def label(key: str) -> "Mapping":
@@ -125,10 +208,29 @@ class Mapping:
         value."""
         return Mapping(_wit.WatchMapping_Label(key))
 
+    @staticmethod
+    def reference(name: Field, namespace: Optional[Field] = None) -> "Mapping":
+        """The primary object whose name is read at ``name`` on the watched
+        object, and, for a namespaced primary, whose namespace is read at
+        ``namespace`` (``None``: the watched object's own namespace). Maps
+        any object, namespaced or not, to any primary, namespaced or not::
+
+            # a cluster-scoped ClusterRoleBinding names its Team in two labels
+            Mapping.reference(Field.label("example.com/team"), Field.label("example.com/team-namespace"))
+        """
+        if not isinstance(name, Field) or (namespace is not None and not isinstance(namespace, Field)):
+            raise TypeError("Mapping.reference takes Field values (Field.NAME, Field.label(key), ...)")
+        return Mapping(
+            _wit.WatchMapping_Reference(
+                _wit.Reference(name=name._wit, namespace=None if namespace is None else namespace._wit)
+            )
+        )
+
 
 Mapping.NONE = Mapping(_wit.WatchMapping_None_())
 Mapping.SAME_NAME = Mapping(_wit.WatchMapping_SameName())
 Mapping.NAMESPACE = Mapping(_wit.WatchMapping_Namespace())
+Mapping.ALL = Mapping(_wit.WatchMapping_All())
 
 
 class Watch:
@@ -181,9 +283,34 @@ class Manifest:
         self._wit.crds.append(crd if isinstance(crd, bytes) else json.dumps(crd).encode())
         return self
 
-    def owns(self, api_version: str, kind: str) -> "Manifest":
-        """A kind of child objects this controller creates."""
-        self._wit.owns.append(gvk(api_version, kind))
+    def owns(
+        self,
+        api_version: str,
+        kind: str,
+        label_selector: Optional[str] = None,
+        scope: Optional[Scope] = None,
+    ) -> "Manifest":
+        """A kind of child objects this controller creates.
+
+        ``label_selector``: only children matching it are watched, cached
+        and pruned, and every child an outcome lists must match it.
+        ``scope``: where children of this kind may be written; by default
+        the reconciled object's namespace (cluster-scoped children only,
+        for a cluster-scoped primary). A cluster-scoped primary with
+        namespaced children gives :attr:`Scope.CLUSTER` or
+        :meth:`Scope.namespaces`::
+
+            .owns("v1", "ConfigMap", label_selector="example.com/tenant", scope=Scope.CLUSTER)
+        """
+        if scope is not None and not isinstance(scope, Scope):
+            raise TypeError(f"scope must be a Scope, not {type(scope).__name__}")
+        self._wit.owns.append(
+            _wit.Owned(
+                kind=gvk(api_version, kind),
+                label_selector=label_selector,
+                scope=None if scope is None else scope._wit,
+            )
+        )
         return self
 
     def watches(self, watch: Watch) -> "Manifest":
@@ -210,8 +337,8 @@ class Manifest:
         return self
 
     def max_concurrency(self, n: int) -> "Manifest":
-        """At most ``n`` reconciles in flight at once (minimum 1, the
-        default)."""
+        """At most ``n`` reconciles in flight at once (1, the default, to
+        64)."""
         self._wit.max_concurrency = max(1, min(n, 2**32 - 1))
         return self
 

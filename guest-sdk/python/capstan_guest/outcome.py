@@ -8,6 +8,10 @@ Example::
         .status({"ready": True})
         .event(Event.normal("Reconciled", "Reconcile"))
         .requeue_after(60)
+
+An outcome lists every child there should be: children of owned kinds it
+does not list are deleted (pruned), unless it says
+:meth:`Outcome.keep_children`.
 """
 
 from __future__ import annotations
@@ -72,14 +76,21 @@ class Outcome:
 
     def __init__(self) -> None:
         """Nothing to do."""
-        self._wit = _wit.Outcome(children=[], status=None, events=[], requeue_after_ms=None)
+        self._wit = _wit.Outcome(
+            children=[],
+            status=None,
+            events=[],
+            requeue_after_ms=None,
+            children_policy=_wit.ChildrenPolicy.PRUNE,
+        )
 
     def child(self, child: Mapping[str, Any]) -> "Outcome":
         """A desired child object (with ``apiVersion`` and ``kind``). The
         host applies it by server-side apply, sets a controller
         ownerReference to the reconciled object, defaults its namespace to
         the owner's, and deletes children of owned kinds that a later
-        outcome no longer lists. Its kind must be declared with
+        outcome no longer lists (unless it says :meth:`keep_children`).
+        Its kind must be declared with
         :meth:`Manifest.owns <capstan_guest.Manifest.owns>`."""
         self._wit.children.append(_json(child))
         return self
@@ -103,6 +114,25 @@ class Outcome:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
         self._wit.requeue_after_ms = max(0, min(int(seconds * 1000), 2**64 - 1))
         return self
+
+    def keep_children(self, keep: bool = True) -> "Outcome":
+        """Keeps existing children as they are: the children listed (if
+        any) are applied, none is deleted. Without it, children of owned
+        kinds the outcome does not list are pruned, which is right for an
+        outcome that lists every child there should be and wrong for one
+        that, say, could not read everything it needs yet::
+
+            if source is None:   # not there yet: leave the children alone
+                return capstan.Outcome().keep_children().requeue_after(30)
+
+        ``keep_children(False)`` restores the default (prune)."""
+        self._wit.children_policy = _wit.ChildrenPolicy.KEEP if keep else _wit.ChildrenPolicy.PRUNE
+        return self
+
+    @property
+    def keeps_children(self) -> bool:
+        """True if :meth:`keep_children` was called: no child is pruned."""
+        return self._wit.children_policy == _wit.ChildrenPolicy.KEEP
 
     def _into_wit(self) -> _wit.Outcome:
         return self._wit
