@@ -603,11 +603,34 @@ mod tests {
         assert!(broken.to_string().starts_with("b.wasm.gz: cannot decompress (gzip)"), "{broken}");
     }
 
+    #[tokio::test]
+    async fn a_huge_file_is_rejected_by_its_header_or_size_before_it_is_read() {
+        let dir = std::env::temp_dir().join(format!("capstan-huge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        // Sparse files: 2 GiB of junk, and a component header followed by
+        // more than the cap. Neither is read past its first bytes.
+        let junk = dir.join("junk.wasm");
+        std::fs::File::create(&junk).and_then(|f| f.set_len(2 << 30)).expect("junk");
+        assert!(matches!(read(&junk).await, Err(Error::NotWasm { .. })));
+        let big = dir.join("big.wasm");
+        std::fs::write(&big, COMPONENT_HEADER).expect("header");
+        std::fs::File::options().append(true).open(&big).and_then(|f| f.set_len(MAX_COMPONENT_SIZE + 1)).expect("big");
+        let e = read(&big).await.expect_err("too large");
+        assert!(matches!(e, Error::TooLarge { size, .. } if size == MAX_COMPONENT_SIZE + 1), "{e}");
+        assert_eq!(e.reason(), "too_large");
+        let core = dir.join("core.wasm");
+        std::fs::write(&core, b"\0asm\x01\0\0\0").expect("core module");
+        assert!(matches!(read(&core).await, Err(Error::CoreModule { .. })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn error_messages_name_the_file_and_reason() {
         let e = Error::CoreModule { path: "a.wasm".into() };
         assert!(e.to_string().starts_with("a.wasm: a core WebAssembly module, not a component"));
         let e = Error::UnsupportedContract { path: "b.wasm".into(), found: "0.2.0".into() };
         assert_eq!(e.to_string(), "b.wasm: built against contract 0.2.0, this host supports 0.1.0");
+        let e = Error::TooLarge { path: "c.wasm".into(), size: 300 << 20 };
+        assert_eq!(e.to_string(), "c.wasm: too large: 314572800 bytes, the most a component may have is 268435456");
     }
 }
