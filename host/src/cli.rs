@@ -120,6 +120,23 @@ pub struct RunArgs {
     /// Deadline per guest call, in milliseconds.
     #[arg(long, default_value_t = 5000)]
     pub deadline_ms: u64,
+    /// Most `kube.*` host calls one guest invocation may make; later ones
+    /// return `denied` to the guest, naming the limit.
+    #[arg(long, default_value_t = crate::limits::DEFAULT_HOST_CALLS, env = "CAPSTAN_MAX_HOST_CALLS")]
+    pub max_host_calls: u32,
+    /// Most events one guest invocation may record with `events.record`;
+    /// later ones return `denied` to the guest, naming the limit.
+    #[arg(long, default_value_t = crate::limits::DEFAULT_EVENTS, env = "CAPSTAN_MAX_EVENTS")]
+    pub max_events: u32,
+    /// Log lines a second each controller may make the host write
+    /// (its guest's lines, and warnings about its calls); more are
+    /// dropped and counted.
+    #[arg(long, default_value_t = 10, value_name = "LINES")]
+    pub log_lines_per_second: u32,
+    /// Log lines each controller may make the host write at once, before
+    /// `--log-lines-per-second` applies.
+    #[arg(long, default_value_t = 50, value_name = "LINES")]
+    pub log_burst: u32,
     /// Name of this replica in Events (default: $POD_NAME or the hostname).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
@@ -334,12 +351,60 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
+/// First wait between attempts to reach the API server at startup.
+pub const CONNECT_BACKOFF_START: std::time::Duration = std::time::Duration::from_millis(500);
+/// Longest wait between attempts to reach the API server at startup.
+pub const CONNECT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Connects to the cluster the arguments name and checks it answers.
 ///
 /// # Errors
 ///
 /// When no configuration is found or the API server does not answer.
 pub async fn connect(kubeconfig: Option<&std::path::Path>, context: Option<String>) -> anyhow::Result<kube::Client> {
+    let client = client(kubeconfig, context).await?;
+    let version = client.apiserver_version().await.context("cannot reach the cluster")?;
+    tracing::info!(version = %version.git_version, "connected");
+    Ok(client)
+}
+
+/// Connects like [`connect`], but waits for an API server that does not
+/// answer yet: tries again with a growing delay (from
+/// [`CONNECT_BACKOFF_START`], doubling up to [`CONNECT_BACKOFF_MAX`]) until
+/// it answers. A kubeconfig that cannot be read still fails at once.
+///
+/// # Errors
+///
+/// When no configuration is found or it is invalid.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: nothing is kept between attempts.
+pub async fn connect_with_retry(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<String>,
+) -> anyhow::Result<kube::Client> {
+    let client = client(kubeconfig, context).await?;
+    let mut delay = CONNECT_BACKOFF_START;
+    let mut attempt = 1u32;
+    loop {
+        match client.apiserver_version().await {
+            Ok(version) => {
+                tracing::info!(version = %version.git_version, attempt, "connected");
+                return Ok(client);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, retry_in_ms = delay.as_millis() as u64, "cannot reach the cluster, retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(CONNECT_BACKOFF_MAX);
+                attempt = attempt.saturating_add(1);
+            }
+        }
+    }
+}
+
+/// A client for the cluster the arguments name (nothing is sent yet).
+async fn client(kubeconfig: Option<&std::path::Path>, context: Option<String>) -> anyhow::Result<kube::Client> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let options = KubeConfigOptions { context, ..KubeConfigOptions::default() };
     let config = match kubeconfig {
@@ -355,48 +420,98 @@ pub async fn connect(kubeconfig: Option<&std::path::Path>, context: Option<Strin
             .await
             .context("no cluster configured: pass --kubeconfig, set KUBECONFIG, or run in a pod")?,
     };
-    let url = config.cluster_url.clone();
-    let client = kube::Client::try_from(config).context("cannot build a client")?;
-    let version = client.apiserver_version().await.with_context(|| format!("cannot reach the cluster at {url}"))?;
-    tracing::info!(server = %url, version = %version.git_version, "connected");
-    Ok(client)
+    tracing::info!(server = %config.cluster_url, "cluster configured");
+    kube::Client::try_from(config).context("cannot build a client")
+}
+
+/// Whether a host start failed for a reason that may pass (the API server
+/// went away between connecting and loading): the start is tried again.
+fn transient(error: &crate::host::Error) -> bool {
+    use crate::host::Error as E;
+    match error {
+        E::Access { error: crate::access::Error::Review(_), .. } => true,
+        E::InstallCrd { error, .. } => matches!(error, crate::cluster::Error::Unavailable(_)),
+        E::CrdNotEstablished(_) => true,
+        _ => false,
+    }
 }
 
 async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
+    use std::sync::{Arc, OnceLock};
     let leader_election = args.leader_election()?;
-    let client = connect(args.kubeconfig.as_deref(), args.context).await?;
     let limits = Limits::default()
         .memory(args.memory_limit_mib << 20)
-        .deadline(std::time::Duration::from_millis(args.deadline_ms));
+        .deadline(std::time::Duration::from_millis(args.deadline_ms))
+        .host_calls(args.max_host_calls)
+        .events(args.max_events)
+        .log(crate::limits::LogBudget::new(args.log_lines_per_second, args.log_burst));
     let instance = args.instance.or_else(|| std::env::var("HOSTNAME").ok());
-    let mut builder = crate::host::HostBuilder::new(client)
-        .namespaces(args.namespaces)
-        .install_crds(args.install_crds)
-        .check_permissions(!args.skip_permission_check)
-        .allow_wildcard_permissions(args.allow_wildcard_permissions)
-        .canary(args.canary)
-        .limits(limits)
-        .cache_dir(default_cache_dir())
-        .instance(instance)
-        .components_dir(args.components_dir)
-        .leader_election(leader_election);
-    for c in args.components {
-        builder = builder.component(c);
-    }
-    let host = std::sync::Arc::new(builder.start().await?);
+    // The probes answer from the start: alive, and not ready until the
+    // host runs (it may wait for the API server first).
+    let started: Arc<OnceLock<Arc<crate::host::Host>>> = Arc::default();
     let probes = crate::server::Probes {
         ready: Box::new({
-            let host = std::sync::Arc::clone(&host);
-            move || host.readiness()
+            let started = Arc::clone(&started);
+            move || match started.get() {
+                Some(host) => host.readiness(),
+                None => Err(vec!["host: starting (connecting to the API server, loading components)".to_owned()]),
+            }
         }),
         status: Box::new({
-            let host = std::sync::Arc::clone(&host);
-            move || host.status_document()
+            let started = Arc::clone(&started);
+            move || match started.get() {
+                Some(host) => host.status_document(),
+                None => json!({"components": [], "ready": false, "notReady": ["host: starting"]}),
+            }
         }),
     };
-    let server = crate::server::serve(args.listen, std::sync::Arc::new(probes))
+    let server = crate::server::serve(args.listen, Arc::new(probes))
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let start = async {
+        let client = connect_with_retry(args.kubeconfig.as_deref(), args.context.clone()).await?;
+        let mut delay = CONNECT_BACKOFF_START;
+        loop {
+            let mut builder = crate::host::HostBuilder::new(client.clone())
+                .namespaces(args.namespaces.clone())
+                .install_crds(args.install_crds)
+                .check_permissions(!args.skip_permission_check)
+                .allow_wildcard_permissions(args.allow_wildcard_permissions)
+                .canary(args.canary)
+                .limits(limits)
+                .cache_dir(default_cache_dir())
+                .instance(instance.clone())
+                .components_dir(args.components_dir.clone())
+                .leader_election(leader_election.clone());
+            for c in &args.components {
+                builder = builder.component(c);
+            }
+            match builder.start().await {
+                Ok(host) => return anyhow::Ok(host),
+                Err(e) if transient(&e) => {
+                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot start yet, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(CONNECT_BACKOFF_MAX);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let host = tokio::select! {
+        host = start => match host {
+            Ok(host) => Arc::new(host),
+            Err(e) => {
+                server.shutdown().await;
+                return Err(e);
+            }
+        },
+        () = shutdown_signal() => {
+            tracing::info!("shutting down before the host started");
+            server.shutdown().await;
+            return Ok(0);
+        }
+    };
+    let _ = started.set(Arc::clone(&host));
     shutdown_signal().await;
     tracing::info!("shutting down");
     server.shutdown().await;

@@ -39,6 +39,15 @@ pub enum Error {
         /// The file.
         path: PathBuf,
     },
+    /// The file is larger than [`MAX_COMPONENT_SIZE`]; nothing past its
+    /// header was read.
+    #[error("{path}: too large: {size} bytes, the most a component may have is {MAX_COMPONENT_SIZE}")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
     /// A gzipped file that does not decompress (or decompresses to more
     /// than [`MAX_COMPONENT_SIZE`]).
     #[error("{path}: cannot decompress (gzip): {reason}")]
@@ -108,13 +117,14 @@ pub enum Error {
 
 impl Error {
     /// A short snake-case name of the failure, the `reason` label of
-    /// `capstan_component_loads_total`: `read`, `not_wasm`, `core_module`,
+    /// `capstan_component_loads_total`: `read`, `not_wasm`, `too_large`, `gzip`, `core_module`,
     /// `compile`, `world`, `contract`, `imports`, `manifest_call` or
     /// `manifest`.
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Read { .. } => "read",
             Error::NotWasm { .. } => "not_wasm",
+            Error::TooLarge { .. } => "too_large",
             Error::Gzip { .. } => "gzip",
             Error::CoreModule { .. } => "core_module",
             Error::Compile { .. } => "compile",
@@ -187,9 +197,49 @@ pub struct Loader {
     cache_budget: u64,
 }
 
-/// The largest component the host decompresses from a `.wasm.gz` (a
-/// guard against gzip bombs): 256 MiB.
+/// The largest component the host reads, plain or decompressed from a
+/// `.wasm.gz` (a guard against junk files and gzip bombs): 256 MiB.
 pub const MAX_COMPONENT_SIZE: u64 = 256 << 20;
+
+/// The start of a gzip stream.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Reads the component file at `path`, checking before anything else is
+/// read that it starts like one (the wasm component header, or gzip) and
+/// is not larger than [`MAX_COMPONENT_SIZE`]; returns the component,
+/// decompressed if it was gzipped (see [`decode`]). A junk or huge file
+/// costs a few bytes of memory, not its size.
+///
+/// # Errors
+///
+/// [`Error::Read`], [`Error::NotWasm`], [`Error::CoreModule`],
+/// [`Error::TooLarge`], [`Error::Gzip`].
+pub async fn read(path: &Path) -> Result<Vec<u8>, Error> {
+    use tokio::io::AsyncReadExt as _;
+    let read_err = |error| Error::Read { path: path.to_owned(), error };
+    let mut file = tokio::fs::File::open(path).await.map_err(read_err)?;
+    let size = file.metadata().await.map_err(read_err)?.len();
+    let mut header = Vec::with_capacity(COMPONENT_HEADER.len());
+    (&mut file).take(COMPONENT_HEADER.len() as u64).read_to_end(&mut header).await.map_err(read_err)?;
+    if !header.starts_with(&GZIP_MAGIC) {
+        if !header.starts_with(b"\0asm") {
+            return Err(Error::NotWasm { path: path.to_owned() });
+        }
+        if header[..] != COMPONENT_HEADER {
+            return Err(Error::CoreModule { path: path.to_owned() });
+        }
+    }
+    if size > MAX_COMPONENT_SIZE {
+        return Err(Error::TooLarge { path: path.to_owned(), size });
+    }
+    let mut bytes = header;
+    // The file may grow while it is read: never past the cap.
+    (&mut file).take(MAX_COMPONENT_SIZE + 1 - bytes.len() as u64).read_to_end(&mut bytes).await.map_err(read_err)?;
+    if bytes.len() as u64 > MAX_COMPONENT_SIZE {
+        return Err(Error::TooLarge { path: path.to_owned(), size: bytes.len() as u64 });
+    }
+    decode(path, bytes)
+}
 
 /// The component in `bytes`: as they are, or decompressed if they are
 /// gzipped (`.wasm.gz`, e.g. to fit a ConfigMap). The digest, the compile
@@ -249,7 +299,7 @@ impl Loader {
     ///
     /// Every [`Error`] variant: each names the file and the reason.
     pub async fn load(&self, path: &Path) -> Result<Loaded, Error> {
-        let bytes = tokio::fs::read(path).await.map_err(|error| Error::Read { path: path.to_owned(), error });
+        let bytes = read(path).await;
         self.load_counted(path, bytes).await
     }
 
@@ -333,7 +383,17 @@ impl Loader {
     async fn compile(&self, path: &Path, digest: &str, bytes: Vec<u8>) -> Result<(Component, CompileSource), Error> {
         let engine = self.runtime.engine().wasmtime().clone();
         let cached = self.cache_path(digest);
-        if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
+        let trusted = match cached.as_ref().filter(|f| f.is_file()) {
+            Some(file) => match trusted_entry(file) {
+                Ok(()) => Some(file),
+                Err(reason) => {
+                    tracing::warn!(file = %file.display(), %reason, "refusing compile cache entry, compiling instead");
+                    None
+                }
+            },
+            None => None,
+        };
+        if let Some(file) = trusted {
             match deserialize_cached(&engine, file) {
                 Ok(component) => {
                     // Used: last to go when the cache is pruned.
@@ -356,7 +416,14 @@ impl Loader {
         .await
         .map_err(|e| compile_err(format!("compiler task failed: {e}")))?
         .map_err(|e| compile_err(format!("{e:#}")))?;
-        if let Some(file) = cached {
+        let writable = cached.filter(|file| match file.parent().filter(|d| d.exists()).map(trusted_dir) {
+            Some(Err(reason)) => {
+                tracing::warn!(file = %file.display(), %reason, "not writing to an untrusted compile cache");
+                false
+            }
+            _ => true,
+        });
+        if let Some(file) = writable {
             match write_atomically(&file, &artefact) {
                 Ok(()) => match prune_cache(&file, self.cache_budget) {
                     Ok(0) => {}
@@ -368,6 +435,53 @@ impl Loader {
         }
         Ok((component, CompileSource::Compiled))
     }
+}
+
+/// Why the compile cache entry `file` (or its directory) cannot be trusted
+/// to hold code this host compiled: it must be a regular file (not a
+/// symlink), and it and its directory must belong to the host's effective
+/// user and not be writable by group or others. Anyone else who could
+/// write there could make the host run native code of their choosing
+/// (wasmtime loads cache entries without checking them).
+///
+/// # Errors
+///
+/// The reason, naming the path.
+pub fn trusted_entry(file: &Path) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if !meta.file_type().is_file() {
+        return Err(format!("{} is not a regular file", file.display()));
+    }
+    owned_and_private(file, &meta)?;
+    match file.parent() {
+        Some(dir) => trusted_dir(dir),
+        None => Ok(()),
+    }
+}
+
+/// Why the compile cache directory `dir` cannot be trusted (see
+/// [`trusted_entry`]).
+fn trusted_dir(dir: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    owned_and_private(dir, &meta)
+}
+
+#[cfg(unix)]
+fn owned_and_private(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let uid = rustix::process::geteuid().as_raw();
+    if meta.uid() != uid {
+        return Err(format!("{} belongs to uid {}, not to the host's uid {uid}", path.display(), meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!("{} is writable by group or others (mode {:o})", path.display(), meta.mode() & 0o7777));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn owned_and_private(path: &Path, _meta: &std::fs::Metadata) -> Result<(), String> {
+    Err(format!("{}: ownership cannot be checked on this platform", path.display()))
 }
 
 /// Loads an artefact this host wrote into its cache.
@@ -415,12 +529,26 @@ fn prune_cache(written: &Path, budget: u64) -> std::io::Result<usize> {
     Ok(removed)
 }
 
+/// Writes `file` through a temporary file and a rename; a directory it
+/// creates, and the file, are writable by the host's user only (modes
+/// 0755 and 0644; a umask can only narrow them).
 fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
     if let Some(dir) = file.parent() {
-        std::fs::create_dir_all(dir)?;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o755);
+        builder.create(dir)?;
     }
     let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
+    let mut options = std::fs::File::options();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o644);
+    let mut out = options.open(&tmp)?;
+    out.write_all(bytes)?;
+    drop(out);
     std::fs::rename(&tmp, file)
 }
 
@@ -480,11 +608,34 @@ mod tests {
         assert!(broken.to_string().starts_with("b.wasm.gz: cannot decompress (gzip)"), "{broken}");
     }
 
+    #[tokio::test]
+    async fn a_huge_file_is_rejected_by_its_header_or_size_before_it_is_read() {
+        let dir = std::env::temp_dir().join(format!("capstan-huge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        // Sparse files: 2 GiB of junk, and a component header followed by
+        // more than the cap. Neither is read past its first bytes.
+        let junk = dir.join("junk.wasm");
+        std::fs::File::create(&junk).and_then(|f| f.set_len(2 << 30)).expect("junk");
+        assert!(matches!(read(&junk).await, Err(Error::NotWasm { .. })));
+        let big = dir.join("big.wasm");
+        std::fs::write(&big, COMPONENT_HEADER).expect("header");
+        std::fs::File::options().append(true).open(&big).and_then(|f| f.set_len(MAX_COMPONENT_SIZE + 1)).expect("big");
+        let e = read(&big).await.expect_err("too large");
+        assert!(matches!(e, Error::TooLarge { size, .. } if size == MAX_COMPONENT_SIZE + 1), "{e}");
+        assert_eq!(e.reason(), "too_large");
+        let core = dir.join("core.wasm");
+        std::fs::write(&core, b"\0asm\x01\0\0\0").expect("core module");
+        assert!(matches!(read(&core).await, Err(Error::CoreModule { .. })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn error_messages_name_the_file_and_reason() {
         let e = Error::CoreModule { path: "a.wasm".into() };
         assert!(e.to_string().starts_with("a.wasm: a core WebAssembly module, not a component"));
         let e = Error::UnsupportedContract { path: "b.wasm".into(), found: "9.9.9".into() };
         assert_eq!(e.to_string(), "b.wasm: built against contract 9.9.9, this host supports 0.1.0, 0.2.0");
+        let e = Error::TooLarge { path: "c.wasm".into(), size: 300 << 20 };
+        assert_eq!(e.to_string(), "c.wasm: too large: 314572800 bytes, the most a component may have is 268435456");
     }
 }

@@ -489,18 +489,14 @@ impl Shared {
     /// Loads (or reloads) the component at `path`; see [`Host::load`].
     pub(crate) async fn load(self: &Arc<Self>, path: &Path) -> Result<Change, Error> {
         let _one_at_a_time = self.changes.lock().await;
-        let bytes = match tokio::fs::read(path).await {
+        // The component itself, gunzipped, its header and size checked
+        // before the rest is read; its digest as the loader computes it.
+        let bytes = match component::read(path).await {
             Ok(bytes) => bytes,
-            Err(error) => {
-                let e = Error::Component(component::Error::Read { path: path.to_owned(), error });
-                return Err(self.reject(path, None, e));
+            Err(e) => {
+                metrics().component_rejected(e.reason());
+                return Err(self.reject(path, None, e.into()));
             }
-        };
-        // The digest of the component itself, gzipped or not (as the
-        // loader computes it).
-        let bytes = match component::decode(path, bytes) {
-            Ok(bytes) => bytes,
-            Err(e) => return Err(self.reject(path, None, e.into())),
         };
         let digest = hex::encode(Sha256::digest(&bytes));
         let (running, name) = {
@@ -956,18 +952,29 @@ impl Host {
     }
 
     /// Ready when every controller that runs has synced its caches and
-    /// leads or stands by; otherwise, why not (one reason per controller).
-    /// Rejected files do not make the host unready: what runs, serves.
+    /// leads or stands by, and every component file the host was given
+    /// runs some version; otherwise, why not (one reason per controller or
+    /// file). A file whose new version was rejected while an older one
+    /// serves does not make the host unready: what runs, serves. A file
+    /// with no version running (rejected since the host started, e.g. a
+    /// broken component on disk at a restart) does: a controller that
+    /// should run does not.
     ///
     /// # Errors
     ///
     /// The reasons it is not ready.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
-        let reasons: Vec<String> = self
-            .shared
-            .controllers()
+        let not_running: Vec<String> = lock(&self.shared.slots)
             .iter()
-            .filter_map(|c| match c.state() {
+            .filter(|s| s.controller.is_none())
+            .map(|s| match &s.rejected {
+                Some(r) => format!("{}: rejected, no version runs: {}", s.path.display(), r.reason),
+                None => format!("{}: no version runs", s.path.display()),
+            })
+            .collect();
+        let reasons: Vec<String> = not_running
+            .into_iter()
+            .chain(self.shared.controllers().iter().filter_map(|c| match c.state() {
                 State::Running | State::Standby => None,
                 State::Syncing => Some(format!("{}: caches not synced yet", c.name())),
                 State::Stopped => Some(format!("{}: stopped", c.name())),
@@ -975,7 +982,7 @@ impl Host {
                     let kinds: Vec<String> = kinds.iter().map(ToString::to_string).collect();
                     Some(format!("{}: waiting for kinds {}", c.name(), kinds.join(", ")))
                 }
-            })
+            }))
             .collect();
         if reasons.is_empty() { Ok(()) } else { Err(reasons) }
     }

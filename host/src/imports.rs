@@ -7,28 +7,49 @@
 //! the mock host and `capstan test` can show what a guest did, and counted
 //! in the [`metrics`](crate::metrics) (`capstan_host_calls_total`,
 //! `capstan_grant_denials_total`).
+//!
+//! # Limits
+//!
+//! What a guest hands an import is checked before anything is sent: names,
+//! namespaces, groups, versions and kinds must be what the API server would
+//! accept in a path (see [`validate`]), else the call returns `bad-request`
+//! naming the field. One invocation may make at most
+//! [`Limits::host_calls`] `kube.*` calls and [`Limits::events`]
+//! `events.record` calls; past that each call returns `denied` naming the
+//! limit. Warnings the host logs for a controller's calls and the guest's
+//! own log lines share the controller's [`LogBudget`](crate::limits::LogBudget).
+//! Metric labels never carry guest strings (see
+//! [`KindLabel`](crate::metrics::KindLabel)). Stdout and stderr keep their
+//! first [`STDIO_CAPACITY`] bytes each; the rest is counted in the
+//! [`Journal`], never a trap.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::capstan::operator::types as wit_types;
 use crate::cluster::{self, Cluster};
 use crate::grants::Grants;
 use crate::limits::{Limiter, Limits};
-use crate::object::ObjectRef;
+use crate::metrics::KindLabel;
+use crate::object::{Gvk, ObjectRef};
 
 pub(crate) mod events;
 mod kube;
 mod log;
+mod stdio;
+mod throttle;
 mod v0_1;
+pub mod validate;
+
+use stdio::CappedPipe;
 
 pub use log::{Level, LogLine};
 
-/// Most bytes of stdout (and of stderr) kept per invocation.
+/// Most bytes of stdout (and of stderr) kept per invocation; more are
+/// counted ([`Journal::stdout_dropped`]) and dropped.
 pub const STDIO_CAPACITY: usize = 64 << 10;
 /// Most log lines kept per invocation; more are counted and dropped.
 pub const MAX_LOG_LINES: usize = 256;
@@ -63,6 +84,13 @@ impl Caller {
     /// Namespace of the object being reconciled.
     pub fn own_namespace(&self) -> Option<&str> {
         self.reconciling.as_ref().and_then(|(r, _)| r.namespace.as_deref())
+    }
+
+    /// The metrics label of `kind`: its name if this controller's manifest
+    /// declares it (every declared kind has a grant rule naming it), else
+    /// `other`.
+    pub fn kind_label(&self, kind: &Gvk) -> KindLabel {
+        KindLabel::bounded(kind, |k| self.grants.rules().iter().any(|r| r.group == k.group && r.kind == k.kind))
     }
 }
 
@@ -99,10 +127,14 @@ pub struct Journal {
     pub logs: Vec<LogLine>,
     /// Log lines dropped over the cap.
     pub dropped_logs: usize,
-    /// Captured stdout.
+    /// Captured stdout (at most [`STDIO_CAPACITY`] bytes).
     pub stdout: String,
-    /// Captured stderr.
+    /// Bytes of stdout dropped over [`STDIO_CAPACITY`].
+    pub stdout_dropped: u64,
+    /// Captured stderr (at most [`STDIO_CAPACITY`] bytes).
     pub stderr: String,
+    /// Bytes of stderr dropped over [`STDIO_CAPACITY`].
+    pub stderr_dropped: u64,
 }
 
 /// The state of one store: WASI with nothing granted, limits, the caller,
@@ -110,8 +142,13 @@ pub struct Journal {
 pub struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
+    stdout: CappedPipe,
+    stderr: CappedPipe,
+    limits: Limits,
+    /// `kube.*` calls made so far.
+    kube_calls: u32,
+    /// `events.record` calls made so far.
+    events_recorded: u32,
     /// The memory limiter of this store.
     pub limiter: Limiter,
     /// Who is calling, if imports are allowed (not during `manifest()`).
@@ -131,8 +168,8 @@ impl HostState {
     /// captured stdio only: no preopened directories, environment,
     /// arguments, network or name lookup.
     pub fn new(limits: &Limits, caller: Option<Caller>) -> Self {
-        let stdout = MemoryOutputPipe::new(STDIO_CAPACITY);
-        let stderr = MemoryOutputPipe::new(STDIO_CAPACITY);
+        let stdout = CappedPipe::new(STDIO_CAPACITY);
+        let stderr = CappedPipe::new(STDIO_CAPACITY);
         let wasi = wasmtime_wasi::WasiCtxBuilder::new()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -145,6 +182,9 @@ impl HostState {
             table: ResourceTable::new(),
             stdout,
             stderr,
+            limits: *limits,
+            kube_calls: 0,
+            events_recorded: 0,
             limiter: Limiter::new(limits),
             caller,
             journal: Journal::default(),
@@ -154,13 +194,28 @@ impl HostState {
     /// Ends the invocation: moves captured stdio into the journal and
     /// returns it.
     pub fn into_journal(mut self) -> Journal {
-        self.journal.stdout = String::from_utf8_lossy(&self.stdout.contents()).into_owned();
-        self.journal.stderr = String::from_utf8_lossy(&self.stderr.contents()).into_owned();
+        let (stdout, stdout_dropped) = self.stdout.contents();
+        let (stderr, stderr_dropped) = self.stderr.contents();
+        self.journal.stdout = String::from_utf8_lossy(&stdout).into_owned();
+        self.journal.stdout_dropped = stdout_dropped;
+        self.journal.stderr = String::from_utf8_lossy(&stderr).into_owned();
+        self.journal.stderr_dropped = stderr_dropped;
         self.journal
     }
 
     fn journal_call(&mut self, function: &'static str, target: String, result: CallResult, duration: Duration) {
         self.journal.calls.push(ImportCall { function, target, result, duration });
+    }
+
+    /// Whether the calling controller may log one more host-side warning
+    /// or guest line now (its [`LogBudget`](crate::limits::LogBudget)).
+    /// Outside a reconcile (`manifest()`) there is no controller yet: the
+    /// per-invocation caps apply alone.
+    fn may_log(&self) -> bool {
+        match &self.caller {
+            Some(caller) => throttle::admit(&caller.controller, self.limits.log),
+            None => true,
+        }
     }
 }
 

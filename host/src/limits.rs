@@ -1,6 +1,18 @@
 //! The sandbox limits of one guest invocation: a memory cap (enforced by a
 //! `ResourceLimiter`, with the pooling allocator's slot size as a hard
-//! ceiling) and a wall-clock deadline (enforced through epoch interruption).
+//! ceiling), a wall-clock deadline (enforced through epoch interruption),
+//! caps on the host calls and events of one invocation (enforced by the
+//! imports: past a cap, each call returns a WIT error, never a trap), and
+//! the rate at which one controller's warnings and guest log lines reach
+//! the host's log (see [`LogBudget`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use capstan_host::limits::Limits;
+//!
+//! let limits = Limits::default().deadline(Duration::from_secs(2)).host_calls(100).events(10);
+//! assert_eq!((limits.host_calls, limits.events), (100, 10));
+//! ```
 
 use std::time::Duration;
 
@@ -13,11 +25,34 @@ pub struct Limits {
     pub memory: usize,
     /// Longest one call may run. Default: 5 s.
     pub deadline: Duration,
+    /// Most `kube.*` calls one invocation may make; later calls return
+    /// `denied` (naming the limit) without reaching the cluster. Denied
+    /// calls count too. Default: [`DEFAULT_HOST_CALLS`].
+    pub host_calls: u32,
+    /// Most `events.record` calls one invocation may make; later calls
+    /// return `denied` (naming the limit). Default: [`DEFAULT_EVENTS`].
+    pub events: u32,
+    /// How fast one controller's host-side warnings (denied calls, calls
+    /// over a limit) and guest log lines reach the host's log.
+    /// Default: [`LogBudget::default`].
+    pub log: LogBudget,
 }
+
+/// Default of [`Limits::host_calls`]: 1000 `kube.*` calls per invocation.
+pub const DEFAULT_HOST_CALLS: u32 = 1000;
+
+/// Default of [`Limits::events`]: 100 events recorded per invocation.
+pub const DEFAULT_EVENTS: u32 = 100;
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { memory: 64 << 20, deadline: Duration::from_secs(5) }
+        Self {
+            memory: 64 << 20,
+            deadline: Duration::from_secs(5),
+            host_calls: DEFAULT_HOST_CALLS,
+            events: DEFAULT_EVENTS,
+            log: LogBudget::default(),
+        }
     }
 }
 
@@ -32,6 +67,54 @@ impl Limits {
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self
+    }
+
+    /// Sets the most `kube.*` calls per invocation.
+    pub fn host_calls(mut self, n: u32) -> Self {
+        self.host_calls = n;
+        self
+    }
+
+    /// Sets the most `events.record` calls per invocation.
+    pub fn events(mut self, n: u32) -> Self {
+        self.events = n;
+        self
+    }
+
+    /// Sets the log budget of each controller.
+    pub fn log(mut self, budget: LogBudget) -> Self {
+        self.log = budget;
+        self
+    }
+}
+
+/// A token bucket per controller for what its guests make the host log:
+/// `burst` lines at once, then `per_second` lines a second. Lines over the
+/// budget are dropped and counted (`capstan_log_lines_dropped_total`), and
+/// a summary line says how many were dropped once the budget allows again
+/// (at most every [`LogBudget::REPORT_EVERY`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct LogBudget {
+    /// Lines a second, sustained. Default: 10.
+    pub per_second: u32,
+    /// Lines at once. Default: 50.
+    pub burst: u32,
+}
+
+impl Default for LogBudget {
+    fn default() -> Self {
+        Self { per_second: 10, burst: 50 }
+    }
+}
+
+impl LogBudget {
+    /// How often at most a controller's "log lines dropped" summary is written.
+    pub const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+    /// A budget of `per_second` lines a second and `burst` at once.
+    pub fn new(per_second: u32, burst: u32) -> Self {
+        Self { per_second, burst }
     }
 }
 
@@ -91,6 +174,14 @@ impl wasmtime::ResourceLimiter for Limiter {
 #[cfg(test)]
 mod tests {
     use wasmtime::ResourceLimiter;
+
+    #[test]
+    fn limits_default_to_the_documented_values() {
+        let l = Limits::default();
+        assert_eq!((l.memory, l.deadline), (64 << 20, Duration::from_secs(5)));
+        assert_eq!((l.host_calls, l.events), (DEFAULT_HOST_CALLS, DEFAULT_EVENTS));
+        assert_eq!(l.log, LogBudget::new(10, 50));
+    }
 
     use super::*;
 

@@ -22,6 +22,9 @@
 //! | `capstan_guest_invocation_seconds` | `controller`, `export` | guest calls (`manifest`, `reconcile`), instantiation included |
 //! | `capstan_host_calls_total` | `controller`, `verb`, `kind`, `result` | `kube` and `events` imports by outcome |
 //! | `capstan_grant_denials_total` | `controller`, `verb`, `kind` | import calls refused by the grants |
+//! | `capstan_host_call_limits_total` | `controller`, `limit` | import calls refused over a per-invocation limit (`host_calls`, `events`) |
+//! | `capstan_guest_log_lines_dropped_total` | `controller`, `reason` | log lines dropped: over the controller's log budget (`budget`) or the per-invocation cap (`cap`) |
+//! | `capstan_guest_stdio_dropped_bytes_total` | `controller`, `stream` | guest `stdout` / `stderr` bytes dropped over the capture cap |
 //! | `capstan_watch_restarts_total` | `kind` | watches that relisted after their first list |
 //! | `capstan_watch_errors_total` | `kind` | watch errors (a lost connection, a 403, an expired resource version), each retried with backoff |
 //! | `capstan_component_loads_total` | `result`, `reason` | components `loaded` or `rejected` (with the reason) |
@@ -31,6 +34,10 @@
 //!
 //! A `kind` label is `Kind` for the core group and `Kind.group` otherwise
 //! (`ConfigMap`, `Deployment.apps`), the way `kubectl` names resources.
+//! Label values never come from a guest as they are: the kind of an import
+//! call is a [`KindLabel`], the kind's name only if the controller's
+//! manifest declares it (primary, owned, watched or a permission), else
+//! `other`; so a guest cannot grow the registry with made-up kinds.
 //!
 //! Queue depth and oldest-item age are read from the queues when scraped
 //! (a [`Collector`]) rather than set as gauges: the age grows while nothing
@@ -176,6 +183,24 @@ struct DenialLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    controller: String,
+    limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DroppedLogLabels {
+    controller: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StdioLabels {
+    controller: String,
+    stream: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
 }
@@ -206,6 +231,43 @@ fn seconds() -> Histogram {
 /// The `kind` label of a kind: `Kind` for the core group, else `Kind.group`.
 fn kind_label(kind: &Gvk) -> String {
     if kind.group.is_empty() { kind.kind.clone() } else { format!("{}.{}", kind.kind, kind.group) }
+}
+
+/// The `kind` label of an import call: drawn from a bounded set, the kinds
+/// a controller's manifest declares, plus `other` for everything else.
+///
+/// ```
+/// use capstan_host::metrics::KindLabel;
+/// use capstan_host::object::Gvk;
+///
+/// let declared = [Gvk::new("apps", "v1", "Deployment")];
+/// let known = |g: &Gvk| declared.iter().any(|d| d.same_group_kind(g));
+/// assert_eq!(KindLabel::bounded(&declared[0], known).as_str(), "Deployment.apps");
+/// assert_eq!(KindLabel::bounded(&Gvk::new("x", "v1", "Made0Up"), known).as_str(), "other");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindLabel(String);
+
+impl KindLabel {
+    /// The label of `kind` if `declared(kind)`, else `other`.
+    pub fn bounded(kind: &Gvk, declared: impl FnOnce(&Gvk) -> bool) -> Self {
+        if declared(kind) { Self(kind_label(kind)) } else { Self::other() }
+    }
+
+    /// The label of a kind the host itself names (not a guest).
+    pub fn of(kind: &Gvk) -> Self {
+        Self(kind_label(kind))
+    }
+
+    /// `other`: a kind the manifest does not declare.
+    pub fn other() -> Self {
+        Self("other".to_owned())
+    }
+
+    /// The label value.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 fn controller(name: &str) -> ControllerLabels {
@@ -264,6 +326,9 @@ pub struct Metrics {
     guest_time: Histograms<InvocationLabels>,
     host_calls: Family<HostCallLabels, Counter>,
     grant_denials: Family<DenialLabels, Counter>,
+    call_limits: Family<LimitLabels, Counter>,
+    log_dropped: Family<DroppedLogLabels, Counter>,
+    stdio_dropped: Family<StdioLabels, Counter>,
     watch_restarts: Family<KindLabels, Counter>,
     watch_errors: Family<KindLabels, Counter>,
     component_loads: Family<LoadLabels, Counter>,
@@ -296,6 +361,9 @@ impl Metrics {
             guest_time: Family::new_with_constructor(seconds),
             host_calls: Family::default(),
             grant_denials: Family::default(),
+            call_limits: Family::default(),
+            log_dropped: Family::default(),
+            stdio_dropped: Family::default(),
             watch_restarts: Family::default(),
             watch_errors: Family::default(),
             component_loads: Family::default(),
@@ -326,6 +394,17 @@ impl Metrics {
         );
         r.register("host_calls", "Host import calls by controller, verb, kind and result", m.host_calls.clone());
         r.register("grant_denials", "Host import calls refused by the controller's grants", m.grant_denials.clone());
+        r.register("host_call_limits", "Host import calls refused over a per-invocation limit", m.call_limits.clone());
+        r.register(
+            "guest_log_lines_dropped",
+            "Log lines dropped over a controller's log budget or the per-invocation cap",
+            m.log_dropped.clone(),
+        );
+        r.register(
+            "guest_stdio_dropped_bytes",
+            "Guest stdout and stderr bytes dropped over the capture cap",
+            m.stdio_dropped.clone(),
+        );
         r.register("watch_restarts", "Watches that relisted after their first list", m.watch_restarts.clone());
         r.register("watch_errors", "Watch errors, each retried with backoff", m.watch_errors.clone());
         r.register("component_loads", "Component loads by result and rejection reason", m.component_loads.clone());
@@ -396,21 +475,42 @@ impl Metrics {
 
     /// Counts a host import call. `result` is `ok`, `denied`, or the
     /// error's kind in snake case (`not_found`, `conflict`, `forbidden`, …).
-    pub fn host_call(&self, controller_name: &str, verb: Verb, kind: &Gvk, result: &'static str) {
+    pub fn host_call(&self, controller_name: &str, verb: Verb, kind: &KindLabel, result: &'static str) {
         let labels = HostCallLabels {
             controller: controller_name.to_owned(),
             verb: verb.as_str(),
-            kind: kind_label(kind),
+            kind: kind.as_str().to_owned(),
             result,
         };
         self.host_calls.get_or_create(&labels).inc();
     }
 
     /// Counts a call the grants refused.
-    pub fn grant_denied(&self, controller_name: &str, verb: Verb, kind: &Gvk) {
-        let labels =
-            DenialLabels { controller: controller_name.to_owned(), verb: verb.as_str(), kind: kind_label(kind) };
+    pub fn grant_denied(&self, controller_name: &str, verb: Verb, kind: &KindLabel) {
+        let labels = DenialLabels {
+            controller: controller_name.to_owned(),
+            verb: verb.as_str(),
+            kind: kind.as_str().to_owned(),
+        };
         self.grant_denials.get_or_create(&labels).inc();
+    }
+
+    /// Counts a call refused over a per-invocation limit (`limit`:
+    /// `host_calls` or `events`).
+    pub fn call_limited(&self, controller_name: &str, limit: &'static str) {
+        self.call_limits.get_or_create(&LimitLabels { controller: controller_name.to_owned(), limit }).inc();
+    }
+
+    /// Counts `n` log lines of `controller` dropped (`reason`: `budget` or
+    /// `cap`).
+    pub fn log_lines_dropped(&self, controller_name: &str, reason: &'static str, n: u64) {
+        self.log_dropped.get_or_create(&DroppedLogLabels { controller: controller_name.to_owned(), reason }).inc_by(n);
+    }
+
+    /// Counts `n` bytes of a guest's `stream` (`stdout` or `stderr`)
+    /// dropped over the capture cap.
+    pub fn stdio_dropped(&self, controller_name: &str, stream: &'static str, n: u64) {
+        self.stdio_dropped.get_or_create(&StdioLabels { controller: controller_name.to_owned(), stream }).inc_by(n);
     }
 
     /// Counts a watch of `kind` that relisted after its first list.
@@ -564,8 +664,11 @@ mod tests {
         let deploy = Gvk::new("apps", "v1", "Deployment");
         m.guest_trapped("metrics-labels", "deadline");
         m.guest_invoked("metrics-labels", Export::Reconcile, Duration::from_millis(1));
-        m.host_call("metrics-labels", Verb::Get, &cm, "not_found");
-        m.grant_denied("metrics-labels", Verb::Delete, &deploy);
+        m.host_call("metrics-labels", Verb::Get, &KindLabel::of(&cm), "not_found");
+        m.grant_denied("metrics-labels", Verb::Delete, &KindLabel::of(&deploy));
+        m.call_limited("metrics-labels", "events");
+        m.log_lines_dropped("metrics-labels", "budget", 2);
+        m.stdio_dropped("metrics-labels", "stdout", 100);
         m.watch_restarted(&deploy);
         m.watch_failed(&deploy);
         m.component_rejected("contract");
@@ -580,6 +683,9 @@ mod tests {
             r#"capstan_guest_invocation_seconds_count{controller="metrics-labels",export="reconcile"}"#,
             r#"capstan_host_calls_total{controller="metrics-labels",verb="get",kind="ConfigMap",result="not_found"}"#,
             r#"capstan_grant_denials_total{controller="metrics-labels",verb="delete",kind="Deployment.apps"}"#,
+            r#"capstan_host_call_limits_total{controller="metrics-labels",limit="events"}"#,
+            r#"capstan_guest_log_lines_dropped_total{controller="metrics-labels",reason="budget"}"#,
+            r#"capstan_guest_stdio_dropped_bytes_total{controller="metrics-labels",stream="stdout"}"#,
             r#"capstan_watch_restarts_total{kind="Deployment.apps"}"#,
             r#"capstan_watch_errors_total{kind="Deployment.apps"}"#,
             r#"capstan_component_loads_total{result="rejected",reason="contract"}"#,
@@ -637,7 +743,12 @@ mod tests {
     fn a_scrape_is_valid_exposition_text() {
         let m = metrics();
         m.reconciled("metrics-valid", ReconcileResult::RequeueAfter, Duration::from_secs(1));
-        m.host_call("metrics-valid", Verb::Patch, &Gvk::new("examples.capstan.dev", "v1", "Greeting"), "ok");
+        m.host_call(
+            "metrics-valid",
+            Verb::Patch,
+            &KindLabel::of(&Gvk::new("examples.capstan.dev", "v1", "Greeting")),
+            "ok",
+        );
         let queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(0, Duration::ZERO));
         m.track_queue("metrics-valid", Arc::downgrade(&queue));
         let scrape = m.encode();

@@ -216,12 +216,15 @@ impl Runtime {
         store
     }
 
-    /// Maps a wasmtime error to the failure it stands for. A trap's message
-    /// is its root cause plus the last line the guest wrote to stderr (a
-    /// Rust panic message lands there); the wasm backtrace is logged at
-    /// debug level.
+    /// Maps a wasmtime error to the failure it stands for. A memory
+    /// growth the limiter refused, or an allocation the guest reported as
+    /// failed (`memory allocation of N bytes failed`, Rust's message, when
+    /// one allocation is larger than wasm memory can ever grow), is the
+    /// memory limit. A trap's message is its root cause plus what the
+    /// guest said on stderr (see [`stderr_reason`]); the wasm backtrace is
+    /// logged at debug level.
     fn classify(&self, error: &wasmtime::Error, memory_exceeded: Option<usize>, stderr: &str) -> Error {
-        if let Some(wanted) = memory_exceeded {
+        if let Some(wanted) = memory_exceeded.or_else(|| failed_allocation(stderr)) {
             return Error::Memory { limit: self.limits.memory, wanted };
         }
         if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
@@ -229,9 +232,8 @@ impl Runtime {
         }
         tracing::debug!(error = format!("{error:#}"), "guest trap");
         let mut message = error.root_cause().to_string();
-        if let Some(last) = stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()) {
-            let last: String = last.chars().take(300).collect();
-            message = format!("{message}; stderr: {last}");
+        if let Some(reason) = stderr_reason(stderr) {
+            message = format!("{message}; stderr: {reason}");
         }
         Error::Trap(message)
     }
@@ -249,7 +251,11 @@ impl Runtime {
         let outcome = tokio::time::timeout(guard, call(&mut store)).await;
         let state = store.into_data();
         let memory_exceeded = state.limiter.exceeded();
+        let controller = state.caller.as_ref().map(|c| Arc::clone(&c.controller));
         let journal = state.into_journal();
+        if let Some(controller) = controller {
+            report_dropped(&controller, &journal);
+        }
         let result = match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(Failed::Instantiate(e))) => Err(Error::Instantiate(format!("{e:#}"))),
@@ -334,9 +340,88 @@ fn v0_1_event(e: wit::EventKind) -> v0_1::capstan::operator::types::EventKind {
     }
 }
 
+/// Counts what an invocation's guest wrote that was dropped (log lines
+/// over the per-invocation cap, stdout and stderr over
+/// [`STDIO_CAPACITY`](crate::imports::STDIO_CAPACITY)) and says so in the
+/// host's log (within the controller's log budget).
+fn report_dropped(controller: &str, journal: &Journal) {
+    if journal.stdout_dropped > 0 {
+        metrics().stdio_dropped(controller, "stdout", journal.stdout_dropped);
+    }
+    if journal.stderr_dropped > 0 {
+        metrics().stdio_dropped(controller, "stderr", journal.stderr_dropped);
+    }
+    if journal.dropped_logs > 0 || journal.stdout_dropped > 0 || journal.stderr_dropped > 0 {
+        tracing::warn!(
+            controller,
+            log_lines = journal.dropped_logs,
+            stdout_bytes = journal.stdout_dropped,
+            stderr_bytes = journal.stderr_dropped,
+            "guest output over the per-invocation caps was dropped"
+        );
+    }
+}
+
+/// Longest stderr reason quoted in a trap message, in characters.
+const REASON_CHARS: usize = 300;
+
+/// What a guest said on stderr about why it trapped: a Rust panic's message
+/// (the lines after `panicked at …:`, up to the `note:` about
+/// `RUST_BACKTRACE`), else the last line that is not such a note.
+pub fn stderr_reason(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).collect();
+    let is_note = |l: &str| l.starts_with("note: ") || l.is_empty();
+    let reason = match lines.iter().rposition(|l| l.contains(" panicked at ")) {
+        Some(at) => {
+            let header = lines[at];
+            let message: Vec<&str> = lines[at + 1..].iter().copied().take_while(|l| !is_note(l)).collect();
+            // Before Rust 1.73 the message was on the header line:
+            // `panicked at 'message', src/lib.rs:1:2`.
+            if message.is_empty() {
+                header.split_once(" panicked at ").map(|(_, m)| m)?.to_owned()
+            } else {
+                message.join(" ")
+            }
+        }
+        None => (*lines.iter().rev().find(|l| !is_note(l))?).to_owned(),
+    };
+    let mut cut: String = reason.chars().take(REASON_CHARS).collect();
+    if cut.len() < reason.len() {
+        cut.push('…');
+    }
+    Some(cut)
+}
+
+/// The size of an allocation the guest reported as failed, from Rust's
+/// `memory allocation of N bytes failed`.
+fn failed_allocation(stderr: &str) -> Option<usize> {
+    stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("memory allocation of ")?.strip_suffix(" bytes failed")?.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_message_is_taken_from_stderr_not_the_backtrace_note() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:93:23:\nfixture asked to trap\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(stderr_reason(stderr).as_deref(), Some("fixture asked to trap"));
+        let two_lines = "thread 'main' panicked at a.rs:1:1:\nfirst\nsecond\nnote: run with `RUST_BACKTRACE=1`";
+        assert_eq!(stderr_reason(two_lines).as_deref(), Some("first second"));
+        let old = "thread 'main' panicked at 'boom', a.rs:1:1\nnote: run with `RUST_BACKTRACE=1`";
+        assert_eq!(stderr_reason(old).as_deref(), Some("'boom', a.rs:1:1"));
+        assert_eq!(stderr_reason("some error\n\n").as_deref(), Some("some error"));
+        assert_eq!(stderr_reason(""), None);
+    }
+
+    #[test]
+    fn a_failed_allocation_on_stderr_is_the_memory_limit() {
+        assert_eq!(failed_allocation("memory allocation of 3221225472 bytes failed\n"), Some(3_221_225_472));
+        assert_eq!(failed_allocation("something else"), None);
+    }
 
     #[test]
     fn error_messages_read_right() {

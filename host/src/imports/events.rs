@@ -8,10 +8,10 @@ use crate::bindings::capstan::operator::types as wit_types;
 use crate::cluster::EventRecord;
 use crate::grants::Denied;
 use crate::manifest::Verb;
-use crate::metrics::metrics;
+use crate::metrics::{KindLabel, metrics};
 use crate::object::{Gvk, ObjectRef};
 
-use super::{CallResult, Caller, HostState, result_label};
+use super::{CallResult, Caller, HostState, result_label, validate};
 
 /// Turns a guest event into a record about `regarding` (or the reconciled
 /// object), reported by the calling controller. `None` outside a reconcile
@@ -47,6 +47,29 @@ impl wit::Host for HostState {
             self.journal_call("events.record", String::new(), CallResult::Denied(msg.clone()), start.elapsed());
             return Err(wit_kube::Error::Denied(msg));
         };
+        let kind = KindLabel::of(&Gvk::new("events.k8s.io", "v1", "Event"));
+        self.events_recorded = self.events_recorded.saturating_add(1);
+        if self.events_recorded > self.limits.events {
+            metrics().call_limited(&caller.controller, "events");
+            let msg = format!(
+                "limit of {} events per invocation reached; nothing was recorded (host setting --max-events)",
+                self.limits.events
+            );
+            if self.events_recorded == self.limits.events.saturating_add(1) && self.may_log() {
+                tracing::warn!(limit = self.limits.events, "event limit of the invocation reached");
+            }
+            self.journal_call("events.record", String::new(), CallResult::Denied(msg.clone()), start.elapsed());
+            return Err(wit_kube::Error::Denied(msg));
+        }
+        if let Some(r) = &event.regarding {
+            let r = ObjectRef::from(r.clone());
+            if let Err(invalid) = validate::object_ref(&r, "regarding.") {
+                metrics().host_call(&caller.controller, Verb::Create, &kind, "bad_request");
+                let msg = invalid.to_string();
+                self.journal_call("events.record", String::new(), CallResult::Failed(msg.clone()), start.elapsed());
+                return Err(wit_kube::Error::BadRequest(msg));
+            }
+        }
         let record = match event_record(&caller, event) {
             Some(Ok(record)) => record,
             Some(Err(denied)) => {
@@ -61,7 +84,6 @@ impl wit::Host for HostState {
         };
         let target = format!("{} {}", record.reason, record.regarding);
         let result = caller.cluster.record_event(record).await;
-        let kind = Gvk::new("events.k8s.io", "v1", "Event");
         metrics().host_call(&caller.controller, Verb::Create, &kind, result_label(&result));
         let outcome = match &result {
             Ok(()) => CallResult::Ok,

@@ -15,6 +15,7 @@ use crate::manifest::Verb;
 use crate::metrics::metrics;
 use crate::object::{Gvk, ObjectRef};
 
+use super::validate::{self, Invalid};
 use super::{CallResult, HostState, result_label};
 
 impl From<wit_types::GroupVersionKind> for Gvk {
@@ -89,12 +90,15 @@ fn parse_patch(patch_type: wit::PatchType, bytes: &[u8]) -> Result<Patch, wit::E
 }
 
 impl HostState {
-    /// Checks `access` against the grants, runs `call` on the cluster, and
-    /// journals the outcome.
+    /// Counts the call against [`Limits::host_calls`](crate::limits::Limits),
+    /// refuses what `valid` found wrong, checks `access` against the grants,
+    /// runs `call` on the cluster, and journals the outcome. Nothing is sent
+    /// unless every check passes.
     async fn run<T, F, Fut>(
         &mut self,
         function: &'static str,
         target: String,
+        valid: Result<(), Invalid>,
         access: Access,
         call: F,
     ) -> Result<T, wit::Error>
@@ -103,11 +107,32 @@ impl HostState {
         Fut: Future<Output = cluster::Result<T>>,
     {
         let start = Instant::now();
-        let Some(caller) = &self.caller else {
+        let Some(caller) = self.caller.clone() else {
             let msg = "the kube import is not available while the manifest is read".to_owned();
             self.journal_call(function, target, CallResult::Denied(msg.clone()), start.elapsed());
             return Err(wit::Error::Denied(msg));
         };
+        let controller = Arc::clone(&caller.controller);
+        self.kube_calls = self.kube_calls.saturating_add(1);
+        if self.kube_calls > self.limits.host_calls {
+            metrics().call_limited(&controller, "host_calls");
+            let msg = format!(
+                "limit of {} kube calls per invocation reached; nothing was sent (host setting --max-host-calls)",
+                self.limits.host_calls
+            );
+            if self.kube_calls == self.limits.host_calls.saturating_add(1) && self.may_log() {
+                tracing::warn!(function, limit = self.limits.host_calls, "host call limit of the invocation reached");
+            }
+            self.journal_call(function, target, CallResult::Denied(msg.clone()), start.elapsed());
+            return Err(wit::Error::Denied(msg));
+        }
+        let kind = caller.kind_label(&access.kind);
+        if let Err(invalid) = valid {
+            metrics().host_call(&controller, access.verb, &kind, "bad_request");
+            let msg = invalid.to_string();
+            self.journal_call(function, target, CallResult::Failed(msg.clone()), start.elapsed());
+            return Err(wit::Error::BadRequest(msg));
+        }
         let request = Request {
             verb: access.verb,
             kind: &access.kind,
@@ -115,19 +140,20 @@ impl HostState {
             status: access.status,
             name: access.name.as_deref(),
         };
-        let controller = Arc::clone(&caller.controller);
         if let Err(denied) = caller.grants.check(request, caller.own_namespace()) {
-            metrics().grant_denied(&controller, access.verb, &access.kind);
-            metrics().host_call(&controller, access.verb, &access.kind, "denied");
+            metrics().grant_denied(&controller, access.verb, &kind);
+            metrics().host_call(&controller, access.verb, &kind, "denied");
             let msg = denied.to_string();
-            tracing::warn!(function, target = %target, reason = %msg, "host call denied by grants");
+            if self.may_log() {
+                tracing::warn!(function, target = %target, reason = %msg, "host call denied by grants");
+            }
             self.journal_call(function, target, CallResult::Denied(msg.clone()), start.elapsed());
             return Err(wit::Error::Denied(msg));
         }
         let cluster = Arc::clone(&caller.cluster);
         let span = tracing::debug_span!("host_call", function, target = %target);
         let result = tracing::Instrument::instrument(call(cluster), span).await;
-        metrics().host_call(&controller, access.verb, &access.kind, result_label(&result));
+        metrics().host_call(&controller, access.verb, &kind, result_label(&result));
         let outcome = match &result {
             Ok(_) => CallResult::Ok,
             Err(e) => CallResult::Failed(e.to_string()),
@@ -149,9 +175,10 @@ impl HostState {
         apply: Option<bool>,
     ) -> Result<Vec<u8>, wit::Error> {
         let (value, r) = parse_object(&object)?;
+        let valid = validate::object_identity(&r);
         let access = Access::to(verb, &r, subresource == Subresource::Status);
         let field_manager = self.field_manager();
-        self.run(function, r.to_string(), access, move |c| async move {
+        self.run(function, r.to_string(), valid, access, move |c| async move {
             match (verb, apply) {
                 (_, Some(force)) => {
                     let patch = Patch::Apply { object: value, field_manager, force };
@@ -175,8 +202,9 @@ impl HostState {
     ) -> Result<Vec<u8>, wit::Error> {
         let r = ObjectRef::from(object);
         let patch = parse_patch(patch_type, &patch)?;
+        let valid = validate::object_ref(&r, "");
         let access = Access::to(Verb::Patch, &r, subresource == Subresource::Status);
-        self.run(function, r.to_string(), access, move |c| async move {
+        self.run(function, r.to_string(), valid, access, move |c| async move {
             c.patch(&r, patch, subresource).await.map(|v| to_json(&v))
         })
         .await
@@ -186,8 +214,10 @@ impl HostState {
 impl wit::Host for HostState {
     async fn get(&mut self, object: wit_types::ObjectRef) -> Result<Vec<u8>, wit::Error> {
         let r = ObjectRef::from(object);
+        let valid = validate::object_ref(&r, "");
         let access = Access::to(Verb::Get, &r, false);
-        self.run("kube.get", r.to_string(), access, move |c| async move { c.get(&r).await.map(|v| to_json(&v)) }).await
+        self.run("kube.get", r.to_string(), valid, access, move |c| async move { c.get(&r).await.map(|v| to_json(&v)) })
+            .await
     }
 
     async fn list(
@@ -201,10 +231,14 @@ impl wit::Host for HostState {
             Some(ns) => format!("{kind} in {ns}"),
             None => format!("{kind} in all namespaces"),
         };
+        let valid = validate::gvk(&kind, "").and_then(|()| match &namespace {
+            Some(ns) => validate::namespace(ns, ""),
+            None => Ok(()),
+        });
         let access =
             Access { verb: Verb::List, kind: kind.clone(), namespace: namespace.clone(), status: false, name: None };
         let params = ListParams { label_selector: params.label_selector, field_selector: params.field_selector };
-        self.run("kube.list", target, access, move |c| async move {
+        self.run("kube.list", target, valid, access, move |c| async move {
             let items = c.list(&kind, namespace.as_deref(), &params).await?;
             Ok(items.iter().map(to_json).collect())
         })
@@ -234,6 +268,7 @@ impl wit::Host for HostState {
 
     async fn delete(&mut self, object: wit_types::ObjectRef, propagation: wit::Propagation) -> Result<(), wit::Error> {
         let r = ObjectRef::from(object);
+        let valid = validate::object_ref(&r, "");
         let access = Access::to(Verb::Delete, &r, false);
         let propagation = match propagation {
             wit::Propagation::Default => Propagation::Default,
@@ -241,7 +276,8 @@ impl wit::Host for HostState {
             wit::Propagation::Foreground => Propagation::Foreground,
             wit::Propagation::Orphan => Propagation::Orphan,
         };
-        self.run("kube.delete", r.to_string(), access, move |c| async move { c.delete(&r, propagation).await }).await
+        self.run("kube.delete", r.to_string(), valid, access, move |c| async move { c.delete(&r, propagation).await })
+            .await
     }
 
     async fn replace_status(&mut self, object: Vec<u8>) -> Result<Vec<u8>, wit::Error> {

@@ -1,7 +1,12 @@
 //! The `log` import: guest log lines become tracing events under the
-//! current reconcile span, capped in count and size.
+//! current reconcile span, capped in count and size per invocation, and in
+//! rate per controller (its [`LogBudget`](crate::limits::LogBudget)). Every
+//! line within the per-invocation cap is kept in the journal, even one the
+//! budget kept out of the host's log; lines over the cap are counted in the
+//! journal (`dropped_logs`) and in `capstan_guest_log_lines_dropped_total`.
 
 use crate::bindings::capstan::operator::log as wit;
+use crate::metrics::metrics;
 
 use super::{HostState, MAX_LOG_LINE, MAX_LOG_LINES};
 
@@ -47,6 +52,9 @@ impl wit::Host for HostState {
     async fn log(&mut self, level: wit::Level, message: String, fields: Vec<wit::Field>) {
         if self.journal.logs.len() >= MAX_LOG_LINES {
             self.journal.dropped_logs += 1;
+            if let Some(caller) = &self.caller {
+                metrics().log_lines_dropped(&caller.controller, "cap", 1);
+            }
             return;
         }
         let level = match level {
@@ -59,7 +67,9 @@ impl wit::Host for HostState {
         let message = cap(message);
         let fields: Vec<(String, String)> = fields.into_iter().map(|f| (cap(f.key), cap(f.value))).collect();
         let rendered = fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+        let logged = self.may_log();
         match level {
+            _ if !logged => {}
             Level::Trace => tracing::trace!(target: "guest", fields = %rendered, "{message}"),
             Level::Debug => tracing::debug!(target: "guest", fields = %rendered, "{message}"),
             Level::Info => tracing::info!(target: "guest", fields = %rendered, "{message}"),

@@ -1,0 +1,313 @@
+//! A hostile or broken component must not reach past what it declared
+//! (issue #15). Each test drives one behaviour of the fixture guest
+//! (`tests/fixtures/guests`, see the table in its doc comment) or one bad
+//! file, on the mock host where the effect is inside the host (metrics,
+//! logs, traps, the compile cache) and on the real API server where it
+//! reaches the cluster (rate limits, names, startup, readiness).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use capstan_host::component::{CompileSource, Loader};
+use capstan_host::engine::{Engine, EngineConfig};
+use capstan_host::host::HostBuilder;
+use capstan_host::imports::STDIO_CAPACITY;
+use capstan_host::limits::Limits;
+use capstan_host::metrics::metrics;
+use capstan_host::reconciler::Error as ReconcileError;
+use capstan_host::runtime::{self, Runtime};
+use capstan_host::testing::{MockHost, Run, find_component};
+use capstan_tests::{
+    ControlPlane, PrivateControlPlane, TestNamespace, capstan_binary, free_port, random_suffix, wait_for,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn component(name: &str) -> PathBuf {
+    find_component(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A ConfigMap for the fixture in namespace `default` of the mock cluster.
+fn fixture_object(name: &str, behaviour: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"behaviour": behaviour},
+    })
+}
+
+fn fixture_cm(name: &str, behaviour: &str) -> Result<ConfigMap> {
+    Ok(serde_json::from_value(json!({"metadata": {"name": name}, "data": {"behaviour": behaviour}}))?)
+}
+
+/// Runs the fixture on the mock host with `limits` on one ConfigMap.
+async fn mock_run(name: &str, behaviour: &str, limits: Limits) -> Result<Run> {
+    let mut host = MockHost::with_limits(limits, None)?;
+    host.load(component("fixture")).await?;
+    host.seed(fixture_object(name, behaviour))?;
+    Ok(host.run_until_idle().await?)
+}
+
+/// The value of the series `series` (name and labels) in a scrape, 0 if absent.
+fn sample(scrape: &str, series: &str) -> f64 {
+    scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
+}
+
+/// The first reconcile of `name` in `run`.
+fn first<'a>(run: &'a Run, name: &str) -> Result<&'a capstan_host::reconciler::Report> {
+    run.steps.iter().map(|s| &s.report).find(|r| r.object.name == name).context("the object was reconciled")
+}
+
+// Item 3: guest strings become metric labels.
+#[tokio::test]
+async fn made_up_kinds_do_not_become_metric_labels() -> Result<()> {
+    let other = r#"capstan_grant_denials_total{controller="fixture",verb="get",kind="other"}"#;
+    let before = sample(&metrics().encode(), other);
+    let run = mock_run("kinds", "flood-kinds", Limits::default()).await?;
+    first(&run, "kinds")?.result.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let scrape = metrics().encode();
+    assert!(!scrape.contains("hostile.example"), "a made-up kind is a label:\n{scrape}");
+    assert!(sample(&scrape, other) - before >= 200.0, "the denials count under `other`:\n{scrape}");
+    Ok(())
+}
+
+// Item 5: one WARN per denied call, uncapped.
+#[tokio::test]
+async fn a_flood_of_denied_calls_is_rate_limited_in_the_log_and_counted() -> Result<()> {
+    let dropped = r#"capstan_guest_log_lines_dropped_total{controller="fixture",reason="budget"}"#;
+    let before = sample(&metrics().encode(), dropped);
+    let run = mock_run("denied", "flood-denied", Limits::default()).await?;
+    let report = first(&run, "denied")?;
+    let denied = report.journal.calls.iter().filter(|c| c.function == "kube.create").count();
+    assert_eq!(denied, 2_000, "every call is journaled");
+    // 1 000 calls reach the grants (the rest are over the call limit); the
+    // log gets the burst of the budget, the rest are dropped and counted.
+    let budget = Limits::default().log;
+    let delta = sample(&metrics().encode(), dropped) - before;
+    assert!(delta >= f64::from(1_000 - budget.burst), "{delta} lines dropped");
+    Ok(())
+}
+
+// Item 9: per-invocation limits on host calls and events.
+#[tokio::test(flavor = "multi_thread")]
+async fn per_invocation_limits_refuse_host_calls_and_events_with_a_wit_error_on_the_api_server() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-limits").await?;
+    let limits = Limits::default().host_calls(20).events(5);
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .limits(limits)
+        .component(component("fixture"))
+        .start()
+        .await?;
+    let cms: Api<ConfigMap> = ns.api();
+    cms.create(&PostParams::default(), &fixture_cm("events", "flood-events")?).await?;
+    cms.create(&PostParams::default(), &fixture_cm("calls", "flood-calls")?).await?;
+    let data = |name: &'static str| {
+        let cms = cms.clone();
+        async move { cms.get(&format!("{name}-flood")).await.ok()?.data }
+    };
+    let events = wait_for(TIMEOUT, || data("events")).await.context("the events child")?;
+    assert_eq!(events.get("recorded").map(String::as_str), Some("5"), "{events:?}");
+    let error = events.get("error").cloned().unwrap_or_default();
+    assert!(error.contains("limit of 5 events per invocation"), "{error}");
+    let calls = wait_for(TIMEOUT, || data("calls")).await.context("the calls child")?;
+    assert_eq!(calls.get("calls").map(String::as_str), Some("20"), "{calls:?}");
+    let error = calls.get("error").cloned().unwrap_or_default();
+    assert!(error.contains("limit of 20 kube calls per invocation"), "{error}");
+    // On the API server: only the first five events of any invocation.
+    let recorded: Api<Event> = ns.api();
+    let notes: std::collections::BTreeSet<String> = recorded
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Flood"))
+        .filter_map(|e| e.note)
+        .collect();
+    let expected: std::collections::BTreeSet<String> = (0..5).map(|i| format!("event {i}")).collect();
+    assert!(notes.is_subset(&expected) && !notes.is_empty(), "{notes:?}");
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+// Item 10: names are validated before anything is sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_name_with_a_query_never_reaches_the_api_server() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-names").await?;
+    let cms: Api<ConfigMap> = ns.api();
+    cms.create(&PostParams::default(), &fixture_cm("victim", "ok")?).await?;
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .component(component("fixture"))
+        .start()
+        .await?;
+    cms.create(&PostParams::default(), &fixture_cm("attacker", "bad-name")?).await?;
+    let data = wait_for(TIMEOUT, || async { cms.get("attacker-bad-name").await.ok()?.data }).await?;
+    let error = data.get("error").cloned().unwrap_or_default();
+    assert!(error.starts_with("bad request: invalid name \"victim?dryRun=All\""), "{error}");
+    assert!(cms.get_opt("victim").await?.is_some(), "victim was deleted");
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+// Item 12: trap messages.
+#[tokio::test]
+async fn a_panic_message_reaches_the_trap_error() -> Result<()> {
+    let run = mock_run("panics", "trap", Limits::default()).await?;
+    match &first(&run, "panics")?.result {
+        Err(ReconcileError::Guest(runtime::Error::Trap(message))) => {
+            assert!(message.ends_with("stderr: fixture asked to trap"), "{message}");
+        }
+        other => panic!("not a trap: {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_huge_allocation_is_reported_as_the_memory_limit() -> Result<()> {
+    let run = mock_run("huge", "huge-alloc", Limits::default()).await?;
+    match &first(&run, "huge")?.result {
+        Err(ReconcileError::Guest(runtime::Error::Memory { limit, wanted })) => {
+            assert_eq!(*limit, Limits::default().memory);
+            assert!(*wanted >= 2_000_000_000, "{wanted}");
+        }
+        other => panic!("not the memory limit: {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn stdout_past_the_cap_is_truncated_and_counted_not_a_trap() -> Result<()> {
+    let bytes = r#"capstan_guest_stdio_dropped_bytes_total{controller="fixture",stream="stdout"}"#;
+    let lines = r#"capstan_guest_log_lines_dropped_total{controller="fixture",reason="cap"}"#;
+    let before = metrics().encode();
+    let run = mock_run("printer", "stdout-flood", Limits::default()).await?;
+    let report = first(&run, "printer")?;
+    report.result.as_ref().map_err(|e| anyhow::anyhow!("trapped: {e}"))?;
+    let journal = &report.journal;
+    assert_eq!(journal.stdout.len(), STDIO_CAPACITY);
+    assert_eq!(journal.stdout_dropped, (1024 * 1024 - STDIO_CAPACITY) as u64);
+    // The fixture's own "reconciling" line and 1 000 more; 256 are kept.
+    assert_eq!((journal.logs.len(), journal.dropped_logs), (capstan_host::imports::MAX_LOG_LINES, 1_001 - 256));
+    let after = metrics().encode();
+    assert!(sample(&after, bytes) - sample(&before, bytes) >= journal.stdout_dropped as f64, "{after}");
+    assert!(sample(&after, lines) - sample(&before, lines) >= 745.0, "{after}");
+    Ok(())
+}
+
+// Item 14: the compile cache must belong to the host's user.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_compile_cache_others_may_write_is_refused_and_the_component_compiled() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("capstan-cache-{}", random_suffix(8)));
+    std::fs::create_dir_all(&dir)?;
+    let engine = Engine::new(EngineConfig::default())?;
+    let runtime = Runtime::new(&engine, Limits::default()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    let loader = Loader::new(runtime, Some(dir.clone()));
+    let noop = component("noop");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    assert_eq!(loader.load(&noop).await?.source, CompileSource::Compiled, "a cold cache");
+    assert_eq!(loader.load(&noop).await?.source, CompileSource::Cache, "a private cache is used");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+    assert_eq!(loader.load(&noop).await?.source, CompileSource::Compiled, "a world-writable directory");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    let entry = std::fs::read_dir(&dir)?.filter_map(Result::ok).map(|e| e.path()).next().context("an entry")?;
+    std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o666))?;
+    assert_eq!(loader.load(&noop).await?.source, CompileSource::Compiled, "a world-writable entry");
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+// Item 7: readiness reflects controllers that should run and do not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rejected_file_with_no_running_version_makes_the_host_unready_naming_it() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-ready").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-ready-{}", random_suffix(8)));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(component("fixture"), dir.join("fixture.wasm"))?;
+    std::fs::write(dir.join("broken.wasm"), b"not wasm at all")?;
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .components_dir(Some(dir.clone()))
+        .start()
+        .await?;
+    let running = || host.controller("fixture").is_some_and(|c| c.state() == capstan_host::controller::State::Running);
+    wait_for(TIMEOUT, || async { running().then_some(()) }).await.context("the fixture runs")?;
+    let reasons = host.readiness().expect_err("a controller that should run does not");
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(reasons[0].contains("broken.wasm: rejected, no version runs"), "{reasons:?}");
+    // The broken file goes away: ready.
+    std::fs::remove_file(dir.join("broken.wasm"))?;
+    wait_for(TIMEOUT, || async { host.readiness().ok() }).await.context("ready without the broken file")?;
+    host.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    ns.cleanup().await
+}
+
+/// `GET http://127.0.0.1:<port><path>`: the status code, if anything answers.
+async fn status_code(port: u16, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
+}
+
+// Item 7: startup without the API server retries with backoff.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_host_started_while_the_api_server_is_down_waits_for_it_and_reconciles() -> Result<()> {
+    let private = PrivateControlPlane::start(false).await?;
+    let client = private.plane().client()?;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "late"}}))?;
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "late");
+    cms.create(&PostParams::default(), &fixture_cm("early", "child")?).await?;
+
+    // The API server goes down for a while; the host starts meanwhile.
+    let kubeconfig = private.plane().kubeconfig_path().to_owned();
+    let restart =
+        tokio::spawn(async move { private.restart_apiserver(Duration::from_secs(15)).await.map(|()| private) });
+    wait_for(TIMEOUT, || async { client.apiserver_version().await.is_err().then_some(()) })
+        .await
+        .context("the API server went down")?;
+    let binary = capstan_binary().await?;
+    let port = free_port()?;
+    let dir = std::env::temp_dir().join(format!("capstan-late-{}", random_suffix(8)));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(component("fixture"), dir.join("fixture.wasm"))?;
+    let mut child = tokio::process::Command::new(&binary)
+        .args(["run", "--components"])
+        .arg(&dir)
+        .args(["-n", "late", "--skip-permission-check", "--listen", &format!("127.0.0.1:{port}"), "--kubeconfig"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.with_extension("log"))?)
+        .kill_on_drop(true)
+        .spawn()?;
+    // Alive and not ready while it waits.
+    let code = wait_for(TIMEOUT, || async { status_code(port, "/readyz").await }).await?;
+    assert_eq!(code, 503, "ready before the API server answered");
+    let private = restart.await??;
+    wait_for(Duration::from_secs(90), || async { (status_code(port, "/readyz").await == Some(200)).then_some(()) })
+        .await
+        .context("ready once the API server is back")?;
+    ensure!(child.try_wait()?.is_none(), "the host exited");
+    let cms: Api<ConfigMap> = Api::namespaced(private.plane().client()?, "late");
+    wait_for(TIMEOUT, || async { cms.get("early-child").await.ok() }).await.context("the object was reconciled")?;
+    child.kill().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(dir.with_extension("log"));
+    Ok(())
+}
