@@ -219,4 +219,5 @@ impl Controller for Tenants {
     }
 }
 
+#[cfg(target_arch = "wasm32")]
 capstan_guest::export!(Tenants);
