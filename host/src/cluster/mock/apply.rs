@@ -188,14 +188,19 @@ pub(super) fn value_at<'a>(value: &'a Value, path: &Path) -> Option<&'a Value> {
     path.iter().try_fold(value, |current, seg| match seg {
         Seg::Field(field) => current.get(field),
         Seg::Key(key) => current.as_array()?.iter().find(|item| matches_key(item, key)),
-        Seg::Value(text) => current.as_array()?.iter().find(|item| item.to_string() == *text),
+        Seg::Value(text) => current.as_array()?.iter().find(|item| is_text_of(item, text)),
     })
 }
 
 /// True if an item has these key values; a key the item lacks matches
 /// only a `null` key value.
 fn matches_key(item: &Value, key: &[(String, String)]) -> bool {
-    key.iter().all(|(k, v)| item.get(k).map_or_else(|| v == "null", |actual| actual.to_string() == *v))
+    key.iter().all(|(k, v)| item.get(k).map_or_else(|| v == "null", |actual| is_text_of(actual, v)))
+}
+
+/// True if `text` is the JSON text of `value`.
+fn is_text_of(value: &Value, text: &str) -> bool {
+    serde_json::from_str::<Value>(text).is_ok_and(|parsed| parsed == *value)
 }
 
 /// Removes the field or item at a path, then any map or list that became
@@ -212,7 +217,7 @@ pub(super) fn remove_at(value: &mut Value, path: &[Seg]) -> bool {
             }
             (Value::Array(items), Seg::Value(text)) => {
                 let before = items.len();
-                items.retain(|item| item.to_string() != *text);
+                items.retain(|item| !is_text_of(item, text));
                 items.len() != before
             }
             _ => false,
