@@ -13,6 +13,10 @@
 //! | `error.txt` | the run is expected to fail with an error containing this text |
 //! | `steps/<nn-name>/` | further steps, in name order: `apply.yaml` (objects to create, or merge into existing ones), `delete.yaml` (objects to delete), and their own `expect.yaml`, `absent.yaml`, `events.yaml`, `error.txt` |
 //!
+//! A CustomResourceDefinition in `given.yaml` or `apply.yaml` serves its
+//! kind (with its schema) from then on; CRDs are created before the other
+//! objects of the same file.
+//!
 //! After `given.yaml` and after each step, the mock host runs until idle
 //! (requeues and retries due later are not run). In subset matches, maps
 //! match key by key, and each element of an expected list must match some
@@ -136,7 +140,7 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
     host.load(component).await?;
     let mut mismatches = Vec::new();
 
-    for object in read_yaml_documents(&case.join("given.yaml"))? {
+    for object in crds_first(read_yaml_documents(&case.join("given.yaml"))?) {
         if let Err(e) = host.seed(object) {
             mismatches.push(format!("given.yaml: {e}"));
         }
@@ -154,7 +158,7 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
         steps.sort();
         for step in steps {
             let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
-            for object in read_yaml_documents(&step.join("apply.yaml"))? {
+            for object in crds_first(read_yaml_documents(&step.join("apply.yaml"))?) {
                 if let Err(e) = apply(host.cluster(), object).await {
                     mismatches.push(format!("{label}apply.yaml: {e}"));
                 }
@@ -173,6 +177,13 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
         }
     }
     Ok(CaseResult { name, mismatches })
+}
+
+/// The objects with CustomResourceDefinitions first (otherwise in file
+/// order), so that a file may define a kind after using it.
+fn crds_first(mut objects: Vec<Value>) -> Vec<Value> {
+    objects.sort_by_key(|o| o.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition"));
+    objects
 }
 
 /// Creates `object`, or merges it into the existing one (spec and

@@ -52,9 +52,20 @@ use crate::object::{self, ObjectRef};
 use crate::reconciler::{Action, EventKind, Reconciler, Report};
 use crate::runtime::Runtime;
 
-/// Most reconciles one `run_until_idle` performs before it reports that the
-/// controllers do not settle.
-pub const MAX_RECONCILES_PER_RUN: usize = 10_000;
+/// How many times one `run_until_idle` may reconcile the same object
+/// before it reports a reconcile loop, however fast the reconciles are. In
+/// one run an object is only reconciled again because the cluster changed
+/// (requeues wait for [`MockHost::advance`]), so this many rounds means the
+/// controllers keep changing what they read.
+pub const LOOP_RECONCILES: u32 = 100;
+
+/// Wall-clock time after which one `run_until_idle` reports a reconcile
+/// loop if some object was reconciled at least [`LOOP_MIN_REPEATS`] times.
+pub const LOOP_TIME: Duration = Duration::from_secs(1);
+
+/// Reconciles of one object that, once [`LOOP_TIME`] has passed, make a
+/// reconcile loop.
+pub const LOOP_MIN_REPEATS: u32 = 5;
 
 /// First retry delay after a failure; doubles per consecutive failure.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -79,9 +90,23 @@ pub enum Error {
     /// A seeded object was refused by the mock cluster.
     #[error("cannot seed object: {0}")]
     Seed(#[from] cluster::Error),
-    /// The controllers kept reconciling without settling.
-    #[error("controllers did not settle after {MAX_RECONCILES_PER_RUN} reconciles (a reconcile loop?)")]
-    NoSettle,
+    /// The controllers kept reconciling the same objects, each reconcile
+    /// changing the cluster again: a reconcile loop.
+    #[error(
+        "reconcile loop: controller {controller} reconciled {} again and again ({reconciles} reconciles in {elapsed:?}) \
+         while the cluster kept changing",
+        objects.join(", ")
+    )]
+    NoSettle {
+        /// The controller that loops.
+        controller: String,
+        /// The objects it reconciled most, most first (at most five).
+        objects: Vec<String>,
+        /// How many reconciles the run had done.
+        reconciles: usize,
+        /// Wall-clock time the run had taken.
+        elapsed: Duration,
+    },
 }
 
 /// Process-wide engine shared by every mock host (compiling once per
@@ -147,6 +172,45 @@ pub struct Step {
     pub at: Duration,
     /// What happened.
     pub report: Report,
+}
+
+/// Counts the reconciles of one run per controller and object, to tell a
+/// reconcile loop from a long run.
+struct LoopDetector {
+    started: std::time::Instant,
+    counts: BTreeMap<(usize, ObjectRef), u32>,
+}
+
+impl LoopDetector {
+    fn new(started: std::time::Instant) -> Self {
+        Self { started, counts: BTreeMap::new() }
+    }
+
+    /// Records that `controller` is about to reconcile `object`; returns the
+    /// objects of that controller that loop (most reconciled first, at most
+    /// five) and the time taken, if this is a loop.
+    fn record(
+        &mut self,
+        controller: usize,
+        object: &ObjectRef,
+        now: std::time::Instant,
+    ) -> Option<(Vec<String>, Duration)> {
+        let count = self.counts.entry((controller, object.clone())).or_insert(0);
+        *count += 1;
+        let elapsed = now.saturating_duration_since(self.started);
+        let looping = *count >= LOOP_RECONCILES || (elapsed >= LOOP_TIME && *count >= LOOP_MIN_REPEATS);
+        if !looping {
+            return None;
+        }
+        let mut repeated: Vec<(u32, &ObjectRef)> = self
+            .counts
+            .iter()
+            .filter(|((c, _), n)| *c == controller && **n >= LOOP_MIN_REPEATS)
+            .map(|((_, r), n)| (*n, r))
+            .collect();
+        repeated.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        Some((repeated.into_iter().take(5).map(|(_, r)| r.to_string()).collect(), elapsed))
+    }
 }
 
 /// The reconciles of one `run_until_idle` or `advance`.
@@ -339,15 +403,23 @@ impl MockHost {
     ///
     /// # Errors
     ///
-    /// [`Error::NoSettle`] after [`MAX_RECONCILES_PER_RUN`] reconciles.
+    /// [`Error::NoSettle`] for a reconcile loop: when one object has been
+    /// reconciled [`LOOP_RECONCILES`] times, or [`LOOP_TIME`] has passed and
+    /// one has been reconciled [`LOOP_MIN_REPEATS`] times.
     pub async fn run_until_idle(&mut self) -> Result<Run, Error> {
         let mut run = Run::default();
+        let mut loops = LoopDetector::new(std::time::Instant::now());
         loop {
             self.collect_changes().await?;
             let Some((index, r)) = self.queue.pop_front() else { break };
             self.queued.remove(&(index, r.clone()));
-            if run.steps.len() >= MAX_RECONCILES_PER_RUN {
-                return Err(Error::NoSettle);
+            if let Some((objects, elapsed)) = loops.record(index, &r, std::time::Instant::now()) {
+                return Err(Error::NoSettle {
+                    controller: self.controllers[index].manifest.name.clone(),
+                    objects,
+                    reconciles: run.steps.len(),
+                    elapsed,
+                });
             }
             let report = self.controllers[index].reconciler.reconcile(&r).await;
             let controller = &mut self.controllers[index];
@@ -410,6 +482,54 @@ pub fn backoff(failures: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fast_loop_is_reported_after_loop_reconciles_of_one_object() {
+        let start = std::time::Instant::now();
+        let mut loops = LoopDetector::new(start);
+        let a = ObjectRef::new(object::Gvk::new("", "v1", "ConfigMap"), Some("ns"), "a");
+        let b = ObjectRef::new(object::Gvk::new("", "v1", "ConfigMap"), Some("ns"), "b");
+        for _ in 1..LOOP_RECONCILES {
+            assert!(loops.record(0, &a, start).is_none());
+            assert!(loops.record(0, &b, start).is_none());
+        }
+        let (objects, _) = loops.record(0, &a, start).expect("the hundredth reconcile of a is a loop");
+        assert_eq!(objects, [a.to_string(), b.to_string()]);
+    }
+
+    #[test]
+    fn after_a_second_a_few_repeats_are_a_loop_but_many_objects_once_are_not() {
+        let start = std::time::Instant::now();
+        let later = start + LOOP_TIME;
+        let mut loops = LoopDetector::new(start);
+        let gvk = object::Gvk::new("", "v1", "ConfigMap");
+        for i in 0..1000 {
+            let r = ObjectRef::new(gvk.clone(), Some("ns"), format!("cm-{i}"));
+            assert!(loops.record(0, &r, later).is_none(), "one reconcile each is no loop, however long");
+        }
+        let a = ObjectRef::new(gvk, Some("ns"), "a");
+        for _ in 1..LOOP_MIN_REPEATS {
+            assert!(loops.record(1, &a, later).is_none());
+        }
+        let (objects, elapsed) = loops.record(1, &a, later).expect("a keeps coming back after a second");
+        assert_eq!(objects, [a.to_string()]);
+        assert_eq!(elapsed, LOOP_TIME);
+    }
+
+    #[test]
+    fn the_loop_error_names_the_controller_and_objects() {
+        let err = Error::NoSettle {
+            controller: "greeter".into(),
+            objects: vec!["v1/ConfigMap ns/a".into()],
+            reconciles: 100,
+            elapsed: Duration::from_millis(20),
+        };
+        assert_eq!(
+            err.to_string(),
+            "reconcile loop: controller greeter reconciled v1/ConfigMap ns/a again and again (100 reconciles in \
+             20ms) while the cluster kept changing"
+        );
+    }
 
     #[test]
     fn backoff_doubles_and_caps() {

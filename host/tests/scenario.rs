@@ -82,3 +82,10 @@ fn capstan_inspect_names_the_file_and_reason_for_a_bad_component() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("README.md: not a WebAssembly file"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_scenario_defines_custom_kinds_and_uses_any_built_in_kind() {
+    let dir = repo().join("tests/fixtures/scenarios/custom-kinds");
+    let results = scenario::run_all(&greeter(), &dir).await.expect("runs");
+    assert!(results[0].passed(), "{:#?}", results[0].mismatches);
+}

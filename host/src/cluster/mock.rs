@@ -19,15 +19,29 @@
 //! assert_eq!(cluster.get_sync(&cfg), Some(stored));
 //! ```
 //!
+//! `docs/mock.md` says, for operator authors, exactly what the mock does
+//! and does not do like the API server.
+//!
 //! # Behaviour
 //!
-//! - **Kinds.** Common built-in kinds are served from the start (core,
-//!   apps, batch, coordination, events, networking, policy, RBAC and
-//!   CustomResourceDefinitions); others are added with
-//!   [`MockCluster::register_kind`] or [`MockCluster::register_crd`], or by
-//!   creating a CustomResourceDefinition object. A request for any other
-//!   kind or version fails with [`Error::NotFound`] "the server could not
-//!   find the requested resource", so a test notices a missing CRD.
+//! - **Kinds.** Every kind the project's control plane serves is served
+//!   from the start, with its scope, status subresource, verbs and OpenAPI
+//!   schema, as captured by `tests/control-plane/capture-api.sh` (see
+//!   [`MockCluster::kubernetes_version`]). Custom kinds are added with
+//!   [`MockCluster::register_crd`] or by creating a CustomResourceDefinition
+//!   object, which brings its schema, and [`MockCluster::register_kind`]
+//!   serves a kind without a schema. A request for any other kind or
+//!   version fails with [`Error::NotFound`] "the server could not find the
+//!   requested resource", so a test notices a missing CRD; a verb the
+//!   resource does not support is a 405 [`Error::Other`].
+//! - **Schemas.** Undeclared fields are dropped from built-in objects and
+//!   pruned from custom resources (unless the schema preserves unknown
+//!   fields); CRD `default`s are applied; the result is validated against
+//!   the schema (types, `required`, `enum`, bounds, lengths, `pattern`),
+//!   failing with an [`Error::Invalid`] worded like the API server's, or,
+//!   for a built-in field of the wrong type, an [`Error::BadRequest`] like
+//!   its decoding error. Server-side apply refuses undeclared fields with a
+//!   500 [`Error::Other`], as the API server does.
 //! - **Storage.** Objects are stored per group and kind, keyed by namespace
 //!   and name: every served version of a kind reads the same object,
 //!   returned with the requested `apiVersion`. Namespaced kinds need a
@@ -56,7 +70,11 @@
 //!   [`Patch::Strategic`] is approximated (see Limits) and, like the real
 //!   server, refused with a 415 [`Error::Other`] for kinds defined by a CRD.
 //! - **Server-side apply** ([`Patch::Apply`]) tracks, per field manager, the
-//!   fields it applied (see [`MockCluster::managers_of`]). An apply merges
+//!   fields it applied (see [`MockCluster::managers_of`]). Lists merge as
+//!   their schema's `x-kubernetes-list-type` says: `map` lists item by item
+//!   by their `x-kubernetes-list-map-keys` (so two managers can each own
+//!   their own `status.conditions` entry), `set` lists by value, other
+//!   lists whole. An apply merges
 //!   the configuration into the object, removes the fields the manager
 //!   applied last time but no longer applies (unless another manager owns
 //!   them too), and creates the object if it is missing. Changing a field
@@ -81,10 +99,10 @@
 //!
 //! # Limits
 //!
-//! - There is no schema: no defaulting, no validation of `spec`, no
-//!   conversion between versions (every version returns the same JSON),
-//!   no pruning of unknown fields. `metadata.managedFields` is neither
-//!   returned nor accepted.
+//! - Only the schema is checked: none of the built-in kinds' Go validation
+//!   (immutable fields, cross-field rules) or defaulting, no CEL rules, no
+//!   conversion between versions (every version returns the same JSON).
+//!   `metadata.managedFields` is neither returned nor accepted.
 //! - Namespaces need not exist, deleting a Namespace does not delete its
 //!   contents, and deleting a CRD neither deletes its objects nor stops
 //!   serving its kind. The core `v1` and `events.k8s.io/v1` Events are
@@ -106,11 +124,9 @@
 //!   is merged as a set. `$patch: delete` / `replace` and
 //!   `$deleteFromPrimitiveList` are honoured; `$retainKeys` and
 //!   `$setElementOrder` are ignored. Other lists are replaced.
-//! - Server-side apply owns leaf paths: scalars, empty maps and whole
-//!   lists, except `metadata.finalizers` (each entry owned alone) and
-//!   `metadata.ownerReferences` (entries owned by uid). Lists are atomic
-//!   otherwise, even those the real server merges by key (`containers`,
-//!   `conditions`...). Only apply operations own fields: replace and the
+//! - Server-side apply owns scalars, empty maps, atomic lists, set items,
+//!   and map-list items with the fields inside them. Only apply operations
+//!   own fields: replace and the
 //!   other patch types change values without taking or removing ownership,
 //!   so their fields never cause apply conflicts and are never pruned.
 //!   A change of ownership alone (a second manager applying the same
@@ -138,10 +154,13 @@ use serde_json::{Map, Value, json};
 
 use super::{Cluster, Error, EventRecord, ListParams, Patch, Propagation, Result, Status, Subresource};
 use crate::object::{self, Gvk, ObjectRef};
+use schema::Schema;
 
 mod apply;
+mod catalog;
 mod kinds;
 mod meta;
+mod schema;
 pub(crate) mod selector;
 mod strategic;
 #[cfg(test)]
@@ -222,8 +241,10 @@ impl MockCluster {
     /// Serves a kind (one version of it). Registering another version of a
     /// known group and kind adds that version; the last registration's
     /// plural and scope win.
+    /// The kind is served without a schema: objects are neither pruned nor
+    /// validated beyond their metadata, and every list is atomic in apply.
     pub fn register_kind(&self, info: KindInfo) {
-        self.state().register(info, false);
+        self.state().register(kinds::Served::unchecked(info), false);
     }
 
     /// Serves every served version of an `apiextensions.k8s.io/v1`
@@ -257,10 +278,10 @@ impl MockCluster {
     /// [`Error::Invalid`] if a field is missing, the scope is unknown, the
     /// name is not `<plural>.<group>`, or no version is served.
     pub fn register_crd(&self, crd: &Value) -> Result<()> {
-        let infos = kinds::from_crd(crd).map_err(invalid)?;
+        let served = kinds::from_crd(crd).map_err(invalid)?;
         let mut state = self.state();
-        for info in infos {
-            state.register(info, true);
+        for kind in served {
+            state.register(kind, true);
         }
         Ok(())
     }
@@ -273,6 +294,12 @@ impl MockCluster {
             namespaced: kind.namespaced,
             status_subresource: kind.status,
         })
+    }
+
+    /// The Kubernetes version whose API the built-in kinds were captured
+    /// from, e.g. `v1.37.2`.
+    pub fn kubernetes_version() -> &'static str {
+        &catalog::get().kubernetes
     }
 
     /// The mock clock: what `creationTimestamp` and `deletionTimestamp` are
@@ -391,6 +418,7 @@ impl Cluster for MockCluster {
         let mut state = self.state();
         let gvk = Gvk::of(&object).ok_or_else(|| bad_request("object has no apiVersion and kind"))?;
         let kind = state.resolve(&gvk)?;
+        kind.allow("update")?;
         state.update(&kind, object, subresource)
     }
 
@@ -401,6 +429,7 @@ impl Cluster for MockCluster {
     async fn delete(&self, object: &ObjectRef, propagation: Propagation) -> Result<()> {
         let mut state = self.state();
         let kind = state.resolve(&object.gvk)?;
+        kind.allow("delete")?;
         let key = kind.key(object.namespace.as_deref(), &object.name)?;
         if state.delete_key(&kind.gk, &key, propagation) { Ok(()) } else { Err(kind.not_found(&object.name)) }
     }
@@ -435,8 +464,19 @@ struct KindEntry {
     namespaced: bool,
     /// Defined by a CRD: strategic merge patch is refused.
     custom: bool,
-    /// Served versions, with whether each has a status subresource.
-    versions: BTreeMap<String, bool>,
+    /// Served versions.
+    versions: BTreeMap<String, VersionEntry>,
+}
+
+/// How one version of a kind is served.
+#[derive(Clone, Debug)]
+struct VersionEntry {
+    /// Has a status subresource.
+    status: bool,
+    /// The verbs allowed; `None` for all.
+    verbs: Option<Vec<String>>,
+    /// What objects are checked against.
+    schema: Schema,
 }
 
 /// A served kind and version a request is about.
@@ -448,6 +488,8 @@ struct Resolved {
     namespaced: bool,
     status: bool,
     custom: bool,
+    verbs: Option<Vec<String>>,
+    schema: Schema,
 }
 
 impl Resolved {
@@ -463,6 +505,81 @@ impl Resolved {
 
     fn already_exists(&self, name: &str) -> Error {
         Error::AlreadyExists(Status::new(409, "AlreadyExists", format!("{} {name:?} already exists", self.resource())))
+    }
+
+    /// Refuses a verb the resource does not support, as the API server
+    /// does with 405.
+    fn allow(&self, verb: &str) -> Result<()> {
+        match &self.verbs {
+            Some(verbs) if !verbs.iter().any(|v| v == verb) => Err(Error::Other(Status::new(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The 422 for field errors, worded like the API server's:
+    /// `Deployment.apps "web" is invalid: spec.selector: Required value`.
+    fn invalid(&self, name: &str, errors: &[schema::FieldError]) -> Error {
+        let qualified = if self.gvk.group.is_empty() {
+            self.gvk.kind.clone()
+        } else {
+            format!("{}.{}", self.gvk.kind, self.gvk.group)
+        };
+        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let detail = if list.len() == 1 { list.join("") } else { format!("[{}]", list.join(", ")) };
+        invalid(format!("{qualified} {name:?} is invalid: {detail}"))
+    }
+
+    /// What the API server does with an object's body before it stores
+    /// it: drops undeclared fields (built-in kinds, when decoding) or
+    /// prunes them (custom resources), applies CRD defaults, and checks the
+    /// result against the schema.
+    ///
+    /// For built-in kinds a value of the wrong type is a 400, as a decoding
+    /// error is on the API server; other problems are a 422.
+    fn admit(&self, object: &mut Value, name: &str) -> Result<()> {
+        let root = self.schema.root();
+        schema::prune(object, root);
+        if self.schema.is_custom() {
+            schema::apply_defaults(object, root);
+        }
+        let errors = schema::validate(object, root);
+        let type_error = errors.iter().find_map(|e| match &e.problem {
+            schema::Problem::Type { expected, value } => Some((&e.path, expected, value)),
+            _ => None,
+        });
+        if !self.schema.is_custom()
+            && let Some((path, expected, value)) = type_error
+        {
+            return Err(bad_request(format!(
+                "{kind} in version {version:?} cannot be handled as a {kind}: {path}: expected {expected}, got {got}",
+                kind = self.gvk.kind,
+                version = self.gvk.version,
+                got = schema::json_type(value),
+            )));
+        }
+        if errors.is_empty() { Ok(()) } else { Err(self.invalid(name, &errors)) }
+    }
+
+    /// Refuses an apply configuration with fields its schema does not
+    /// declare, as server-side apply does whatever the field validation.
+    /// The API server answers 500, as it does.
+    fn check_declared(&self, key: &Key, config: &Map<String, Value>) -> Result<()> {
+        let config = Value::Object(config.clone());
+        match schema::undeclared(&config, self.schema.root()).first() {
+            Some(path) => Err(Error::Other(Status::new(
+                500,
+                "InternalError",
+                format!(
+                    "failed to create typed patch object ({}/{}; {}/{}, Kind={}): .{path}: field not declared in schema",
+                    key.0, key.1, self.gvk.group, self.gvk.version, self.gvk.kind
+                ),
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn modified(&self, name: &str) -> Error {
@@ -544,13 +661,14 @@ impl State {
             events: Vec::new(),
             changes: Vec::new(),
         };
-        for info in kinds::built_in() {
-            state.register(info, false);
+        for served in kinds::built_in() {
+            state.register(served, false);
         }
         state
     }
 
-    fn register(&mut self, info: KindInfo, custom: bool) {
+    fn register(&mut self, served: kinds::Served, custom: bool) {
+        let info = served.info;
         let entry = self.kinds.entry(GroupKind::of(&info.gvk)).or_insert_with(|| KindEntry {
             plural: String::new(),
             namespaced: info.namespaced,
@@ -560,20 +678,24 @@ impl State {
         entry.plural = info.plural;
         entry.namespaced = info.namespaced;
         entry.custom = custom;
-        entry.versions.insert(info.gvk.version, info.status_subresource);
+        let schema = served.schema.unwrap_or_else(Schema::permissive);
+        let version = VersionEntry { status: info.status_subresource, verbs: served.verbs, schema };
+        entry.versions.insert(info.gvk.version, version);
     }
 
     fn resolve(&self, gvk: &Gvk) -> Result<Resolved> {
         let gk = GroupKind::of(gvk);
         let entry = self.kinds.get(&gk).ok_or_else(unknown_resource)?;
-        let status = *entry.versions.get(&gvk.version).ok_or_else(unknown_resource)?;
+        let version = entry.versions.get(&gvk.version).ok_or_else(unknown_resource)?;
         Ok(Resolved {
             gvk: gvk.clone(),
             gk,
             plural: entry.plural.clone(),
             namespaced: entry.namespaced,
-            status,
+            status: version.status,
             custom: entry.custom,
+            verbs: version.verbs.clone(),
+            schema: version.schema.clone(),
         })
     }
 
@@ -591,6 +713,7 @@ impl State {
 
     fn get(&self, target: &ObjectRef) -> Result<Value> {
         let kind = self.resolve(&target.gvk)?;
+        kind.allow("get")?;
         let key = kind.key(target.namespace.as_deref(), &target.name)?;
         self.stored(&kind.gk, &key)
             .map(|stored| with_version(&stored.object, &kind.gvk))
@@ -599,6 +722,7 @@ impl State {
 
     fn list(&self, gvk: &Gvk, namespace: Option<&str>, params: &ListParams) -> Result<Vec<Value>> {
         let kind = self.resolve(gvk)?;
+        kind.allow("list")?;
         let namespace = namespace.filter(|ns| !ns.is_empty());
         if namespace.is_some() {
             kind.check_scope(namespace)?;
@@ -621,6 +745,7 @@ impl State {
     fn create(&mut self, mut object: Value, keep_status: bool) -> Result<Value> {
         let gvk = Gvk::of(&object).ok_or_else(|| bad_request("object has no apiVersion and kind"))?;
         let kind = self.resolve(&gvk)?;
+        kind.allow("create")?;
         let meta = metadata_mut(&mut object)?;
         if meta.get("resourceVersion").and_then(Value::as_str).is_some_and(|rv| !rv.is_empty()) {
             return Err(bad_request("resourceVersion should not be set on objects to be created"));
@@ -656,13 +781,14 @@ impl State {
         for field in SERVER_SET.iter().chain(&["managedFields", "selfLink"]) {
             meta.remove(*field);
         }
-        meta.insert("name".to_owned(), name.into());
+        meta.insert("name".to_owned(), name.clone().into());
         meta.insert("uid".to_owned(), meta::uid(self.uids).into());
         meta.insert("creationTimestamp".to_owned(), meta::rfc3339(self.now).into());
         meta.insert("generation".to_owned(), 1.into());
         if kind.status && !keep_status {
             set_field(&mut object, "status", None);
         }
+        kind.admit(&mut object, &name)?;
         Ok(self.write(&kind.gk, &key, object))
     }
 
@@ -713,6 +839,7 @@ impl State {
             }
         };
         set_identity(&mut new, &kind.gvk);
+        kind.admit(&mut new, &name)?;
         meta::validate_metadata(metadata_mut(&mut new)?).map_err(invalid)?;
         if object::is_deleting(&old) {
             let before = object::finalizers(&old);
@@ -761,8 +888,8 @@ impl State {
         }
         self.record(&object, ChangeKind::Applied);
         if gk.is_crd() {
-            for info in kinds::from_crd(&object).into_iter().flatten() {
-                self.register(info, true);
+            for served in kinds::from_crd(&object).into_iter().flatten() {
+                self.register(served, true);
             }
         }
         object
@@ -829,6 +956,7 @@ impl State {
 
     fn patch(&mut self, target: &ObjectRef, patch: Patch, subresource: Subresource) -> Result<Value> {
         let kind = self.resolve(&target.gvk)?;
+        kind.allow("patch")?;
         let namespace = target.namespace.as_deref().filter(|ns| !ns.is_empty());
         let key = kind.key(namespace, &target.name)?;
         if subresource == Subresource::Status && !kind.status {
@@ -898,8 +1026,10 @@ impl State {
             return Err(bad_request("an apply configuration must be a json object"));
         };
         check_apply_identity(kind, &key, &config)?;
+        kind.check_declared(&key, &config)?;
         let applied = apply::applied_part(&config, kind.status, subresource);
-        let fields = apply::field_set(&applied);
+        let root = kind.schema.root();
+        let fields = apply::field_set(&applied, root);
         let me = ManagerKey { name: manager.to_owned(), status: subresource == Subresource::Status };
         let Some(stored) = self.stored(&kind.gk, &key) else {
             if subresource == Subresource::Status {
@@ -910,7 +1040,7 @@ impl State {
             if !key.0.is_empty() {
                 object["metadata"]["namespace"] = key.0.clone().into();
             }
-            apply::merge(&mut object, &applied);
+            apply::merge(&mut object, &applied, root);
             let created = self.create(object, false)?;
             if let Some(stored) = self.stored_mut(&kind.gk, &key).filter(|_| !fields.is_empty()) {
                 stored.managers.insert(me, fields);
@@ -922,11 +1052,13 @@ impl State {
         check_preconditions(kind, &key.1, &current, &Value::Object(config))?;
 
         let mut merged = current.clone();
-        apply::merge(&mut merged, &applied);
+        apply::merge(&mut merged, &applied, root);
         let mut conflicts = Vec::new();
-        for path in fields.iter().filter(|p| apply::value_at(&current, p) != apply::value_at(&merged, p)) {
+        let changed =
+            |p: &&apply::Path| !apply::is_membership(p) && apply::value_at(&current, p) != apply::value_at(&merged, p);
+        for path in fields.iter().filter(changed) {
             for (other, owned) in managers.iter().filter(|(m, _)| m.name != manager) {
-                for theirs in owned.iter().filter(|q| apply::overlaps(q, path)) {
+                for theirs in owned.iter().filter(|q| apply::shares(q, path)) {
                     conflicts.push((other.clone(), theirs.clone()));
                 }
             }
@@ -945,15 +1077,20 @@ impl State {
         let mut new = current.clone();
         let previous = managers.get(&me).cloned().unwrap_or_default();
         for path in previous.difference(&fields) {
-            let still_applied = fields.iter().any(|f| apply::overlaps(f, path));
-            let owned_by_other =
-                managers.iter().any(|(m, owned)| *m != me && owned.iter().any(|q| apply::overlaps(q, path)));
-            let holds_more = apply::value_at(&current, path).and_then(Value::as_object).is_some_and(|m| !m.is_empty());
+            let still_applied = fields.iter().any(|f| apply::shares(f, path));
+            let others = || managers.iter().filter(|(m, _)| **m != me).flat_map(|(_, owned)| owned.iter());
+            let owned_by_other = if apply::is_membership(path) {
+                others().any(|q| apply::within(q, path))
+            } else {
+                others().any(|q| apply::shares(q, path))
+            };
+            let holds_more = !apply::is_membership(path)
+                && apply::value_at(&current, path).and_then(Value::as_object).is_some_and(|m| !m.is_empty());
             if !still_applied && !owned_by_other && !holds_more {
                 apply::remove_at(&mut new, path);
             }
         }
-        apply::merge(&mut new, &applied);
+        apply::merge(&mut new, &applied, root);
         managers.insert(me, fields);
         managers.retain(|_, owned| !owned.is_empty());
 

@@ -1,8 +1,12 @@
-//! The kinds a mock cluster serves: the built-in table and what a
+//! The kinds a mock cluster serves: the captured built-in kinds and what a
 //! CustomResourceDefinition declares.
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::catalog;
+use super::schema::Schema;
 use crate::object::Gvk;
 
 /// A kind the mock cluster serves, as discovery would describe it.
@@ -44,46 +48,38 @@ impl KindInfo {
     }
 }
 
-/// `(group, version, kind, plural, namespaced, status subresource)`.
-type Row = (&'static str, &'static str, &'static str, &'static str, bool, bool);
+/// A kind and version as the mock serves it: what discovery says, its
+/// verbs, and its schema.
+#[derive(Clone, Debug)]
+pub(super) struct Served {
+    /// Discovery's view.
+    pub(super) info: KindInfo,
+    /// The verbs allowed; `None` allows every verb.
+    pub(super) verbs: Option<Vec<String>>,
+    /// The schema objects are pruned, defaulted and validated against.
+    pub(super) schema: Option<Schema>,
+}
 
-/// The kinds every mock cluster starts with.
-const BUILT_IN: &[Row] = &[
-    ("", "v1", "ConfigMap", "configmaps", true, false),
-    ("", "v1", "Secret", "secrets", true, false),
-    ("", "v1", "Service", "services", true, true),
-    ("", "v1", "ServiceAccount", "serviceaccounts", true, false),
-    ("", "v1", "Pod", "pods", true, true),
-    ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, true),
-    ("", "v1", "PersistentVolume", "persistentvolumes", false, true),
-    ("", "v1", "Namespace", "namespaces", false, true),
-    ("", "v1", "Node", "nodes", false, true),
-    ("", "v1", "Event", "events", true, false),
-    ("apps", "v1", "Deployment", "deployments", true, true),
-    ("apps", "v1", "StatefulSet", "statefulsets", true, true),
-    ("apps", "v1", "DaemonSet", "daemonsets", true, true),
-    ("apps", "v1", "ReplicaSet", "replicasets", true, true),
-    ("batch", "v1", "Job", "jobs", true, true),
-    ("batch", "v1", "CronJob", "cronjobs", true, true),
-    ("events.k8s.io", "v1", "Event", "events", true, false),
-    ("coordination.k8s.io", "v1", "Lease", "leases", true, false),
-    ("networking.k8s.io", "v1", "Ingress", "ingresses", true, true),
-    ("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", true, false),
-    ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, true),
-    ("rbac.authorization.k8s.io", "v1", "Role", "roles", true, false),
-    ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, false),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, false),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, false),
-    ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, true),
-];
+impl Served {
+    /// A kind served without a schema (registered by a test).
+    pub(super) fn unchecked(info: KindInfo) -> Self {
+        Self { info, verbs: None, schema: None }
+    }
+}
 
-/// The built-in kinds.
-pub(super) fn built_in() -> impl Iterator<Item = KindInfo> {
-    BUILT_IN.iter().map(|&(group, version, kind, plural, namespaced, status)| KindInfo {
-        gvk: Gvk::new(group, version, kind),
-        plural: plural.to_owned(),
-        namespaced,
-        status_subresource: status,
+/// The built-in kinds: every kind of every group version the project's
+/// control plane serves, from the capture (see [`catalog`]). Kinds from
+/// aggregated or CRD-defined groups are not in the capture.
+pub(super) fn built_in() -> impl Iterator<Item = Served> {
+    catalog::get().kinds.iter().map(|kind| Served {
+        info: KindInfo {
+            gvk: Gvk::new(kind.group.as_str(), kind.version.as_str(), kind.kind.as_str()),
+            plural: kind.plural.clone(),
+            namespaced: kind.namespaced,
+            status_subresource: kind.subresources.iter().any(|s| s == "status"),
+        },
+        verbs: Some(kind.verbs.clone()),
+        schema: kind.schema.clone().map(Schema::BuiltIn),
     })
 }
 
@@ -97,8 +93,9 @@ pub(super) const CRD_KIND: &str = "CustomResourceDefinition";
 pub(super) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
 /// Reads an `apiextensions.k8s.io/v1` CustomResourceDefinition: one
-/// [`KindInfo`] per served version. The error is a validation message.
-pub(super) fn from_crd(crd: &Value) -> Result<Vec<KindInfo>, String> {
+/// [`Served`] per served version, with its `openAPIV3Schema`. The error is
+/// a validation message.
+pub(super) fn from_crd(crd: &Value) -> Result<Vec<Served>, String> {
     let spec = crd.get("spec").ok_or("spec: required value")?;
     let text = |value: Option<&Value>, field: &str| {
         value
@@ -132,11 +129,16 @@ pub(super) fn from_crd(crd: &Value) -> Result<Vec<KindInfo>, String> {
             continue;
         }
         let status = version.get("subresources").and_then(|s| s.get("status")).is_some_and(Value::is_object);
-        kinds.push(KindInfo {
-            gvk: Gvk::new(group.as_str(), name, kind.as_str()),
-            plural: plural.clone(),
-            namespaced,
-            status_subresource: status,
+        let schema = version.pointer("/schema/openAPIV3Schema").filter(|s| s.is_object());
+        kinds.push(Served {
+            info: KindInfo {
+                gvk: Gvk::new(group.as_str(), name, kind.as_str()),
+                plural: plural.clone(),
+                namespaced,
+                status_subresource: status,
+            },
+            verbs: None,
+            schema: schema.map(|s| Schema::Custom(Arc::new(s.clone()))),
         });
     }
     if kinds.is_empty() {
@@ -171,10 +173,10 @@ mod tests {
         let kinds = from_crd(&crd).expect("valid crd");
         assert_eq!(kinds.len(), 2);
         assert_eq!(
-            kinds[0],
+            kinds[0].info,
             KindInfo::cluster_scoped(Gvk::new("example.com", "v1", "Widget"), "widgets").with_status()
         );
-        assert_eq!(kinds[1], KindInfo::cluster_scoped(Gvk::new("example.com", "v1beta1", "Widget"), "widgets"));
+        assert_eq!(kinds[1].info, KindInfo::cluster_scoped(Gvk::new("example.com", "v1beta1", "Widget"), "widgets"));
     }
 
     #[test]

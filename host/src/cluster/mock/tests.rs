@@ -30,7 +30,11 @@ fn deployment(name: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"replicas": 1},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "app", "image": "nginx"}]}},
+        },
         "status": {"readyReplicas": 1},
     })
 }
@@ -214,9 +218,12 @@ async fn status_in_a_create_is_dropped_for_kinds_with_a_status_subresource() {
     assert!(created.get("status").is_none());
     let seeded = cluster.seed(deployment("e")).expect("seeded");
     assert_eq!(seeded["status"]["readyReplicas"], 1, "seed keeps status");
-    let mut cm = configmap("c");
-    cm["status"] = json!({"kept": true});
-    assert_eq!(cluster.create(cm).await.expect("created")["status"]["kept"], true);
+    // A kind without a status subresource (and without a schema, so that
+    // `status` is not pruned as an undeclared field) keeps it.
+    cluster.register_kind(KindInfo::namespaced(Gvk::new("example.com", "v1", "Thing"), "things"));
+    let thing = json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t", "namespace": "default"},
+                       "status": {"kept": true}});
+    assert_eq!(cluster.create(thing).await.expect("created")["status"]["kept"], true);
 }
 
 // --- kinds ---------------------------------------------------------------
@@ -863,4 +870,266 @@ async fn error_messages_read_like_the_api_server() {
         apply_conflict.to_string(),
         "conflict: apply failed with 1 conflict: conflict with \"one\": .spec.replicas"
     );
+}
+
+// ---------------------------------------------------------------- fidelity
+
+/// A CRD whose spec has defaults and bounds and whose `status.conditions`
+/// is a list-map keyed by `type`, as in `tests/tests/mock_fidelity.rs`.
+fn gadget_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "names": {"kind": "Gadget", "plural": "gadgets"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "required": ["size"], "properties": {
+                        "size": {"type": "integer", "minimum": 1},
+                        "color": {"type": "string", "default": "red"},
+                    }},
+                    "status": {"type": "object", "properties": {"conditions": {
+                        "type": "array",
+                        "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["type"],
+                        "items": {"type": "object", "required": ["type", "status"], "properties": {
+                            "type": {"type": "string"}, "status": {"type": "string"}, "reason": {"type": "string"},
+                        }},
+                    }}},
+                }}},
+            }],
+        },
+    })
+}
+
+fn gadget_ref(name: &str) -> ObjectRef {
+    ObjectRef::new(Gvk::new("example.com", "v1", "Gadget"), Some("default"), name)
+}
+
+fn gadget(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
+
+async fn cluster_with_gadgets() -> MockCluster {
+    let cluster = MockCluster::new();
+    cluster.create(gadget_crd()).await.expect("valid crd");
+    cluster
+}
+
+fn status_apply(name: &str, conditions: Value, manager: &str) -> Patch {
+    apply(
+        json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": name, "namespace": "default"},
+               "status": {"conditions": conditions}}),
+        manager,
+        false,
+    )
+}
+
+#[tokio::test]
+async fn every_captured_kind_is_served_with_its_scope() {
+    let cluster = MockCluster::new();
+    for (gvk, namespaced) in [
+        (Gvk::new("", "v1", "ResourceQuota"), true),
+        (Gvk::new("", "v1", "LimitRange"), true),
+        (Gvk::new("", "v1", "Endpoints"), true),
+        (Gvk::new("autoscaling", "v2", "HorizontalPodAutoscaler"), true),
+        (Gvk::new("storage.k8s.io", "v1", "StorageClass"), false),
+        (Gvk::new("scheduling.k8s.io", "v1", "PriorityClass"), false),
+    ] {
+        let info = cluster.kind_info(&gvk).unwrap_or_else(|| panic!("{gvk} is served"));
+        assert_eq!(info.namespaced, namespaced, "{gvk}");
+    }
+    assert!(
+        cluster
+            .kind_info(&Gvk::new("autoscaling", "v2", "HorizontalPodAutoscaler"))
+            .is_some_and(|i| i.status_subresource)
+    );
+    let class = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000});
+    cluster.create(class).await.expect("priority classes are served");
+}
+
+#[tokio::test]
+async fn verbs_a_resource_does_not_support_are_method_not_allowed() {
+    let cluster = MockCluster::new();
+    let review = ObjectRef::new(Gvk::new("authentication.k8s.io", "v1", "TokenReview"), None, "r");
+    let err = cluster.get(&review).await.expect_err("token reviews cannot be read");
+    assert!(matches!(err, Error::Other(ref s) if s.code == 405), "{err:?}");
+}
+
+#[tokio::test]
+async fn an_invalid_built_in_object_is_a_422_naming_the_field() {
+    let cluster = MockCluster::new();
+    let mut bad = deployment("web");
+    bad["spec"].as_object_mut().expect("spec").remove("selector");
+    let err = cluster.create(bad).await.expect_err("a deployment needs a selector");
+    assert!(
+        matches!(&err, Error::Invalid(s) if s.message == r#"Deployment.apps "web" is invalid: spec.selector: Required value"#),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_built_in_field_of_the_wrong_type_is_a_400_like_a_decoding_error() {
+    let cluster = MockCluster::new();
+    let mut bad = deployment("web");
+    bad["spec"]["replicas"] = json!("two");
+    let err = cluster.create(bad).await.expect_err("replicas is an integer");
+    let Error::BadRequest(message) = err else { panic!("expected a 400, got {err:?}") };
+    assert!(
+        message.starts_with(r#"Deployment in version "v1" cannot be handled as a Deployment: spec.replicas"#),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn undeclared_built_in_fields_are_dropped_on_create_and_refused_by_apply() {
+    let cluster = MockCluster::new();
+    let mut cm = configmap("a");
+    cm["bogus"] = json!(1);
+    let stored = cluster.create(cm).await.expect("unknown fields are dropped, not refused");
+    assert!(stored.get("bogus").is_none());
+    let mut config = configmap("b");
+    config["bogus"] = json!(1);
+    let err = cluster
+        .patch(&configmap_ref("b"), apply(config, "ctl", false), Subresource::Main)
+        .await
+        .expect_err("apply is strict");
+    assert!(
+        matches!(&err, Error::Other(s) if s.code == 500 && s.message.ends_with(".bogus: field not declared in schema")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn custom_resources_are_pruned_defaulted_and_validated_against_their_crd() {
+    let cluster = cluster_with_gadgets().await;
+    let created = cluster.create(gadget("g", json!({"size": 2, "junk": true}))).await.expect("valid gadget");
+    assert_eq!(created["spec"], json!({"size": 2, "color": "red"}));
+    let err = cluster.create(gadget("h", json!({"size": 0}))).await.expect_err("size has a minimum");
+    assert!(
+        matches!(&err, Error::Invalid(s) if s.message == "Gadget.example.com \"h\" is invalid: spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"),
+        "{err:?}"
+    );
+    let err = cluster.create(gadget("i", json!({}))).await.expect_err("size is required");
+    assert!(matches!(&err, Error::Invalid(s) if s.message.ends_with("spec.size: Required value")), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_crd_created_as_an_object_brings_its_schema() {
+    let cluster = cluster_with_gadgets().await;
+    let applied = cluster
+        .patch(&gadget_ref("g"), apply(gadget("g", json!({"size": 1})), "ctl", false), Subresource::Main)
+        .await
+        .expect("apply creates");
+    assert_eq!(applied["spec"]["color"], "red", "defaults apply to server-side apply too");
+}
+
+#[tokio::test]
+async fn conditions_are_merged_by_type_and_each_manager_keeps_its_own() {
+    let cluster = cluster_with_gadgets().await;
+    cluster.create(gadget("g", json!({"size": 1}))).await.expect("created");
+    let r = gadget_ref("g");
+    cluster
+        .patch(&r, status_apply("g", json!([{"type": "Ready", "status": "True"}]), "a"), Subresource::Status)
+        .await
+        .expect("a applies");
+    cluster
+        .patch(&r, status_apply("g", json!([{"type": "Synced", "status": "False"}]), "b"), Subresource::Status)
+        .await
+        .expect("b applies");
+    let both = cluster.get(&r).await.expect("exists");
+    assert_eq!(
+        both["status"]["conditions"],
+        json!([{"type": "Ready", "status": "True"}, {"type": "Synced", "status": "False"}])
+    );
+    assert_eq!(
+        cluster.managed_fields(&r, "a"),
+        [
+            ".status.conditions[type=\"Ready\"]",
+            ".status.conditions[type=\"Ready\"].status",
+            ".status.conditions[type=\"Ready\"].type",
+        ]
+    );
+
+    // a changes its condition and b's stays.
+    cluster
+        .patch(
+            &r,
+            status_apply("g", json!([{"type": "Ready", "status": "False", "reason": "Down"}]), "a"),
+            Subresource::Status,
+        )
+        .await
+        .expect("a applies");
+    let changed = cluster.get(&r).await.expect("exists");
+    assert_eq!(
+        changed["status"]["conditions"],
+        json!([{"type": "Ready", "status": "False", "reason": "Down"}, {"type": "Synced", "status": "False"}])
+    );
+
+    // a stops applying its condition: it goes, b's stays.
+    cluster.patch(&r, status_apply("g", json!([]), "a"), Subresource::Status).await.expect("a applies");
+    let left = cluster.get(&r).await.expect("exists");
+    assert_eq!(left["status"]["conditions"], json!([{"type": "Synced", "status": "False"}]));
+
+    // b may not change a condition a owns without force.
+    cluster
+        .patch(&r, status_apply("g", json!([{"type": "Ready", "status": "True"}]), "a"), Subresource::Status)
+        .await
+        .expect("a applies");
+    let err = cluster
+        .patch(&r, status_apply("g", json!([{"type": "Ready", "status": "False"}]), "b"), Subresource::Status)
+        .await
+        .expect_err("conflict");
+    assert!(
+        matches!(&err, Error::Conflict(s) if s.message.contains(r#".status.conditions[type="Ready"].status"#)),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_entry_also_applied_by_another_manager_stays_when_one_drops_it() {
+    let cluster = cluster_with_gadgets().await;
+    cluster.create(gadget("g", json!({"size": 1}))).await.expect("created");
+    let r = gadget_ref("g");
+    let ready = json!([{"type": "Ready", "status": "True"}]);
+    cluster.patch(&r, status_apply("g", ready.clone(), "a"), Subresource::Status).await.expect("a applies");
+    cluster.patch(&r, status_apply("g", ready.clone(), "b"), Subresource::Status).await.expect("b applies the same");
+    cluster.patch(&r, status_apply("g", json!([]), "a"), Subresource::Status).await.expect("a drops it");
+    assert_eq!(cluster.get(&r).await.expect("exists")["status"]["conditions"], ready);
+}
+
+#[tokio::test]
+async fn lists_without_a_list_type_are_replaced_whole_by_apply() {
+    let cluster = MockCluster::new();
+    let r = ObjectRef::new(Gvk::new("rbac.authorization.k8s.io", "v1", "ClusterRole"), None, "reader");
+    let role = |verbs: Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "reader"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+    };
+    cluster.patch(&r, apply(role(json!(["get", "list"])), "ctl", false), Subresource::Main).await.expect("applied");
+    let stored =
+        cluster.patch(&r, apply(role(json!(["get"])), "ctl", false), Subresource::Main).await.expect("applied");
+    assert_eq!(stored["rules"][0]["verbs"], json!(["get"]));
+    assert_eq!(cluster.managed_fields(&r, "ctl"), [".rules"]);
+}
+
+#[tokio::test]
+async fn an_apply_that_changes_nothing_keeps_the_resource_version() {
+    let cluster = cluster_with_gadgets().await;
+    let r = gadget_ref("g");
+    let first = cluster
+        .patch(&r, apply(gadget("g", json!({"size": 1})), "ctl", false), Subresource::Main)
+        .await
+        .expect("applied");
+    let seq = cluster.last_seq();
+    let second = cluster
+        .patch(&r, apply(gadget("g", json!({"size": 1})), "ctl", false), Subresource::Main)
+        .await
+        .expect("applied");
+    assert_eq!(rv(&first), rv(&second));
+    assert_eq!(cluster.last_seq(), seq, "no change is journalled");
 }
