@@ -111,6 +111,16 @@ pub enum Error {
     /// A namespace to watch is not a valid namespace name.
     #[error("cannot watch namespace {0:?}: not a valid namespace name (a DNS-1123 label)")]
     Namespace(String),
+    /// A CRD another component installed: it belongs to that one.
+    #[error("CRD {name} was installed by controller {owner}; controller {controller} may not replace it")]
+    CrdOwned {
+        /// The CRD.
+        name: String,
+        /// The controller that installed it.
+        owner: String,
+        /// The controller that asked again.
+        controller: String,
+    },
     /// A CRD did not become established in time.
     #[error("CRD {0} was not established within 60 s")]
     CrdNotEstablished(String),
@@ -140,7 +150,7 @@ impl Error {
             Self::Duplicate { .. } => "duplicate",
             Self::Canary { .. } => "canary",
             Self::Access { .. } | Self::Wildcard { .. } => "permissions",
-            Self::InstallCrd { .. } | Self::CrdNotEstablished(_) => "crd",
+            Self::InstallCrd { .. } | Self::CrdNotEstablished(_) | Self::CrdOwned { .. } => "crd",
             Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) | Self::Leader(_) => "host",
         }
     }
@@ -546,7 +556,7 @@ impl Shared {
         }
         if self.install_crds {
             for crd in &loaded.manifest.crds {
-                install_crd(&self.cluster, crd).await?;
+                install_crd(&self.cluster, crd, &loaded.manifest.name).await?;
             }
         }
         tracing::info!(
@@ -839,10 +849,28 @@ impl Shared {
 }
 
 /// Applies a CRD and waits until it is established.
-async fn install_crd(cluster: &KubeCluster, crd: &Value) -> Result<(), Error> {
+/// The annotation naming the controller whose component installed a CRD
+/// (`--install-crds`): the CRD belongs to it, and no other component may
+/// install it again.
+pub const INSTALLED_BY: &str = "capstan.dev/installed-by";
+
+async fn install_crd(cluster: &KubeCluster, crd: &Value, controller: &str) -> Result<(), Error> {
     let name = crate::object::meta_str(crd, "name").unwrap_or_default().to_owned();
     let r = ObjectRef::new(Gvk::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition"), None, name.clone());
-    let patch = Patch::Apply { object: crd.clone(), field_manager: HOST_FIELD_MANAGER.into(), force: true };
+    match cluster.get(&r).await {
+        Ok(existing) => {
+            let owner =
+                existing.pointer("/metadata/annotations").and_then(|a| a.get(INSTALLED_BY)).and_then(Value::as_str);
+            if let Some(owner) = owner.filter(|o| *o != controller) {
+                return Err(Error::CrdOwned { name, owner: owner.to_owned(), controller: controller.to_owned() });
+            }
+        }
+        Err(e) if e.is_not_found() => {}
+        Err(error) => return Err(Error::InstallCrd { name, error }),
+    }
+    let mut crd = crd.clone();
+    crd["metadata"]["annotations"][INSTALLED_BY] = json!(controller);
+    let patch = Patch::Apply { object: crd, field_manager: HOST_FIELD_MANAGER.into(), force: true };
     cluster
         .patch(&r, patch, Subresource::Main)
         .await

@@ -30,26 +30,59 @@ fn json_lines(stderr: &[u8]) -> Vec<serde_json::Map<String, Value>> {
         .collect()
 }
 
+/// Runs `capstan` with `args`, reads its stderr until a line satisfies
+/// `wanted` (at most 60 s), checks it still runs, and stops it. Returns the
+/// line.
+fn first_line_while_running(args: &[&std::ffi::OsStr], wanted: impl Fn(&str) -> bool) -> String {
+    use std::io::BufRead as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let stderr = child.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let found = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if wanted(&line) => break Some(line),
+            Ok(line) => seen.push(line),
+            Err(_) => break None,
+        }
+    };
+    let running = child.try_wait().expect("status").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    let found = found.unwrap_or_else(|| panic!("no such line; stderr was:\n{}", seen.join("\n")));
+    assert!(running, "still running (retrying) when it said so");
+    found
+}
+
 #[test]
-fn run_without_a_reachable_cluster_says_so_and_exits_non_zero() {
+fn run_without_a_reachable_cluster_keeps_trying_and_says_so() {
     let dir = std::env::temp_dir().join(format!("capstan-cli-{}", std::process::id()));
     let kubeconfig = unreachable_kubeconfig(&dir);
-    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .arg("any.wasm")
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("cannot reach the cluster at https://127.0.0.1:1/"), "{stderr}");
+    let args = ["run", "--listen", "127.0.0.1:0", "--kubeconfig"].map(std::ffi::OsStr::new);
+    let args: Vec<&std::ffi::OsStr> = args.into_iter().chain([kubeconfig.as_os_str(), "any.wasm".as_ref()]).collect();
+    let line = first_line_while_running(&args, |l| l.contains("cannot reach the cluster"));
+    assert!(line.contains("retrying"), "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn run_with_a_missing_kubeconfig_names_the_file() {
     let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(["run", "--kubeconfig", "/nonexistent/kubeconfig", "any.wasm"])
+        .args(["run", "--listen", "127.0.0.1:0", "--kubeconfig", "/nonexistent/kubeconfig", "any.wasm"])
         .output()
         .expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -58,23 +91,20 @@ fn run_with_a_missing_kubeconfig_names_the_file() {
 }
 
 #[test]
-fn json_log_format_writes_one_object_per_line_the_error_included() {
+fn json_log_format_writes_one_object_per_line_the_retries_included() {
     let dir = std::env::temp_dir().join(format!("capstan-cli-json-{}", std::process::id()));
     let kubeconfig = unreachable_kubeconfig(&dir);
-    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(["--log-format", "json", "--log", "debug", "run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .arg("any.wasm")
-        .output()
-        .expect("runs");
+    let args = ["--log-format", "json", "--log", "debug", "run", "--listen", "127.0.0.1:0", "--kubeconfig"]
+        .map(std::ffi::OsStr::new);
+    let args: Vec<&std::ffi::OsStr> = args.into_iter().chain([kubeconfig.as_os_str(), "any.wasm".as_ref()]).collect();
+    let line = first_line_while_running(&args, |l| l.contains("cannot reach the cluster"));
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(out.status.code(), Some(2));
-    let lines = json_lines(&out.stderr);
-    assert!(lines.iter().all(|l| l.contains_key("timestamp") && l.contains_key("level") && l.contains_key("target")));
-    let error = lines.iter().find(|l| l["message"] == "command failed").expect("the error is logged");
-    assert_eq!(error["level"], "ERROR");
-    let text = error["error"].as_str().expect("error field");
-    assert!(text.contains("cannot reach the cluster at https://127.0.0.1:1/"), "{text}");
+    let lines = json_lines(line.as_bytes());
+    let retry = &lines[0];
+    assert!(retry.contains_key("timestamp") && retry.contains_key("target"));
+    assert_eq!(retry["level"], "WARN");
+    assert_eq!(retry["message"], "cannot reach the cluster, retrying");
+    assert!(retry.contains_key("error") && retry.contains_key("retry_in_ms"), "{retry:?}");
 }
 
 #[test]

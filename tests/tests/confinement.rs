@@ -96,3 +96,30 @@ async fn a_hostile_component_stays_inside_its_owners_namespace_and_its_grants() 
     elsewhere.cleanup().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_component_may_not_replace_a_crd_another_component_installed() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let ns = TestNamespace::new("crd-owner").await?;
+    let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .component(greeter)
+        .start()
+        .await?;
+    let thief = find_component("crd-thief").map_err(anyhow::Error::msg)?;
+    let err = host.load(&thief).await.expect_err("the thief is refused");
+    assert!(
+        matches!(&err, capstan_host::host::Error::CrdOwned { owner, controller, .. } if owner == "greeter" && controller == "thief"),
+        "{err}"
+    );
+    let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        kube::Api::all(plane.client()?);
+    let crd = crds.get("greetings.examples.capstan.dev").await?;
+    let schema = serde_json::to_value(&crd.spec.versions[0].schema)?;
+    assert!(schema.pointer("/openAPIV3Schema/properties/spec").is_some(), "the greeter's schema stays: {schema}");
+    host.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
