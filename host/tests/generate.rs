@@ -130,8 +130,8 @@ fn gen_rbac_grants_the_greeter_what_it_needs_and_nothing_more() {
     assert_eq!(
         greeter,
         BTreeMap::from([
+            // ConfigMaps serve no status subresource: no rule for one.
             ("/configmaps".to_owned(), all.clone()),
-            ("/configmaps/status".to_owned(), status.clone()),
             ("apps/deployments".to_owned(), all),
             ("apps/deployments/status".to_owned(), status.clone()),
             (
