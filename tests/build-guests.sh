@@ -38,6 +38,8 @@ build fixture-noop
 cp "$release/fixture_noop.wasm" "$out/noop.wasm"
 build capstan-fixture-guests --features crd-thief
 cp "$release/capstan_fixture_guests.wasm" "$out/crd-thief.wasm"
+build capstan-fixture-guests --features wildcard
+cp "$release/capstan_fixture_guests.wasm" "$out/wildcard.wasm"
 build capstan-fixture-guests --features invalid-manifest
 cp "$release/capstan_fixture_guests.wasm" "$out/invalid-manifest.wasm"
 build capstan-fixture-guests

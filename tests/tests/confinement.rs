@@ -123,3 +123,24 @@ async fn a_component_may_not_replace_a_crd_another_component_installed() -> Resu
     ns.cleanup().await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wildcard_permission_is_refused_unless_the_host_allows_it() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("wildcard").await?;
+    let wildcard = find_component("wildcard").map_err(anyhow::Error::msg)?;
+    let host = HostBuilder::new(ns.client()).namespace(Some(ns.name().to_owned())).start().await?;
+    let err = host.load(&wildcard).await.expect_err("refused by default");
+    assert!(matches!(&err, capstan_host::host::Error::Wildcard { what, .. } if what.contains("*/*")), "{err}");
+    assert!(err.to_string().contains("--allow-wildcard-permissions"), "{err}");
+    host.shutdown().await;
+    let allowing = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .allow_wildcard_permissions(true)
+        .start()
+        .await?;
+    allowing.load(&wildcard).await.expect("accepted when allowed");
+    allowing.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
