@@ -55,10 +55,13 @@ async fn a_hostile_component_stays_inside_its_owners_namespace_and_its_grants() 
     assert_eq!(victim.data.context("data")?.get("owner").map(String::as_str), Some("me"));
     assert!(victim.metadata.owner_references.is_none(), "not taken over");
 
-    // An object another owner controls is refused, not taken over.
-    let boss = cms.create(&PostParams::default(), &cm(json!({"metadata": {"name": "boss"}}))).await?;
+    // An object another owner controls is refused, not taken over. (The
+    // owner is a Secret: a ConfigMap owner would be the fixture's own
+    // primary, and would prune it.)
+    let boss_secret: Secret = serde_json::from_value(json!({"metadata": {"name": "boss"}}))?;
+    let boss = home.api::<Secret>().create(&PostParams::default(), &boss_secret).await?;
     let owned = json!({"metadata": {"name": "owned", "ownerReferences": [{
-        "apiVersion": "v1", "kind": "ConfigMap", "name": "boss", "uid": boss.metadata.uid, "controller": true,
+        "apiVersion": "v1", "kind": "Secret", "name": "boss", "uid": boss.metadata.uid, "controller": true,
     }]}, "data": {"owner": "boss"}});
     cms.create(&PostParams::default(), &cm(owned)).await?;
     let taker = json!({"metadata": {"name": "taker"}, "data": {"behaviour": "take-over", "target": "owned"}});

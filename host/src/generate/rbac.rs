@@ -158,7 +158,9 @@ pub(crate) fn component_rules(
     }
     let primary = resources.plural(&manifest.primary.group, &manifest.primary.kind)?;
     out.cluster.add(&manifest.primary.group, &primary, [Verb::Get, Verb::List, Verb::Watch, Verb::Update, Verb::Patch]);
-    out.cluster.add(&manifest.primary.group, &format!("{primary}/status"), [Verb::Patch]);
+    if resources.has_status(&manifest.primary.group, &manifest.primary.kind) {
+        out.cluster.add(&manifest.primary.group, &format!("{primary}/status"), [Verb::Patch]);
+    }
     for owned in &manifest.owns {
         let kind = &owned.kind;
         out.cluster.add(&kind.group, &resources.plural(&kind.group, &kind.kind)?, Verb::ALL);
