@@ -7,6 +7,7 @@
 #   greeter-python.wasm             examples/greeter-python (componentize-py)
 #   greeter-js.wasm                 examples/greeter-js (jco, QuickJS engine)
 #   greeter-js-spidermonkey.wasm    examples/greeter-js (componentize-js, SpiderMonkey)
+#   tenant-js.wasm                  examples/tenant-js (jco, QuickJS engine)
 #   template-python.wasm            host/templates/python, rendered
 #   template-js.wasm                host/templates/js, rendered
 #   templates/<lang>/               the rendered templates (their scenarios)
@@ -147,6 +148,7 @@ build greeter-python "$(key "$root/examples/greeter-python" "$sdk_py" "$wit")" \
 js_key=$(key "$root/examples/greeter-js" "$sdk_js" "$wit")
 build greeter-js "$js_key" js_quickjs "$root/examples/greeter-js/greeter.js"
 build greeter-js-spidermonkey "$js_key" js_spidermonkey "$root/examples/greeter-js/greeter.js"
+build tenant-js "$(key "$root/examples/tenant-js" "$sdk_js" "$wit")" js_quickjs "$root/examples/tenant-js/tenant.js"
 
 # The templates of `capstan new --lang python|js`, rendered with sample
 # values, so that they are built and their scenarios run like the examples.

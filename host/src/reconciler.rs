@@ -1045,8 +1045,22 @@ fn refusal(e: &cluster::Error) -> Option<(u16, String, String)> {
         E::Other(s) if (400..500).contains(&s.code) && s.code != 429 => {
             Some((s.code, s.reason.clone(), s.message.clone()))
         }
+        // Server-side apply answers 500 when the applied object does not
+        // decode into its kind (an undeclared field, a malformed quantity):
+        // the same object fails the same way every time.
+        E::Other(s) if s.code == 500 && is_decode_failure(&s.message) => {
+            Some((s.code, s.reason.clone(), s.message.clone()))
+        }
         _ => None,
     }
+}
+
+/// True for the API server's messages about an applied object that does
+/// not decode into its kind.
+fn is_decode_failure(message: &str) -> bool {
+    ["failed to create typed patch object", "failed to convert new object", "unable to convert unstructured object"]
+        .iter()
+        .any(|m| message.contains(m))
 }
 
 fn conditions(status: Option<&Value>) -> &[Value] {
@@ -1120,6 +1134,19 @@ mod tests {
         for (result, expected) in cases {
             assert_eq!(report(result).metrics_result(), expected);
         }
+    }
+
+    #[test]
+    fn refusals_are_the_errors_a_retry_cannot_fix() {
+        let status = |code, message: &str| cluster::Status::new(code, "x", message);
+        assert!(refusal(&cluster::Error::Invalid(status(422, "spec.hard: must be >= 0"))).is_some());
+        assert!(refusal(&cluster::Error::Forbidden(status(403, "cannot bind"))).is_some());
+        let decode = "failed to convert new object (ns/q; /v1, Kind=ResourceQuota) to proper version";
+        assert!(refusal(&cluster::Error::Other(status(500, decode))).is_some());
+        assert!(refusal(&cluster::Error::Other(status(500, "etcdserver: request timed out"))).is_none());
+        assert!(refusal(&cluster::Error::Other(status(429, "slow down"))).is_none());
+        assert!(refusal(&cluster::Error::Conflict(status(409, "stale"))).is_none());
+        assert!(refusal(&cluster::Error::Unavailable("down".into())).is_none());
     }
 
     #[test]

@@ -136,11 +136,13 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     for (i, (kind, bytes)) in broken.iter().enumerate() {
         std::fs::write(&greeter_file, bytes)?;
         let rejected = wait_for(TIMEOUT, || async {
-            status_of(&host, &greeter_file).and_then(|s| s.rejected).filter(|r| r.digest.is_some())
+            // A file refused by its header is refused before it is read
+            // whole, so without a digest; the others carry one.
+            status_of(&host, &greeter_file).and_then(|s| s.rejected).filter(|r| r.kind == *kind)
         })
         .await;
         let rejected = rejected.with_context(|| format!("broken file {i} rejected"))?;
-        assert_eq!(rejected.kind, *kind, "{rejected:?}");
+        assert_eq!(rejected.digest.is_none(), *kind == "core_module", "{rejected:?}");
         let status = status_of(&host, &greeter_file).context("greeter status")?;
         assert_eq!(status.state, "running", "{status:?}");
         assert_eq!(status.swaps, 1, "{status:?}");

@@ -108,7 +108,11 @@ async fn the_host_process_serves_probes_metrics_and_status_and_hot_loads_without
 
     // Alive at once; not ready while the greeter waits for its kind.
     wait_for(TIMEOUT, || async { get(port, "/healthz").await.ok().filter(|(c, _)| *c == 200) }).await?;
-    let (code, body) = get(port, "/readyz").await?;
+    // First "host: starting" (connecting, loading), then the greeter waits.
+    let (code, body) = wait_for(TIMEOUT, || async {
+        get(port, "/readyz").await.ok().filter(|(_, body)| !body.contains("host: starting"))
+    })
+    .await?;
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("greeter: waiting for kinds"), "{body}");
     let status: Value = serde_json::from_str(&get(port, "/status").await?.1)?;

@@ -115,10 +115,10 @@ async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_ch
     })
     .await?;
 
-    // A child the API server refuses (422: not a quantity) reaches the
+    // A child the API server refuses (422: a negative quota) reaches the
     // object: an Event naming it, the host's condition, and the guest's
     // own Ready=False from `failed_children`.
-    merge(&tenants, &name, json!({"spec": {"quota": {"pods": "lots"}}})).await?;
+    merge(&tenants, &name, json!({"spec": {"quota": {"pods": "-1"}}})).await?;
     let refused = wait_for(TIMEOUT, || async {
         tenants
             .get(&name)
