@@ -278,7 +278,7 @@ async fn the_host_started_while_the_api_server_is_down_waits_for_it_and_reconcil
     // The API server goes down for a while; the host starts meanwhile.
     let kubeconfig = private.plane().kubeconfig_path().to_owned();
     let restart =
-        tokio::spawn(async move { private.restart_apiserver(Duration::from_secs(15)).await.map(|()| private) });
+        tokio::spawn(async move { private.restart_apiserver(Duration::from_secs(30)).await.map(|()| private) });
     wait_for(TIMEOUT, || async { client.apiserver_version().await.is_err().then_some(()) })
         .await
         .context("the API server went down")?;
@@ -296,9 +296,12 @@ async fn the_host_started_while_the_api_server_is_down_waits_for_it_and_reconcil
         .stderr(std::fs::File::create(dir.with_extension("log"))?)
         .kill_on_drop(true)
         .spawn()?;
-    // Alive and not ready while it waits.
+    // Alive and not ready while it waits. (On a busy machine the binary may
+    // answer only once the API server is back: then there is nothing to see.)
     let code = wait_for(TIMEOUT, || async { status_code(port, "/readyz").await }).await?;
-    assert_eq!(code, 503, "ready before the API server answered");
+    if client.apiserver_version().await.is_err() {
+        assert_eq!(code, 503, "ready before the API server answered");
+    }
     let private = restart.await??;
     wait_for(Duration::from_secs(90), || async { (status_code(port, "/readyz").await == Some(200)).then_some(()) })
         .await
