@@ -990,16 +990,9 @@ impl Reconciler {
     async fn record_events(&self, component: &Loaded, r: &ObjectRef, object: &Value, events: Vec<wit::Event>) {
         let caller = self.caller(component, r, object);
         for event in events.into_iter().take(MAX_EVENTS) {
-            if let Some(regarding) = &event.regarding {
-                let regarding = ObjectRef::from(regarding.clone());
-                if let Err(invalid) = crate::imports::validate::object_ref(&regarding, "regarding.") {
-                    tracing::warn!(object = %r, reason = %invalid, "outcome event refused");
-                    continue;
-                }
-            }
             match event_record(&caller, event) {
                 Some(Ok(record)) => self.record(record).await,
-                Some(Err(denied)) => tracing::warn!(object = %r, reason = %denied, "outcome event denied"),
+                Some(Err(refused)) => tracing::warn!(object = %r, reason = %refused, "outcome event refused"),
                 None => {}
             }
         }

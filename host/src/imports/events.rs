@@ -13,16 +13,33 @@ use crate::object::{Gvk, ObjectRef};
 
 use super::{CallResult, Caller, HostState, result_label, validate};
 
-/// Turns a guest event into a record about `regarding` (or the reconciled
-/// object), reported by the calling controller. `None` outside a reconcile
-/// without `regarding`; a denial when the controller may not read the
-/// object it names (an Event may only be about what the grants let it see).
-pub(crate) fn event_record(caller: &Caller, event: wit_types::Event) -> Option<Result<EventRecord, Denied>> {
+/// Why an event about another object is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refused {
+    /// `regarding` names no valid object.
+    #[error(transparent)]
+    Invalid(#[from] validate::Invalid),
+    /// The controller may not read that object, or the Event would land
+    /// outside the namespaces the host watches.
+    #[error("an event about that object: {0}")]
+    Denied(#[from] Denied),
+}
+
+/// Turns a guest event (from `events.record` or an outcome) into a record
+/// about `regarding` (or the reconciled object), reported by the calling
+/// controller. `None` outside a reconcile without `regarding`; refused when
+/// `regarding` is not a valid object reference, or names an object the
+/// controller may not read (an Event may only be about what the grants let
+/// it see).
+pub(crate) fn event_record(caller: &Caller, event: wit_types::Event) -> Option<Result<EventRecord, Refused>> {
     let (regarding, regarding_uid) = match event.regarding {
         Some(r) => {
             let r = ObjectRef::from(r);
+            if let Err(invalid) = validate::object_ref(&r, "regarding.") {
+                return Some(Err(invalid.into()));
+            }
             if let Err(denied) = caller.grants.check_event(&r, caller.own_namespace()) {
-                return Some(Err(denied));
+                return Some(Err(denied.into()));
             }
             (r, None)
         }
@@ -61,19 +78,16 @@ impl wit::Host for HostState {
             self.journal_call("events.record", String::new(), CallResult::Denied(msg.clone()), start.elapsed());
             return Err(wit_kube::Error::Denied(msg));
         }
-        if let Some(r) = &event.regarding {
-            let r = ObjectRef::from(r.clone());
-            if let Err(invalid) = validate::object_ref(&r, "regarding.") {
+        let record = match event_record(&caller, event) {
+            Some(Ok(record)) => record,
+            Some(Err(Refused::Invalid(invalid))) => {
                 metrics().host_call(&caller.controller, Verb::Create, &kind, "bad_request");
                 let msg = invalid.to_string();
                 self.journal_call("events.record", String::new(), CallResult::Failed(msg.clone()), start.elapsed());
                 return Err(wit_kube::Error::BadRequest(msg));
             }
-        }
-        let record = match event_record(&caller, event) {
-            Some(Ok(record)) => record,
-            Some(Err(denied)) => {
-                let msg = format!("an event about that object: {denied}");
+            Some(Err(denied @ Refused::Denied(_))) => {
+                let msg = denied.to_string();
                 self.journal_call("events.record", String::new(), CallResult::Denied(msg.clone()), start.elapsed());
                 return Err(wit_kube::Error::Denied(msg));
             }
