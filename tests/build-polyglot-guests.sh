@@ -111,7 +111,7 @@ build() {
 # componentize-py runs the app module at build time (and snapshots it), so
 # a module may read files beside it while building (the greeter's CRD).
 python_component() { # <app dir> <module>
-  "$componentize_py" -d "$root/wit" -w operator componentize -p "$1" -p "$root/guest-sdk/python" "$2" -o "$OUT"
+  "$componentize_py" -d "$wit" -w operator componentize -p "$1" -p "$root/guest-sdk/python" "$2" -o "$OUT"
 }
 
 # One ES module with the SDK and JSON files inlined; only the WIT imports
@@ -127,7 +127,7 @@ js_bundle() { # <entry>
 js_quickjs() { # <entry>
   js_bundle "$1"
   # jco reads the WIT through a WASI sandbox rooted at the working directory.
-  (cd "$root" && "$bin/jco" componentize "$TMP/bundle.js" --wit wit --world-name operator \
+  (cd "$root" && "$bin/jco" componentize "$TMP/bundle.js" --wit "$wit" --world-name operator \
     --backend quickjs --backend-qjs-disable-async -o "$OUT")
 }
 
@@ -135,13 +135,15 @@ js_quickjs() { # <entry>
 # link it and the guests do not need it.
 js_spidermonkey() { # <entry>
   js_bundle "$1"
-  (cd "$root" && "$bin/componentize-js" "$TMP/bundle.js" --wit wit --world-name operator \
+  (cd "$root" && "$bin/componentize-js" "$TMP/bundle.js" --wit "$wit" --world-name operator \
     --disable http fetch-event -o "$OUT")
 }
 
 sdk_py=$root/guest-sdk/python/capstan_guest
 sdk_js=$root/guest-sdk/js/src
-wit=$root/wit
+# The Python and JavaScript SDKs build against contract 0.2.0 until they
+# serve the roles of 0.3.0.
+wit=$root/wit/v0.2.0
 
 build greeter-python "$(key "$root/examples/greeter-python" "$sdk_py" "$wit")" \
   python_component "$root/examples/greeter-python" greeter

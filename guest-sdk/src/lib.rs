@@ -60,9 +60,11 @@
 //!
 //! [Capstan]: https://github.com/capstan-dev/capstan
 
+pub mod admission;
 mod api;
 pub mod conditions;
 mod context;
+pub mod conversion;
 mod error;
 mod export;
 #[doc(hidden)]
@@ -70,6 +72,7 @@ pub use export::__private;
 mod log;
 mod manifest;
 mod outcome;
+pub mod scheduler;
 
 #[doc(hidden)]
 pub mod wit {
@@ -140,11 +143,25 @@ pub trait Controller: Default + 'static {
     fn reconcile(&self, ctx: &Context, object: Self::Resource) -> Result<Outcome>;
 }
 
+/// A component that serves webhooks or a scheduler but no controller:
+/// declares the component's [`Manifest`]. A [`Controller`] declares it in
+/// [`Controller::manifest`] instead.
+pub trait Component: Default + 'static {
+    /// What this component declares: name, the webhooks, conversions or
+    /// scheduler it serves, CRDs, permissions. Called once when the
+    /// component is loaded; must not call the API.
+    fn manifest(&self) -> Manifest;
+}
+
+pub use admission::Admission;
+pub use conversion::Conversion;
+pub use scheduler::Scheduler;
+
 /// Everything a controller usually needs, in one import.
 pub mod prelude {
     pub use crate::{
-        Api, Context, Controller, Error, Event, EventKind, FailedChild, Field, ListParams, Manifest, Mapping, Outcome,
-        Owns, PatchType, Permission, Result, Scope, Verb, Watch,
+        Admission, Api, Component, Context, Controller, Conversion, Error, Event, EventKind, FailedChild, Field,
+        ListParams, Manifest, Mapping, Outcome, Owns, PatchType, Permission, Result, Scheduler, Scope, Verb, Watch,
     };
     pub use kube::{Resource, ResourceExt};
 }

@@ -289,23 +289,26 @@ impl Owns {
 ///     .max_concurrency(4);
 /// ```
 #[derive(Clone, Debug)]
-pub struct Manifest(wit::ControllerManifest);
+pub struct Manifest(wit::ControllerManifest, wit::Roles);
 
 impl Manifest {
     /// A manifest for a controller named `name` (a DNS-1123 label, unique
     /// in one host). Set the primary kind with [`primary`](Self::primary).
     pub fn new(name: &str) -> Self {
-        Self(wit::ControllerManifest {
-            name: name.to_owned(),
-            primary: wit::GroupVersionKind { group: String::new(), version: String::new(), kind: String::new() },
-            crds: Vec::new(),
-            owns: Vec::new(),
-            watches: Vec::new(),
-            finalizer: None,
-            permissions: Vec::new(),
-            resync_seconds: None,
-            max_concurrency: 1,
-        })
+        Self(
+            wit::ControllerManifest {
+                name: name.to_owned(),
+                primary: wit::GroupVersionKind { group: String::new(), version: String::new(), kind: String::new() },
+                crds: Vec::new(),
+                owns: Vec::new(),
+                watches: Vec::new(),
+                finalizer: None,
+                permissions: Vec::new(),
+                resync_seconds: None,
+                max_concurrency: 1,
+            },
+            wit::Roles { reconcile: false, admission: Vec::new(), conversion: Vec::new(), scheduler: None },
+        )
     }
 
     /// The kind this controller reconciles.
@@ -377,8 +380,56 @@ impl Manifest {
         self
     }
 
+    /// An admission webhook this component serves (see
+    /// [`admission`](crate::admission)).
+    #[must_use]
+    pub fn webhook(mut self, webhook: crate::admission::Webhook) -> Self {
+        self.1.admission.push(webhook.0);
+        self
+    }
+
+    /// This component converts `K`'s CRD between its versions (see
+    /// [`conversion`](crate::conversion)); the CRD must be one of
+    /// [`crd`](Self::crd), with two or more versions.
+    #[must_use]
+    pub fn converts<K: Resource<DynamicType = ()>>(mut self) -> Self {
+        let gvk = gvk_of::<K>();
+        self.1.conversion.push(wit::GroupKind { group: gvk.group, kind: gvk.kind });
+        self
+    }
+
+    /// This component schedules the Pods whose `spec.schedulerName` is
+    /// `name` (see [`scheduler`](crate::scheduler)).
+    #[must_use]
+    pub fn scheduler(mut self, name: &str) -> Self {
+        self.1.scheduler = Some(wit::SchedulerManifest { name: name.to_owned() });
+        self
+    }
+
+    /// The contract's record. `reconcile` says whether the component serves
+    /// the controller role. Without a primary kind, the component is about
+    /// `v1` `Pod` when it schedules, else about the first kind its
+    /// webhooks check or the first CRD it converts.
     #[doc(hidden)]
-    pub fn into_wit(self) -> wit::ControllerManifest {
-        self.0
+    pub fn into_wit(mut self, reconcile: bool) -> wit::ComponentManifest {
+        self.1.reconcile = reconcile;
+        if self.0.primary.kind.is_empty() {
+            if self.1.scheduler.is_some() {
+                self.0.primary = gvk_of::<k8s_openapi::api::core::v1::Pod>();
+            } else if let Some(kind) = self.1.admission.iter().find_map(|w| w.kinds.first()) {
+                self.0.primary = kind.clone();
+            } else if let Some(gk) = self.1.conversion.first() {
+                let version = self
+                    .0
+                    .crds
+                    .iter()
+                    .filter_map(|c| serde_json::from_slice::<serde_json::Value>(c).ok())
+                    .find(|c| c.pointer("/spec/names/kind").and_then(|k| k.as_str()) == Some(gk.kind.as_str()))
+                    .and_then(|c| c.pointer("/spec/versions/0/name").and_then(|v| v.as_str()).map(str::to_owned))
+                    .unwrap_or_default();
+                self.0.primary = wit::GroupVersionKind { group: gk.group.clone(), version, kind: gk.kind.clone() };
+            }
+        }
+        wit::ComponentManifest { controller: self.0, roles: self.1 }
     }
 }

@@ -31,15 +31,28 @@ pub mod v0_1 {
     });
 }
 
+/// `capstan:operator@0.2.0`: a controller only. Its `types` interface is
+/// a subset of the current one, unchanged, so both share the current
+/// version's Rust types; only the interfaces differ by name.
+pub mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../wit/v0.2.0",
+        world: "operator",
+        imports: { default: async },
+        exports: { default: async },
+        with: { "capstan:operator/types": crate::bindings::capstan::operator::types },
+    });
+}
+
 /// The contract version this host implements natively.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// Every contract version this host runs, oldest first.
-pub const CONTRACT_VERSIONS: &[&str] = &["0.1.0", CONTRACT_VERSION];
+pub const CONTRACT_VERSIONS: &[&str] = &["0.1.0", "0.2.0", CONTRACT_VERSION];
 
 /// The fully qualified name of the controller interface guests export, at
 /// the current contract version.
-pub const CONTROLLER_EXPORT: &str = "capstan:operator/controller@0.2.0";
+pub const CONTROLLER_EXPORT: &str = "capstan:operator/controller@0.3.0";
 
 use capstan::operator::types as current;
 use v0_1::capstan::operator::types as old;
@@ -87,6 +100,14 @@ impl From<old::Outcome> for current::Outcome {
             requeue_after_ms: o.requeue_after_ms,
             children_policy: current::ChildrenPolicy::Prune,
         }
+    }
+}
+
+/// What a component built before 0.3.0 serves: a reconcile loop.
+impl current::Roles {
+    /// Only the controller role.
+    pub fn reconcile_only() -> Self {
+        Self { reconcile: true, admission: Vec::new(), conversion: Vec::new(), scheduler: None }
     }
 }
 

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use tracing::Instrument as _;
 use wasmtime::component::Component;
 
-use crate::bindings::{CONTRACT_VERSION, CONTRACT_VERSIONS, CONTROLLER_EXPORT, OperatorPre, v0_1};
+use crate::bindings::{CONTRACT_VERSION, CONTRACT_VERSIONS, CONTROLLER_EXPORT, OperatorPre, v0_1, v0_2};
 use crate::manifest::{self, Manifest};
 use crate::metrics::{Export, metrics};
 use crate::runtime::{self, Pre, Runtime};
@@ -355,21 +355,21 @@ impl Loader {
             .map_err(|e| Error::Imports { path: path.clone(), reason: format!("{e:#}") })?;
         let wrong_world =
             |e: wasmtime::Error| Error::WrongWorld { path: path.clone(), exports: vec![format!("{e:#}")] };
-        let pre = if contract == CONTRACT_VERSION {
-            Pre::Current(OperatorPre::new(instance_pre).map_err(wrong_world)?)
-        } else {
-            Pre::V0_1(v0_1::OperatorPre::new(instance_pre).map_err(wrong_world)?)
+        let pre = match contract.as_str() {
+            CONTRACT_VERSION => Pre::Current(OperatorPre::new(instance_pre).map_err(wrong_world)?),
+            "0.2.0" => Pre::V0_2(v0_2::OperatorPre::new(instance_pre).map_err(wrong_world)?),
+            _ => Pre::V0_1(v0_1::OperatorPre::new(instance_pre).map_err(wrong_world)?),
         };
         let invocation = self.runtime.manifest(&pre).await;
         // Before the manifest names the controller, the file does.
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let name = invocation.result.as_ref().map_or(stem.as_str(), |m| m.name.as_str());
+        let name = invocation.result.as_ref().map_or(stem.as_str(), |m| m.controller.name.as_str());
         metrics().guest_invoked(name, Export::Manifest, invocation.duration);
         if let Err(error) = &invocation.result {
             metrics().guest_trapped(name, error.kind().as_str());
         }
         let raw = invocation.result.map_err(|error| Error::ManifestCall { path: path.clone(), error })?;
-        span.record("controller", raw.name.as_str());
+        span.record("controller", raw.controller.name.as_str());
         let manifest = Manifest::try_from(raw).map_err(|error| Error::Manifest { path: path.clone(), error })?;
         tracing::debug!(source = source.as_str(), compile_ms = compile_time.as_secs_f64() * 1000.0, "component ready");
         Ok(Loaded { path, digest, contract, manifest: Arc::new(manifest), pre, source, compile_time })

@@ -602,6 +602,7 @@ mod tests {
                 permissions: vec![],
                 resync: None,
                 max_concurrency: 1,
+                roles: crate::manifest::Roles::reconcile_only(),
             },
             b"\0asm".to_vec(),
         )

@@ -42,6 +42,7 @@ mod log;
 mod stdio;
 mod throttle;
 mod v0_1;
+mod v0_2;
 pub mod validate;
 
 use stdio::CappedPipe;
@@ -256,6 +257,10 @@ pub fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> was
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     crate::bindings::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(linker, |s| s)?;
     crate::bindings::v0_1::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+        linker,
+        |s| s,
+    )?;
+    crate::bindings::v0_2::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
         linker,
         |s| s,
     )?;

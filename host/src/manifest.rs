@@ -15,6 +15,12 @@ use crate::bindings::v0_1::capstan::operator::types as wit_v0_1;
 use crate::cluster::mock::selector::LabelSelector;
 use crate::object::Gvk;
 
+mod roles;
+pub use roles::{
+    AdmissionWebhook, DEFAULT_WEBHOOK_TIMEOUT_SECONDS, GroupKind, MAX_WEBHOOK_TIMEOUT_SECONDS, MAX_WEBHOOKS, Operation,
+    Roles, is_webhook_name,
+};
+
 /// A Kubernetes API verb.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Verb {
@@ -256,6 +262,8 @@ pub struct Manifest {
     pub resync: Option<Duration>,
     /// Reconciles in flight at once (≥ 1).
     pub max_concurrency: u32,
+    /// What the component serves: a reconcile loop, webhooks, a scheduler.
+    pub roles: Roles,
 }
 
 /// Why a manifest is invalid.
@@ -304,6 +312,14 @@ pub enum Error {
     Owned {
         /// Position in `owns`.
         index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A role is declared wrongly.
+    #[error("{field}: {reason}")]
+    Role {
+        /// Which field, e.g. `roles.admission[0].name`.
+        field: String,
         /// What is wrong.
         reason: String,
     },
@@ -563,7 +579,19 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
             permissions,
             resync: m.resync_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s.into())),
             max_concurrency: m.max_concurrency.max(1),
+            roles: Roles::reconcile_only(),
         })
+    }
+}
+
+/// A 0.3.0 manifest: the controller part as before, and the roles.
+impl TryFrom<wit::ComponentManifest> for Manifest {
+    type Error = Error;
+
+    fn try_from(m: wit::ComponentManifest) -> Result<Self, Error> {
+        let mut manifest = Manifest::try_from(m.controller)?;
+        manifest.roles = roles::roles_of(m.roles, &manifest.crds)?;
+        Ok(manifest)
     }
 }
 

@@ -130,6 +130,7 @@ mod tests {
             permissions: vec![],
             resync: None,
             max_concurrency: 1,
+            roles: crate::manifest::Roles::reconcile_only(),
         }
     }
 

@@ -124,6 +124,12 @@ pub enum Export {
     Manifest,
     /// `reconcile(...)`.
     Reconcile,
+    /// `admission.review(...)`.
+    Review,
+    /// `conversion.convert(...)`.
+    Convert,
+    /// `scheduler.schedule(...)`.
+    Schedule,
 }
 
 impl Export {
@@ -132,6 +138,9 @@ impl Export {
         match self {
             Export::Manifest => "manifest",
             Export::Reconcile => "reconcile",
+            Export::Review => "review",
+            Export::Convert => "convert",
+            Export::Schedule => "schedule",
         }
     }
 }

@@ -18,7 +18,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::bindings::capstan::operator::types as wit;
-use crate::bindings::{OperatorPre, v0_1};
+use crate::bindings::{OperatorPre, v0_1, v0_2};
 use crate::engine::Engine;
 use crate::imports::{self, Caller, HostState, Journal};
 use crate::limits::Limits;
@@ -142,6 +142,8 @@ pub type ReconcileResult = Result<wit::Outcome, wit::Failure>;
 pub enum Pre {
     /// `capstan:operator@0.1.0`.
     V0_1(v0_1::OperatorPre<HostState>),
+    /// `capstan:operator@0.2.0`.
+    V0_2(v0_2::OperatorPre<HostState>),
     /// The current contract version.
     Current(OperatorPre<HostState>),
 }
@@ -151,6 +153,7 @@ impl Pre {
     pub fn contract(&self) -> &'static str {
         match self {
             Pre::V0_1(_) => "0.1.0",
+            Pre::V0_2(_) => "0.2.0",
             Pre::Current(_) => crate::bindings::CONTRACT_VERSION,
         }
     }
@@ -205,10 +208,10 @@ impl Runtime {
         self.limits
     }
 
-    fn store(&self, caller: Option<Caller>) -> Store<HostState> {
+    fn store(&self, caller: Option<Caller>, deadline: Duration) -> Store<HostState> {
         let mut store = Store::new(self.engine.wasmtime(), HostState::new(&self.limits, caller));
         store.limiter(|s| &mut s.limiter);
-        let deadline = Instant::now() + self.limits.deadline;
+        let deadline = Instant::now() + deadline;
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline { Err(Trap::Interrupt.into()) } else { Ok(UpdateDeadline::Yield(1)) }
@@ -223,12 +226,18 @@ impl Runtime {
     /// memory limit. A trap's message is its root cause plus what the
     /// guest said on stderr (see [`stderr_reason`]); the wasm backtrace is
     /// logged at debug level.
-    fn classify(&self, error: &wasmtime::Error, memory_exceeded: Option<usize>, stderr: &str) -> Error {
+    fn classify(
+        &self,
+        error: &wasmtime::Error,
+        memory_exceeded: Option<usize>,
+        stderr: &str,
+        deadline: Duration,
+    ) -> Error {
         if let Some(wanted) = memory_exceeded.or_else(|| failed_allocation(stderr)) {
             return Error::Memory { limit: self.limits.memory, wanted };
         }
         if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
-            return Error::Deadline(self.limits.deadline);
+            return Error::Deadline(deadline);
         }
         tracing::debug!(error = format!("{error:#}"), "guest trap");
         let mut message = error.root_cause().to_string();
@@ -243,11 +252,23 @@ impl Runtime {
         caller: Option<Caller>,
         call: impl AsyncFnOnce(&mut Store<HostState>) -> Result<T, Failed>,
     ) -> Invocation<T> {
+        self.invoke_within(self.limits.deadline, caller, call).await
+    }
+
+    /// [`invoke`](Self::invoke) with a deadline of its own (a webhook's,
+    /// below the API server's timeout), never above the runtime's.
+    async fn invoke_within<T>(
+        &self,
+        deadline: Duration,
+        caller: Option<Caller>,
+        call: impl AsyncFnOnce(&mut Store<HostState>) -> Result<T, Failed>,
+    ) -> Invocation<T> {
+        let deadline = deadline.min(self.limits.deadline);
         let start = Instant::now();
-        let mut store = self.store(caller);
+        let mut store = self.store(caller, deadline);
         // Second guard for host calls that hang: the epoch deadline only
         // fires while guest code runs.
-        let guard = self.limits.deadline + Duration::from_millis(500);
+        let guard = deadline + Duration::from_millis(500);
         let outcome = tokio::time::timeout(guard, call(&mut store)).await;
         let state = store.into_data();
         let memory_exceeded = state.limiter.exceeded();
@@ -259,8 +280,10 @@ impl Runtime {
         let result = match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(Failed::Instantiate(e))) => Err(Error::Instantiate(format!("{e:#}"))),
-            Ok(Err(Failed::Call(wasm_error))) => Err(self.classify(&wasm_error, memory_exceeded, &journal.stderr)),
-            Err(_elapsed) => Err(Error::Deadline(self.limits.deadline)),
+            Ok(Err(Failed::Call(wasm_error))) => {
+                Err(self.classify(&wasm_error, memory_exceeded, &journal.stderr, deadline))
+            }
+            Err(_elapsed) => Err(Error::Deadline(deadline)),
         };
         Invocation { result, journal, duration: start.elapsed() }
     }
@@ -269,7 +292,7 @@ impl Runtime {
     /// record. Imports are not available to it. Not counted in the metrics
     /// here: the controller's name is only known from the result
     /// ([`Loader`](crate::component::Loader) counts it).
-    pub async fn manifest(&self, pre: &Pre) -> Invocation<wit::ControllerManifest> {
+    pub async fn manifest(&self, pre: &Pre) -> Invocation<wit::ComponentManifest> {
         match pre {
             Pre::Current(pre) => {
                 self.invoke(None, async |store| {
@@ -278,11 +301,19 @@ impl Runtime {
                 })
                 .await
             }
+            Pre::V0_2(pre) => {
+                self.invoke(None, async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
+                    Ok(wit::ComponentManifest { controller: m, roles: wit::Roles::reconcile_only() })
+                })
+                .await
+            }
             Pre::V0_1(pre) => {
                 self.invoke(None, async |store| {
                     let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
                     let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
-                    Ok(wit::ControllerManifest::from(m))
+                    Ok(wit::ComponentManifest { controller: m.into(), roles: wit::Roles::reconcile_only() })
                 })
                 .await
             }
@@ -308,6 +339,13 @@ impl Runtime {
                 })
                 .await
             }
+            Pre::V0_2(pre) => {
+                self.invoke(Some(caller), async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)
+                })
+                .await
+            }
             Pre::V0_1(pre) => {
                 self.invoke(Some(caller), async |store| {
                     let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
@@ -327,6 +365,88 @@ impl Runtime {
             metrics().guest_trapped(&controller, e.kind().as_str());
         }
         invocation
+    }
+}
+
+impl Runtime {
+    /// Calls the guest's `admission.review(request)` on behalf of
+    /// `caller`, within `deadline` (a webhook's, below the API server's
+    /// timeout). Only components of the current contract serve admission.
+    pub async fn review(
+        &self,
+        pre: &Pre,
+        caller: Caller,
+        request: wit::AdmissionRequest,
+        deadline: Duration,
+    ) -> Invocation<wit::AdmissionResponse> {
+        let controller = Arc::clone(&caller.controller);
+        let invocation = self
+            .invoke_within(deadline, Some(caller), async |store| {
+                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                op.capstan_operator_admission().call_review(store, &request).await.map_err(Failed::Call)
+            })
+            .await;
+        count(&controller, Export::Review, &invocation);
+        invocation
+    }
+
+    /// Calls the guest's `conversion.convert(request)` on behalf of
+    /// `caller`, within `deadline`.
+    pub async fn convert(
+        &self,
+        pre: &Pre,
+        caller: Caller,
+        request: wit::ConversionRequest,
+        deadline: Duration,
+    ) -> Invocation<Result<Vec<wit::Json>, String>> {
+        let controller = Arc::clone(&caller.controller);
+        let invocation = self
+            .invoke_within(deadline, Some(caller), async |store| {
+                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                op.capstan_operator_conversion().call_convert(store, &request).await.map_err(Failed::Call)
+            })
+            .await;
+        count(&controller, Export::Convert, &invocation);
+        invocation
+    }
+
+    /// Calls the guest's `scheduler.schedule(request)` on behalf of
+    /// `caller`.
+    pub async fn schedule(
+        &self,
+        pre: &Pre,
+        caller: Caller,
+        request: wit::ScheduleRequest,
+    ) -> Invocation<Result<String, wit::Unschedulable>> {
+        let controller = Arc::clone(&caller.controller);
+        let invocation = self
+            .invoke(Some(caller), async |store| {
+                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                op.capstan_operator_scheduler().call_schedule(store, &request).await.map_err(Failed::Call)
+            })
+            .await;
+        count(&controller, Export::Schedule, &invocation);
+        invocation
+    }
+}
+
+/// The current contract's pre-instance: only it exports the roles beyond
+/// reconcile (the manifest of an older component declares none, so the
+/// host never routes one to it).
+fn current(pre: &Pre) -> Result<&OperatorPre<HostState>, Failed> {
+    match pre {
+        Pre::Current(pre) => Ok(pre),
+        other => Err(Failed::Instantiate(wasmtime::format_err!(
+            "a component of contract {} serves only reconcile",
+            other.contract()
+        ))),
+    }
+}
+
+fn count<T>(controller: &str, export: Export, invocation: &Invocation<T>) {
+    metrics().guest_invoked(controller, export, invocation.duration);
+    if let Err(e) = &invocation.result {
+        metrics().guest_trapped(controller, e.kind().as_str());
     }
 }
 

@@ -124,6 +124,16 @@ impl Lang {
         }
     }
 
+    /// The WIT folder of the checkout the language's SDK builds against.
+    /// Python and JavaScript stay on contract 0.2.0 until their SDKs serve
+    /// the roles of 0.3.0.
+    fn wit_subdir(self) -> &'static str {
+        match self {
+            Lang::Rust => "wit",
+            Lang::Python | Lang::Js => "wit/v0.2.0",
+        }
+    }
+
     /// Where the built component will be, relative to the project folder.
     fn component_path(self, crate_name: &str, name: &str) -> PathBuf {
         match self {
@@ -327,10 +337,14 @@ pub fn create(options: &Options) -> Result<Project> {
         Sdk::Git(_) => None,
     };
     let (sdk_dir, wit_dir) = match &checkout {
-        Some(root) => {
-            (root.join(options.lang.sdk_subdir()).display().to_string(), root.join("wit").display().to_string())
-        }
-        None => (format!("<capstan checkout>/{}", options.lang.sdk_subdir()), "<capstan checkout>/wit".to_owned()),
+        Some(root) => (
+            root.join(options.lang.sdk_subdir()).display().to_string(),
+            root.join(options.lang.wit_subdir()).display().to_string(),
+        ),
+        None => (
+            format!("<capstan checkout>/{}", options.lang.sdk_subdir()),
+            format!("<capstan checkout>/{}", options.lang.wit_subdir()),
+        ),
     };
 
     let vars = [

@@ -1,6 +1,8 @@
 //! Components built against an earlier contract keep loading and running,
 //! unchanged: the greeter as the 0.1.0 SDK built it
-//! (`tests/fixtures/contract-0.1.0`) against today's host.
+//! (`tests/fixtures/contract-0.1.0`) against today's host, and the `noop`
+//! fixture, built against the frozen 0.2.0 WIT (as are the Python and
+//! JavaScript greeters, whose scenarios `polyglot.rs` runs).
 
 use capstan_host::component::Loader;
 use capstan_host::engine::{Engine, EngineConfig};
@@ -27,6 +29,28 @@ async fn a_component_of_contract_0_1_0_loads_as_such() {
     let new = current.load(&find_component("greeter").unwrap_or_else(|e| panic!("{e}"))).await.expect("loads");
     assert_eq!(new.contract, capstan_host::CONTRACT_VERSION);
     assert_eq!(loaded.manifest.owns, new.manifest.owns, "the same declaration through either contract");
+}
+
+#[tokio::test]
+async fn a_component_of_contract_0_2_0_loads_as_a_controller_and_reconciles() {
+    let engine = Engine::new(EngineConfig::default()).expect("engine");
+    let runtime = Runtime::new(&engine, Limits::default()).expect("linker");
+    let noop = find_component("noop").unwrap_or_else(|e| panic!("{e}"));
+    let loaded = Loader::new(runtime, None).load(&noop).await.expect("loads");
+    assert_eq!(loaded.contract, "0.2.0");
+    assert_eq!(loaded.pre.contract(), "0.2.0");
+    assert_eq!(loaded.manifest.roles, capstan_host::manifest::Roles::reconcile_only());
+
+    let mut host = MockHost::new().expect("host");
+    host.load(noop).await.expect("loads");
+    host.seed(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "still", "namespace": "default"},
+    }))
+    .expect("seeded");
+    let run = host.run_until_idle().await.expect("settles");
+    assert_eq!(run.failures().count(), 0, "a 0.2.0 reconcile succeeds");
+    assert!(!run.steps.is_empty(), "and is called");
 }
 
 #[tokio::test]

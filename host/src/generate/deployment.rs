@@ -289,6 +289,7 @@ mod tests {
                 permissions: vec![],
                 resync: None,
                 max_concurrency: 1,
+                roles: crate::manifest::Roles::reconcile_only(),
             },
             vec![0; size],
         )
