@@ -338,6 +338,55 @@ impl Reconciler {
         std::mem::replace(&mut *lock(&self.version), (Arc::new(component), grants)).0
     }
 
+    /// A caller for a role other than reconcile (a webhook, a scheduling
+    /// decision) on the version in use: the component's grants, no object
+    /// being reconciled. Returns the version too, so the call runs on the
+    /// version the caller was made for even if a swap happens meanwhile.
+    pub fn role_caller(&self) -> (Arc<Loaded>, Caller) {
+        let (component, grants) = {
+            let version = lock(&self.version);
+            (Arc::clone(&version.0), Arc::clone(&version.1))
+        };
+        let caller = Caller {
+            controller: component.manifest.name.as_str().into(),
+            field_manager: component.manifest.field_manager().into(),
+            grants,
+            cluster: Arc::clone(&self.cluster),
+            reconciling: None,
+        };
+        (component, caller)
+    }
+
+    /// Answers an admission request with the version in use, within
+    /// `deadline`.
+    pub async fn review(
+        &self,
+        request: wit::AdmissionRequest,
+        deadline: Duration,
+    ) -> runtime::Invocation<wit::AdmissionResponse> {
+        let (component, caller) = self.role_caller();
+        self.runtime.review(&component.pre, caller, request, deadline).await
+    }
+
+    /// Converts objects with the version in use, within `deadline`.
+    pub async fn convert(
+        &self,
+        request: wit::ConversionRequest,
+        deadline: Duration,
+    ) -> runtime::Invocation<Result<Vec<wit::Json>, String>> {
+        let (component, caller) = self.role_caller();
+        self.runtime.convert(&component.pre, caller, request, deadline).await
+    }
+
+    /// Makes one scheduling decision with the version in use.
+    pub async fn schedule(
+        &self,
+        request: wit::ScheduleRequest,
+    ) -> runtime::Invocation<Result<String, wit::Unschedulable>> {
+        let (component, caller) = self.role_caller();
+        self.runtime.schedule(&component.pre, caller, request).await
+    }
+
     /// The grants of `component`: those of the version in use, or, for a
     /// call still running on a version swapped out meanwhile, its own.
     fn grants_for(&self, component: &Loaded) -> Arc<Grants> {

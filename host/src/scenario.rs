@@ -10,12 +10,18 @@
 //! | `expect.yaml` | objects expected afterwards; each is a subset match of the live object with the same kind, namespace and name |
 //! | `absent.yaml` | objects (kind, namespace, name) expected not to exist |
 //! | `events.yaml` | Events expected to have been recorded: a list of `{reason, type, regarding: {kind, name}}`, each a subset match |
-//! | `error.txt` | the run is expected to fail with an error containing this text |
+//! | `error.txt` | the run is expected to fail with an error containing this text (a reconcile error, or an admission webhook's denial of a write) |
+//! | `conversion.yaml` | a conversion to check: `desiredAPIVersion`, `objects`, and `expect` (subset match per object, in order) or `error` (text the failure contains) |
 //! | `steps/<nn-name>/` | further steps, in name order: `apply.yaml` (objects to create, or merge into existing ones), `delete.yaml` (objects to delete), and their own `expect.yaml`, `absent.yaml`, `events.yaml`, `error.txt` |
 //!
 //! A CustomResourceDefinition in `given.yaml` or `apply.yaml` serves its
 //! kind (with its schema) from then on; CRDs are created before the other
 //! objects of the same file.
+//!
+//! Writes from `given.yaml`, `apply.yaml` and `delete.yaml` pass through the
+//! admission webhooks the component declares, as on a real API server:
+//! mutating webhooks change what is stored, and a denial keeps the object
+//! out and counts as the step's error (expect it with `error.txt`).
 //!
 //! After `given.yaml` and after each step, the mock host runs until idle
 //! (requeues and retries due later are not run). In subset matches, maps
@@ -29,8 +35,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::cluster::{self, Cluster, Patch, Propagation, Subresource};
+use crate::manifest::Operation;
 use crate::object::ObjectRef;
-use crate::testing::{self, MockHost, Run};
+use crate::testing::{self, Admission, MockHost, Run};
 
 /// Why a scenario could not be run at all (as opposed to failing).
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +59,7 @@ pub enum Error {
         reason: String,
     },
     /// The folder holds no case.
-    #[error("{0}: no scenario found (expected given.yaml, or folders that have one)")]
+    #[error("{0}: no scenario found (expected given.yaml or conversion.yaml, or folders that have one)")]
     Empty(PathBuf),
     /// The mock host failed to start or load the component.
     #[error(transparent)]
@@ -99,15 +106,19 @@ pub fn read_yaml_documents(path: &Path) -> Result<Vec<Value>, Error> {
     Ok(docs)
 }
 
-/// The cases under `dir`: itself if it has `given.yaml`, else its
-/// subfolders that have one, in name order.
+/// True if `dir` is a case: it has `given.yaml` or `conversion.yaml`.
+fn is_case(dir: &Path) -> bool {
+    dir.join("given.yaml").is_file() || dir.join("conversion.yaml").is_file()
+}
+
+/// The cases under `dir`: itself if it is one (it has `given.yaml` or
+/// `conversion.yaml`), else its subfolders that are, in name order.
 pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    if dir.join("given.yaml").is_file() {
+    if is_case(dir) {
         return Ok(vec![dir.to_owned()]);
     }
     let entries = std::fs::read_dir(dir).map_err(|error| Error::Read { path: dir.to_owned(), error })?;
-    let mut cases: Vec<PathBuf> =
-        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.join("given.yaml").is_file()).collect();
+    let mut cases: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_case(p)).collect();
     cases.sort();
     if cases.is_empty() {
         return Err(Error::Empty(dir.to_owned()));
@@ -140,13 +151,15 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
     host.load(component).await?;
     let mut mismatches = Vec::new();
 
+    let mut denials = Vec::new();
     for object in crds_first(read_yaml_documents(&case.join("given.yaml"))?) {
-        if let Err(e) = host.seed(object) {
+        if let Err(e) = apply(&host, object, Start::Given, &mut denials).await {
             mismatches.push(format!("given.yaml: {e}"));
         }
     }
     let run = host.run_until_idle().await;
-    check(&host, case, "", run, &mut mismatches).await?;
+    check(&host, case, "", run, denials, &mut mismatches).await?;
+    check_conversion(&host, case, &mut mismatches).await?;
 
     let steps_dir = case.join("steps");
     if steps_dir.is_dir() {
@@ -158,8 +171,9 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
         steps.sort();
         for step in steps {
             let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+            let mut denials = Vec::new();
             for object in crds_first(read_yaml_documents(&step.join("apply.yaml"))?) {
-                if let Err(e) = apply(host.cluster(), object).await {
+                if let Err(e) = apply(&host, object, Start::Step, &mut denials).await {
                     mismatches.push(format!("{label}apply.yaml: {e}"));
                 }
             }
@@ -168,12 +182,18 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
                     mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
                     continue;
                 };
-                if let Err(e) = host.cluster().delete(&r, Propagation::Default).await {
-                    mismatches.push(format!("{label}delete.yaml: {r}: {e}"));
+                let old = host.cluster().get(&r).await.ok();
+                match host.admit(Operation::Delete, None, old).await? {
+                    Admission::Denied { message, .. } => denials.push(format!("{r}: {message}")),
+                    Admission::Allowed { .. } => {
+                        if let Err(e) = host.cluster().delete(&r, Propagation::Default).await {
+                            mismatches.push(format!("{label}delete.yaml: {r}: {e}"));
+                        }
+                    }
                 }
             }
             let run = host.run_until_idle().await;
-            check(&host, &step, &label, run, &mut mismatches).await?;
+            check(&host, &step, &label, run, denials, &mut mismatches).await?;
         }
     }
     Ok(CaseResult { name, mismatches })
@@ -186,12 +206,51 @@ fn crds_first(mut objects: Vec<Value>) -> Vec<Value> {
     objects
 }
 
+/// Which file an object comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// `given.yaml`: a new object keeps its `status` (fixtures need one).
+    Given,
+    /// A step's `apply.yaml`.
+    Step,
+}
+
 /// Creates `object`, or merges it into the existing one (spec and
-/// metadata; status through the status subresource).
-async fn apply(cluster: &cluster::mock::MockCluster, object: Value) -> Result<(), cluster::Error> {
+/// metadata; status through the status subresource), after the admission
+/// webhooks: a denial is added to `denials` and nothing is written.
+async fn apply(host: &MockHost, object: Value, from: Start, denials: &mut Vec<String>) -> Result<(), cluster::Error> {
+    let cluster = host.cluster();
     let r = ObjectRef::of(&object).ok_or_else(|| cluster::Error::BadRequest("object lacks identity".into()))?;
-    match cluster.get(&r).await {
-        Ok(_) => {
+    let existing = match cluster.get(&r).await {
+        Ok(existing) => Some(existing),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e),
+    };
+    let (operation, merged) = match &existing {
+        Some(old) => {
+            let mut merged = old.clone();
+            json_merge(&mut merged, &object);
+            (Operation::Update, merged)
+        }
+        None => (Operation::Create, object.clone()),
+    };
+    let admitted = match host.admit(operation, Some(merged.clone()), existing.clone()).await {
+        Ok(Admission::Denied { message, .. }) => {
+            denials.push(format!("{r}: {message}"));
+            return Ok(());
+        }
+        Ok(Admission::Allowed { object, .. }) => object,
+        Err(e) => return Err(cluster::Error::BadRequest(e.to_string())),
+    };
+    // What a mutating webhook changed is stored; otherwise the file's
+    // object is merged as before (so that `null` still removes a field).
+    let object = match (admitted, &existing) {
+        (Some(admitted), None) => admitted,
+        (Some(admitted), Some(_)) if admitted != merged => admitted,
+        _ => object,
+    };
+    match existing {
+        Some(_) => {
             let mut main = object.clone();
             let status = main.as_object_mut().and_then(|m| m.remove("status"));
             cluster.patch(&r, Patch::Merge(main), Subresource::Main).await?;
@@ -200,9 +259,61 @@ async fn apply(cluster: &cluster::mock::MockCluster, object: Value) -> Result<()
             }
             Ok(())
         }
-        Err(e) if e.is_not_found() => cluster.create(object).await.map(drop),
-        Err(e) => Err(e),
+        None if from == Start::Given => cluster.seed(object).map(drop),
+        None => cluster.create(object).await.map(drop),
     }
+}
+
+/// RFC 7386 merge of `patch` into `target`, as `apply.yaml` merges.
+fn json_merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    json_merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+/// Checks the case's `conversion.yaml`, if it has one.
+async fn check_conversion(host: &MockHost, case: &Path, mismatches: &mut Vec<String>) -> Result<(), Error> {
+    let Some(spec) = read_yaml_documents(&case.join("conversion.yaml"))?.into_iter().next() else { return Ok(()) };
+    let desired = spec.get("desiredAPIVersion").and_then(Value::as_str).unwrap_or_default();
+    let objects = spec.get("objects").and_then(Value::as_array).cloned().unwrap_or_default();
+    let expected_error = spec.get("error").and_then(Value::as_str);
+    let converted = match host.convert(desired, objects.clone()).await {
+        Ok(result) => result,
+        Err(e) => {
+            mismatches.push(format!("conversion.yaml: {e}"));
+            return Ok(());
+        }
+    };
+    match (converted, expected_error) {
+        (Err(message), Some(text)) if message.contains(text) => {}
+        (Err(message), _) => mismatches.push(format!("conversion.yaml: the conversion failed: {message}")),
+        (Ok(_), Some(text)) => {
+            mismatches.push(format!("conversion.yaml: expected a failure containing {text:?}, it succeeded"));
+        }
+        (Ok(converted), None) => {
+            if converted.len() != objects.len() {
+                mismatches.push(format!("conversion.yaml: {} objects in, {} out", objects.len(), converted.len()));
+            }
+            let expected = spec.get("expect").and_then(Value::as_array).cloned().unwrap_or_default();
+            for (i, (e, a)) in expected.iter().zip(&converted).enumerate() {
+                let mut diffs = Vec::new();
+                subset_diff(e, a, String::new(), &mut diffs);
+                for d in diffs {
+                    mismatches.push(format!("conversion.yaml: expect[{i}]: {d}"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn check(
@@ -210,16 +321,18 @@ async fn check(
     dir: &Path,
     label: &str,
     run: Result<Run, testing::Error>,
+    denials: Vec<String>,
     mismatches: &mut Vec<String>,
 ) -> Result<(), Error> {
     let expected_error = read(&dir.join("error.txt"))?.map(|s| s.trim().to_owned());
-    let failures: Vec<String> = match &run {
+    let mut failures: Vec<String> = match &run {
         Ok(run) => run
             .failures()
             .filter_map(|s| s.report.result.as_ref().err().map(|e| format!("{}: {e}", s.report.object)))
             .collect(),
         Err(e) => vec![e.to_string()],
     };
+    failures.extend(denials);
     match (&expected_error, failures.is_empty()) {
         (Some(text), _) if !failures.iter().any(|f| f.contains(text.as_str())) => {
             mismatches.push(format!("{label}error.txt: expected an error containing {text:?}, got {failures:?}"));

@@ -52,6 +52,9 @@ use crate::object::{self, ObjectRef};
 use crate::reconciler::{Action, EventKind, Reconciler, Report};
 use crate::runtime::Runtime;
 
+mod roles;
+pub use roles::{Admission, label_selector_matches};
+
 /// How many times one `run_until_idle` may reconcile the same object
 /// before it reports a reconcile loop, however fast the reconciles are. In
 /// one run an object is only reconciled again because the cluster changed
@@ -317,6 +320,9 @@ impl MockHost {
         let reconciler = Reconciler::new(self.loader.runtime().clone(), loaded, backend);
         self.controllers.push(Controller { reconciler, manifest: Arc::clone(&manifest), failures: BTreeMap::new() });
         let index = self.controllers.len() - 1;
+        if !manifest.roles.reconcile {
+            return Ok(manifest);
+        }
         for object in self.cluster.list(&manifest.primary, None, &ListParams::default()).await? {
             if let Some(r) = ObjectRef::of(&object) {
                 self.enqueue(index, ObjectRef { gvk: manifest.primary.clone(), ..r });
@@ -354,6 +360,9 @@ impl MockHost {
     /// does, and queues every primary object.
     pub async fn restart(&mut self) -> Result<(), Error> {
         for index in 0..self.controllers.len() {
+            if !self.controllers[index].manifest.roles.reconcile {
+                continue;
+            }
             self.controllers[index].reconciler.forget_all();
             let primary = self.controllers[index].manifest.primary.clone();
             for object in self.cluster.list(&primary, None, &ListParams::default()).await? {
@@ -381,6 +390,9 @@ impl MockHost {
             let meta = mapping::meta_of(&change.object);
             for index in 0..self.controllers.len() {
                 let manifest = Arc::clone(&self.controllers[index].manifest);
+                if !manifest.roles.reconcile {
+                    continue;
+                }
                 let namespaced = self.cluster.kind_info(&manifest.primary).is_none_or(|k| k.namespaced);
                 let cluster = Arc::clone(&self.cluster);
                 let primaries = |namespace: Option<&str>| -> Vec<ObjectRef> {
