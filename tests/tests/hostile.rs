@@ -256,13 +256,7 @@ async fn a_rejected_file_with_no_running_version_makes_the_host_unready_naming_i
 
 /// `GET http://127.0.0.1:<port><path>`: the status code, if anything answers.
 async fn status_code(port: u16, path: &str) -> Option<u16> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.ok()?;
-    answer.split_whitespace().nth(1)?.parse().ok()
+    capstan_tests::http_get(port, path).await.ok().map(|(code, _)| code)
 }
 
 // Item 7: startup without the API server retries with backoff.
