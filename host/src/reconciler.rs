@@ -45,6 +45,10 @@
 //!   `Reconciled=False`. A terminal failure is not retried until the object
 //!   changes: triggers caused by the host's own writes, children, watched
 //!   objects or resyncs do not call the guest again.
+//! - A reconcile whose guest log lines did not all reach the host's log
+//!   (over the per-invocation cap, or over the controller's log budget)
+//!   records one `LogsDropped` Warning Event on the primary object, with
+//!   the counts.
 //!
 //! # Caveats
 //!
@@ -626,6 +630,9 @@ impl Reconciler {
         };
         let invocation = self.runtime.reconcile(&component.pre, caller, request).await;
         report.journal = invocation.journal;
+        if let Some(note) = logs_dropped_note(&report.journal) {
+            self.record(self.warning(component, r, &object, "LogsDropped", note)).await;
+        }
         match invocation.result {
             Ok(answer) => Ok(answer),
             Err(e) => {
@@ -1008,6 +1015,23 @@ pub fn prepare_children(
     Ok(prepared)
 }
 
+/// The note of the one `LogsDropped` Warning Event a reconcile records
+/// when its guest's log lines did not all reach the host's log: over the
+/// per-invocation cap (gone), or over the controller's log budget (kept in
+/// the journal only). `None` when every line was logged.
+fn logs_dropped_note(journal: &Journal) -> Option<String> {
+    let (capped, throttled) = (journal.dropped_logs, journal.throttled_logs);
+    if capped == 0 && throttled == 0 {
+        return None;
+    }
+    Some(format!(
+        "{} guest log lines were not logged: {capped} over the cap of {} lines per invocation, \
+         {throttled} over the controller's log budget",
+        capped + throttled,
+        crate::imports::MAX_LOG_LINES
+    ))
+}
+
 /// What the event of an object this host has not handled since it started
 /// is, judged by the marks a handled object carries.
 fn event_after_restart(manifest: &Manifest, object: &Value) -> EventKind {
@@ -1085,6 +1109,21 @@ fn status_apply_body(r: &ObjectRef, status: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_that_logged_every_line_records_no_logs_dropped_event() {
+        let mut journal = Journal::default();
+        assert_eq!(logs_dropped_note(&journal), None);
+        journal.dropped_logs = 3;
+        journal.throttled_logs = 2;
+        assert_eq!(
+            logs_dropped_note(&journal).as_deref(),
+            Some(
+                "5 guest log lines were not logged: 3 over the cap of 256 lines per invocation, \
+                 2 over the controller's log budget"
+            )
+        );
+    }
 
     #[test]
     fn a_canary_share_is_about_its_percentage_and_stable() {

@@ -203,6 +203,29 @@ async fn stdout_past_the_cap_is_truncated_and_counted_not_a_trap() -> Result<()>
     Ok(())
 }
 
+// Item 12: dropped log lines leave an Event.
+#[tokio::test]
+async fn a_reconcile_that_dropped_log_lines_records_one_logs_dropped_warning_event() -> Result<()> {
+    let mut host = MockHost::with_limits(Limits::default(), None)?;
+    host.load(component("fixture")).await?;
+    host.seed(fixture_object("chatty", "stdout-flood"))?;
+    let run = host.run_until_idle().await?;
+    let reconciles = run.steps.iter().filter(|s| s.report.object.name == "chatty").count();
+    let dropped: Vec<_> = host.events().into_iter().filter(|e| e.reason == "LogsDropped").collect();
+    assert!(reconciles >= 1);
+    assert_eq!(dropped.len(), reconciles, "one Event per reconcile: {dropped:?}");
+    for event in &dropped {
+        assert_eq!((event.regarding.name.as_str(), event.warning), ("chatty", true), "{event:?}");
+        // 1 001 lines, 256 kept: 745 over the cap; how many of the kept
+        // ones the shared log budget let through depends on other tests.
+        let note = event.note.as_deref().unwrap_or_default();
+        assert!(note.contains(": 745 over the cap of 256 lines per invocation, "), "{note}");
+        let total: usize = note.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or_default();
+        assert!(total >= 745, "{note}");
+    }
+    Ok(())
+}
+
 // Item 14: the compile cache must belong to the host's user.
 #[cfg(unix)]
 #[tokio::test]
