@@ -251,24 +251,9 @@ fn any_manifest() -> impl Strategy<Value = wit::ControllerManifest> {
         )
 }
 
-/// A manifest the host accepts.
+/// A manifest the host accepts: a `Parent` owning ConfigMaps.
 fn valid_manifest() -> wit::ControllerManifest {
-    let gvk = |group: &str, version: &str, kind: &str| wit::GroupVersionKind {
-        group: group.into(),
-        version: version.into(),
-        kind: kind.into(),
-    };
-    wit::ControllerManifest {
-        name: "greeter".into(),
-        primary: gvk("examples.capstan.dev", "v1alpha1", "Greeting"),
-        crds: vec![],
-        owns: vec![wit::Owned { kind: gvk("", "v1", "ConfigMap"), label_selector: None, scope: None }],
-        watches: vec![],
-        finalizer: Some("examples.capstan.dev/cleanup".into()),
-        permissions: vec![],
-        resync_seconds: Some(300),
-        max_concurrency: 4,
-    }
+    to_wit(&parent(vec![owned("", "v1", "ConfigMap", None)]))
 }
 
 // --------------------------------------------------------------- manifest
@@ -460,10 +445,12 @@ fn owned(group: &str, version: &str, kind: &str, scope: Option<Scope>) -> manife
     manifest::Owned { kind: Gvk::new(group, version, kind), label_selector: None, scope }
 }
 
-fn children_manifest(primary: Gvk, owns: Vec<manifest::Owned>) -> Manifest {
+/// The manifest of controller `parent` of the namespaced kind `Parent`,
+/// owning `owns`.
+fn parent(owns: Vec<manifest::Owned>) -> Manifest {
     Manifest {
         name: "parent".into(),
-        primary,
+        primary: Gvk::new("examples.capstan.dev", "v1alpha1", "Parent"),
         crds: vec![],
         owns,
         watches: vec![],
@@ -484,14 +471,11 @@ proptest! {
         children in prop::collection::vec(child(), 0..4),
         watched in prop::sample::subsequence(vec!["app".to_owned(), "other".to_owned()], 0..=2),
     ) {
-        let m = children_manifest(
-            Gvk::new("examples.capstan.dev", "v1alpha1", "Parent"),
-            vec![
-                owned("", "v1", "ConfigMap", None),
-                owned("apps", "v1", "Deployment", None),
-                owned("rbac.authorization.k8s.io", "v1", "RoleBinding", None),
-            ],
-        );
+        let m = parent(vec![
+            owned("", "v1", "ConfigMap", None),
+            owned("apps", "v1", "Deployment", None),
+            owned("rbac.authorization.k8s.io", "v1", "RoleBinding", None),
+        ]);
         let grants = Grants::from_manifest(&m).within(&watched);
         let r = ObjectRef::new(m.primary.clone(), Some("app"), "p");
         let Ok(prepared) = prepare_children(&m, &grants, &r, &owner_ref(), &children) else { return Ok(()) };
@@ -513,13 +497,11 @@ proptest! {
         children in prop::collection::vec(child(), 0..4),
         watched in prop::sample::subsequence(vec!["a".to_owned(), "c".to_owned()], 0..=2),
     ) {
-        let m = children_manifest(
-            Gvk::new("examples.capstan.dev", "v1alpha1", "Parent"),
-            vec![
-                owned("", "v1", "ConfigMap", Some(Scope::Namespaces(vec!["a".into(), "b".into()]))),
-                owned("rbac.authorization.k8s.io", "v1", "ClusterRole", Some(Scope::Cluster)),
-            ],
-        );
+        // The primary is treated as cluster-scoped: `r` has no namespace.
+        let m = parent(vec![
+            owned("", "v1", "ConfigMap", Some(Scope::Namespaces(vec!["a".into(), "b".into()]))),
+            owned("rbac.authorization.k8s.io", "v1", "ClusterRole", Some(Scope::Cluster)),
+        ]);
         let grants = Grants::from_manifest(&m).within(&watched);
         let r = ObjectRef::new(m.primary.clone(), None, "p");
         let Ok(prepared) = prepare_children(&m, &grants, &r, &owner_ref(), &children) else { return Ok(()) };
@@ -537,7 +519,7 @@ proptest! {
 
     #[test]
     fn more_children_than_the_limit_are_refused(extra in 1usize..50) {
-        let m = children_manifest(Gvk::new("", "v1", "Namespace"), vec![owned("", "v1", "ConfigMap", None)]);
+        let m = parent(vec![owned("", "v1", "ConfigMap", None)]);
         let children = vec![b"{}".to_vec(); reconciler::MAX_CHILDREN + extra];
         let r = ObjectRef::new(m.primary.clone(), None, "p");
         let refused = prepare_children(&m, &Grants::from_manifest(&m), &r, &owner_ref(), &children);
@@ -760,10 +742,7 @@ fn accepted<S: Strategy>(strategy: S, count: usize, accepts: impl Fn(S::Value) -
 fn the_generators_reach_what_is_accepted_as_well_as_what_is_refused() {
     let manifests = accepted(any_manifest(), 500, |m| Manifest::try_from(m).is_ok());
     assert!((25..475).contains(&manifests), "{manifests} of 500 manifests accepted");
-    let m = children_manifest(
-        Gvk::new("examples.capstan.dev", "v1alpha1", "Parent"),
-        vec![owned("", "v1", "ConfigMap", None), owned("apps", "v1", "Deployment", None)],
-    );
+    let m = parent(vec![owned("", "v1", "ConfigMap", None), owned("apps", "v1", "Deployment", None)]);
     let r = ObjectRef::new(m.primary.clone(), Some("app"), "p");
     let grants = Grants::from_manifest(&m);
     let children = accepted(child(), 500, |c| prepare_children(&m, &grants, &r, &owner_ref(), &[c]).is_ok());

@@ -242,6 +242,22 @@ async fn create_all(client: &Client, ns: &str, names: &[String], message: &str) 
     Ok(names.iter().map(|n| (n.clone(), message.to_owned())).collect())
 }
 
+/// A namespace on the shared control plane with a host running the greeter
+/// in it and `count` Greetings `g-<i>` saying `message`, converged; and
+/// what is expected of them.
+async fn converged_namespace(
+    prefix: &str,
+    count: usize,
+    message: &str,
+) -> Result<(TestNamespace, HostProcess, BTreeMap<String, String>)> {
+    let plane = ControlPlane::shared().await?;
+    let ns = TestNamespace::new(prefix).await?;
+    let mut host = HostProcess::start(plane.kubeconfig_path(), ns.name()).await?;
+    let expected = create_all(&ns.client(), ns.name(), &names("g", count), message).await?;
+    converged(&mut host, &ns.client(), &expected).await.context("before the fault")?;
+    Ok((ns, host, expected))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_api_server_restart_during_creates_and_updates_loses_no_greeting() -> Result<()> {
     let private = PrivateControlPlane::start(false).await?;
@@ -280,13 +296,9 @@ async fn an_api_server_restart_during_creates_and_updates_loses_no_greeting() ->
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_killed_during_updates_and_deletes_converges_after_a_restart_without_leaks_or_duplicates() -> Result<()>
 {
-    let plane = ControlPlane::shared().await?;
-    let ns = TestNamespace::new("faults-kill").await?;
+    let (ns, mut host, mut expected) = converged_namespace("faults-kill", 24, "first").await?;
     let client = ns.client();
-    let mut host = HostProcess::start(plane.kubeconfig_path(), ns.name()).await?;
     let all = names("g", 24);
-    let mut expected = create_all(&client, ns.name(), &all, "first").await?;
-    converged(&mut host, &client, &expected).await.context("before the first kill")?;
 
     // A wave of updates; SIGKILL a third of the way through it, while the
     // first ones are being reconciled; the rest land while no host runs.
@@ -323,12 +335,8 @@ async fn a_host_killed_during_updates_and_deletes_converges_after_a_restart_with
 
 #[tokio::test(flavor = "multi_thread")]
 async fn children_deleted_behind_the_hosts_back_are_recreated() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
-    let ns = TestNamespace::new("faults-children").await?;
+    let (ns, mut host, expected) = converged_namespace("faults-children", 20, "hello").await?;
     let client = ns.client();
-    let mut host = HostProcess::start(plane.kubeconfig_path(), ns.name()).await?;
-    let expected = create_all(&client, ns.name(), &names("g", 20), "hello").await?;
-    converged(&mut host, &client, &expected).await.context("before the children were deleted")?;
 
     let cms: Api<ConfigMap> = ns.api();
     let deploys: Api<Deployment> = ns.api();
@@ -358,12 +366,8 @@ async fn children_deleted_behind_the_hosts_back_are_recreated() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_truncated_component_swapped_in_is_rejected_and_the_running_version_keeps_serving() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
-    let ns = TestNamespace::new("faults-truncated").await?;
+    let (ns, mut host, mut expected) = converged_namespace("faults-truncated", 20, "first").await?;
     let client = ns.client();
-    let mut host = HostProcess::start(plane.kubeconfig_path(), ns.name()).await?;
-    let mut expected = create_all(&client, ns.name(), &names("g", 20), "first").await?;
-    converged(&mut host, &client, &expected).await.context("before the swap")?;
 
     // Half a component, written in place over the running one.
     let file = host.dir.join("greeter.wasm");
