@@ -29,7 +29,7 @@
 //! | ClusterRole + binding | `capstan` | the host's own needs: Events, reading CRDs |
 //! | Role + binding | `capstan`, in the host's namespace | Leases (leader election) |
 //! | ClusterRole + binding | `capstan-<controller>` | one per component: see [`rbac`](self#rbac) |
-//! | Role + binding | `capstan-<controller>` | in each namespace a permission is limited to |
+//! | Role + binding | `capstan-<controller>` | in each namespace a permission is limited to, and each watched namespace |
 //! | ConfigMap | `capstan-components` | the components, `<controller>.wasm` each, at most 1 MiB in all |
 //! | Deployment | `capstan` | one replica of `capstan run --components /components` |
 //!
@@ -49,6 +49,16 @@
 //! watch; with `install_crds`, create of CRDs and patch of its own CRDs by
 //! name. Rules are merged per group + resource and sorted; nothing is a
 //! wildcard unless a component declared one.
+//!
+//! With [watched namespaces](Options::watch_namespace) (the host run with
+//! `-n`), every rule on a namespaced resource goes into a Role and binding
+//! in each watched namespace instead of the ClusterRole, the host's
+//! Events rule into Roles in the watched namespaces and `default` (where
+//! Events about cluster-scoped objects land); the ClusterRoles keep only
+//! cluster-scoped resources (CRDs, Namespaces, cluster-scoped CRD kinds)
+//! and resources whose scope is not known (a `--plural` override, a
+//! wildcard). Guests then read namespaced objects only in the watched
+//! namespaces (and where a permission names a namespace).
 //!
 //! # Component delivery
 //!
@@ -219,6 +229,7 @@ pub struct Options {
     install_crds: bool,
     skip_deployment: bool,
     plurals: Vec<PluralOverride>,
+    watch_namespaces: Vec<String>,
 }
 
 impl Default for Options {
@@ -231,6 +242,7 @@ impl Default for Options {
             install_crds: false,
             skip_deployment: false,
             plurals: Vec::new(),
+            watch_namespaces: Vec::new(),
         }
     }
 }
@@ -282,8 +294,21 @@ impl Options {
         self
     }
 
+    /// Adds a namespace the host watches (`capstan run -n`): the
+    /// Deployment passes it to the host, and namespaced resources get a
+    /// Role and binding in each watched namespace instead of a
+    /// ClusterRole (see [RBAC](self#rbac)). Default: none, every
+    /// namespace.
+    pub fn watch_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.watch_namespaces.push(namespace.into());
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         names::check("namespace", &self.namespace, Rule::Dns1123Label)?;
+        for ns in &self.watch_namespaces {
+            names::check("watched namespace", ns, Rule::Dns1123Label)?;
+        }
         names::check("name", &self.name, Rule::Dns1123Label)?;
         names::check("name of the components ConfigMap", &deployment::config_map_name(self), Rule::Dns1123Subdomain)?;
         if self.image.is_empty() || self.image.chars().any(char::is_whitespace) {

@@ -128,6 +128,9 @@ pub struct Journal {
     pub logs: Vec<LogLine>,
     /// Log lines dropped over the cap.
     pub dropped_logs: usize,
+    /// Log lines kept in this journal but not written to the host's log:
+    /// the controller's [`LogBudget`](crate::limits::LogBudget) was spent.
+    pub throttled_logs: usize,
     /// Captured stdout (at most [`STDIO_CAPACITY`] bytes).
     pub stdout: String,
     /// Bytes of stdout dropped over [`STDIO_CAPACITY`].

@@ -377,7 +377,10 @@ pub fn is_dns1035_label(s: &str) -> bool {
 }
 
 fn kind_of(field: &'static str, k: wit::GroupVersionKind) -> Result<Gvk, Error> {
-    let ok = !k.version.is_empty()
+    // The version and kind go into request paths: `v1?watch=1` or `-`
+    // must not pass (found by the property tests).
+    let ok = is_dns1123_label(&k.version)
+        && k.kind.len() <= 63
         && k.kind.chars().next().is_some_and(|c| c.is_ascii_uppercase())
         && k.kind.chars().all(|c| c.is_ascii_alphanumeric())
         && (k.group.is_empty() || is_dns1123_subdomain(&k.group));
@@ -734,6 +737,14 @@ mod tests {
     fn empty_kind_is_rejected() {
         let m = wit::ControllerManifest { primary: gvk("", "", ""), ..valid() };
         assert!(matches!(Manifest::try_from(m), Err(Error::Kind { field: "primary", .. })));
+    }
+
+    #[test]
+    fn a_version_that_is_not_a_dns_label_is_rejected() {
+        for version in ["-", "v1?watch=1", "v1/x", "V1"] {
+            let m = wit::ControllerManifest { primary: gvk("apps", version, "Deployment"), ..valid() };
+            assert!(matches!(Manifest::try_from(m), Err(Error::Kind { field: "primary", .. })), "{version}");
+        }
     }
 
     #[test]

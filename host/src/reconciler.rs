@@ -45,6 +45,10 @@
 //!   `Reconciled=False`. A terminal failure is not retried until the object
 //!   changes: triggers caused by the host's own writes, children, watched
 //!   objects or resyncs do not call the guest again.
+//! - A reconcile whose guest log lines did not all reach the host's log
+//!   (over the per-invocation cap, or over the controller's log budget)
+//!   records one `LogsDropped` Warning Event on the primary object, with
+//!   the counts.
 //!
 //! # Caveats
 //!
@@ -675,6 +679,9 @@ impl Reconciler {
         };
         let invocation = self.runtime.reconcile(&component.pre, caller, request).await;
         report.journal = invocation.journal;
+        if let Some(note) = logs_dropped_note(&report.journal) {
+            self.record(self.warning(component, r, &object, "LogsDropped", note)).await;
+        }
         match invocation.result {
             Ok(answer) => Ok(answer),
             Err(e) => {
@@ -820,83 +827,6 @@ impl Reconciler {
         }
     }
 
-    /// Checks every child of an outcome and prepares it for applying: its
-    /// namespace, the host's ownerReference, none of the guest's.
-    fn prepare_children(
-        &self,
-        component: &Loaded,
-        r: &ObjectRef,
-        owner_ref: &Value,
-        children: &[Vec<u8>],
-    ) -> Result<Vec<(ObjectRef, Value)>, Error> {
-        let manifest = &component.manifest;
-        let invalid = |m: String| Error::InvalidOutcome(m);
-        if children.len() > MAX_CHILDREN {
-            return Err(invalid(format!("{} children, more than {MAX_CHILDREN}", children.len())));
-        }
-        let grants = self.grants_for(component);
-        let mut prepared = Vec::with_capacity(children.len());
-        let mut seen = BTreeSet::new();
-        for bytes in children {
-            let mut child: Value =
-                serde_json::from_slice(bytes).map_err(|e| invalid(format!("a child is not JSON: {e}")))?;
-            let Some(gvk) = Gvk::of(&child) else {
-                return Err(invalid("a child has no apiVersion or kind".into()));
-            };
-            let Some(owned) = manifest.owned(&gvk) else {
-                return Err(invalid(format!("child kind {gvk} is not declared in `owns`")));
-            };
-            let meta = child
-                .as_object_mut()
-                .ok_or_else(|| invalid("a child is not a JSON object".into()))?
-                .entry("metadata")
-                .or_insert_with(|| json!({}));
-            let meta = meta.as_object_mut().ok_or_else(|| invalid("child metadata is not an object".into()))?;
-            if let Some(own) = &r.namespace {
-                let ns = meta.entry("namespace").or_insert_with(|| json!(own));
-                if ns.as_str() != Some(own.as_str()) {
-                    return Err(invalid(format!(
-                        "a child of kind {gvk} in namespace {ns}: the children of a namespaced object live in its namespace"
-                    )));
-                }
-            }
-            let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
-            if !manifest::is_object_name(name) {
-                return Err(invalid(format!("a child of kind {gvk} has no valid metadata.name ({name:?})")));
-            }
-            if let Some(ns) = meta.get("namespace")
-                && !ns.as_str().is_some_and(manifest::is_dns1123_label)
-            {
-                return Err(invalid(format!("child {gvk} {name}: namespace {ns} is not a namespace name")));
-            }
-            let labels = meta.get("labels").cloned();
-            if !owned.selects(labels.as_ref()) {
-                let selector = owned.label_selector.as_deref().unwrap_or_default();
-                return Err(invalid(format!(
-                    "child {gvk} {name} does not match the label selector {selector:?} its kind is owned with"
-                )));
-            }
-            // The host's controller reference is the only one: a guest may
-            // not attach children to other objects.
-            meta.insert("ownerReferences".into(), json!([owner_ref]));
-            let child_ref = ObjectRef::of(&child).expect("kind, name and namespace were checked");
-            let request = Request::new(Verb::Patch, &gvk, child_ref.namespace.as_deref()).named(&child_ref.name);
-            grants.check(request, r.namespace.as_deref()).map_err(|d| invalid(format!("child {child_ref}: {d}")))?;
-            if let Some(role) = role_ref(&gvk, &child, child_ref.namespace.as_deref()) {
-                let (kind, namespace, name) = &role;
-                let request = Request::new(Verb::Bind, kind, namespace.as_deref()).named(name);
-                grants.check(request, r.namespace.as_deref()).map_err(|d| {
-                    invalid(format!("child {child_ref} binds {kind} {name}, which needs `bind` declared: {d}"))
-                })?;
-            }
-            if !seen.insert(child_ref.clone()) {
-                return Err(invalid(format!("child {child_ref} is listed twice")));
-            }
-            prepared.push((child_ref, child));
-        }
-        Ok(prepared)
-    }
-
     /// Applies children, prunes, writes status, records events. Returns the
     /// primary object as it is after the host's own writes, and the
     /// children that were refused.
@@ -928,7 +858,8 @@ impl Reconciler {
             .map(serde_json::from_slice::<Value>)
             .transpose()
             .map_err(|e| Error::InvalidOutcome(format!("status is not JSON: {e}")))?;
-        let children = self.prepare_children(component, r, &owner_ref, &outcome.children)?;
+        let children =
+            prepare_children(&component.manifest, &self.grants_for(component), r, &owner_ref, &outcome.children)?;
 
         let mut refused = Vec::new();
         let mut desired = BTreeSet::new();
@@ -1048,6 +979,108 @@ impl Reconciler {
     }
 }
 
+/// Checks every child of an outcome of `manifest`'s controller for the
+/// primary object `r` and prepares it for applying: its namespace (the
+/// primary's, for a namespaced primary), the host's ownerReference
+/// `owner_ref` and none of the guest's, and the `grants` (which carry the
+/// host's watched namespaces) for a patch of it and, for a role binding,
+/// `bind` on the role it names.
+///
+/// # Errors
+///
+/// [`Error::InvalidOutcome`] naming the first child that is not JSON, not
+/// of an owned kind, outside its scope, badly named, or listed twice; or
+/// when there are more than [`MAX_CHILDREN`].
+pub fn prepare_children(
+    manifest: &Manifest,
+    grants: &Grants,
+    r: &ObjectRef,
+    owner_ref: &Value,
+    children: &[Vec<u8>],
+) -> Result<Vec<(ObjectRef, Value)>, Error> {
+    let invalid = |m: String| Error::InvalidOutcome(m);
+    if children.len() > MAX_CHILDREN {
+        return Err(invalid(format!("{} children, more than {MAX_CHILDREN}", children.len())));
+    }
+    let mut prepared = Vec::with_capacity(children.len());
+    let mut seen = BTreeSet::new();
+    for bytes in children {
+        let mut child: Value =
+            serde_json::from_slice(bytes).map_err(|e| invalid(format!("a child is not JSON: {e}")))?;
+        let Some(gvk) = Gvk::of(&child) else {
+            return Err(invalid("a child has no apiVersion or kind".into()));
+        };
+        let Some(owned) = manifest.owned(&gvk) else {
+            return Err(invalid(format!("child kind {gvk} is not declared in `owns`")));
+        };
+        let meta = child
+            .as_object_mut()
+            .ok_or_else(|| invalid("a child is not a JSON object".into()))?
+            .entry("metadata")
+            .or_insert_with(|| json!({}));
+        let meta = meta.as_object_mut().ok_or_else(|| invalid("child metadata is not an object".into()))?;
+        if let Some(own) = &r.namespace {
+            let ns = meta.entry("namespace").or_insert_with(|| json!(own));
+            if ns.as_str() != Some(own.as_str()) {
+                return Err(invalid(format!(
+                    "a child of kind {gvk} in namespace {ns}: the children of a namespaced object live in its namespace"
+                )));
+            }
+        }
+        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+        if !manifest::is_object_name(name) {
+            return Err(invalid(format!("a child of kind {gvk} has no valid metadata.name ({name:?})")));
+        }
+        if let Some(ns) = meta.get("namespace")
+            && !ns.as_str().is_some_and(manifest::is_dns1123_label)
+        {
+            return Err(invalid(format!("child {gvk} {name}: namespace {ns} is not a namespace name")));
+        }
+        let labels = meta.get("labels").cloned();
+        if !owned.selects(labels.as_ref()) {
+            let selector = owned.label_selector.as_deref().unwrap_or_default();
+            return Err(invalid(format!(
+                "child {gvk} {name} does not match the label selector {selector:?} its kind is owned with"
+            )));
+        }
+        // The host's controller reference is the only one: a guest may
+        // not attach children to other objects.
+        meta.insert("ownerReferences".into(), json!([owner_ref]));
+        let child_ref = ObjectRef::of(&child).expect("kind, name and namespace were checked");
+        let request = Request::new(Verb::Patch, &gvk, child_ref.namespace.as_deref()).named(&child_ref.name);
+        grants.check(request, r.namespace.as_deref()).map_err(|d| invalid(format!("child {child_ref}: {d}")))?;
+        if let Some(role) = role_ref(&gvk, &child, child_ref.namespace.as_deref()) {
+            let (kind, namespace, name) = &role;
+            let request = Request::new(Verb::Bind, kind, namespace.as_deref()).named(name);
+            grants.check(request, r.namespace.as_deref()).map_err(|d| {
+                invalid(format!("child {child_ref} binds {kind} {name}, which needs `bind` declared: {d}"))
+            })?;
+        }
+        if !seen.insert(child_ref.clone()) {
+            return Err(invalid(format!("child {child_ref} is listed twice")));
+        }
+        prepared.push((child_ref, child));
+    }
+    Ok(prepared)
+}
+
+/// The note of the one `LogsDropped` Warning Event a reconcile records
+/// when its guest's log lines did not all reach the host's log: over the
+/// per-invocation cap (gone), or over the controller's log budget (kept in
+/// the journal only). `None` when every line was logged.
+fn logs_dropped_note(journal: &Journal) -> Option<String> {
+    let (capped, throttled) = (journal.dropped_logs, journal.throttled_logs);
+    if capped == 0 && throttled == 0 {
+        return None;
+    }
+    Some(format!(
+        "{} guest log lines were not logged: {capped} over the cap of {} lines per invocation, \
+         {throttled} over the controller's log budget",
+        capped + throttled,
+        crate::imports::MAX_LOG_LINES
+    ))
+}
+
 /// What the event of an object this host has not handled since it started
 /// is, judged by the marks a handled object carries.
 fn event_after_restart(manifest: &Manifest, object: &Value) -> EventKind {
@@ -1125,6 +1158,21 @@ fn status_apply_body(r: &ObjectRef, status: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_that_logged_every_line_records_no_logs_dropped_event() {
+        let mut journal = Journal::default();
+        assert_eq!(logs_dropped_note(&journal), None);
+        journal.dropped_logs = 3;
+        journal.throttled_logs = 2;
+        assert_eq!(
+            logs_dropped_note(&journal).as_deref(),
+            Some(
+                "5 guest log lines were not logged: 3 over the cap of 256 lines per invocation, \
+                 2 over the controller's log budget"
+            )
+        );
+    }
 
     #[test]
     fn a_canary_share_is_about_its_percentage_and_stable() {

@@ -99,7 +99,8 @@ pub fn read_yaml_documents(path: &Path) -> Result<Vec<Value>, Error> {
             Value::deserialize(doc).map_err(|e| Error::Yaml { path: path.to_owned(), reason: e.to_string() })?;
         match value {
             Value::Null => {}
-            Value::Array(items) => docs.extend(items),
+            // An empty item (`- `) is skipped like an empty document.
+            Value::Array(items) => docs.extend(items.into_iter().filter(|i| !i.is_null())),
             other => docs.push(other),
         }
     }

@@ -146,6 +146,83 @@ fn gen_rbac_grants_the_greeter_what_it_needs_and_nothing_more() {
     assert_eq!(binding["subjects"][0], json!({"kind": "ServiceAccount", "name": "capstan", "namespace": "ops"}));
 }
 
+/// The object of `kind` named `name` in `namespace`, if any.
+fn find_in<'a>(objects: &'a [Value], kind: &str, namespace: &str, name: &str) -> Option<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name && o["metadata"]["namespace"] == namespace)
+}
+
+#[test]
+fn gen_rbac_with_watched_namespaces_grants_namespaced_kinds_only_there() {
+    let objects = objects(&[
+        "gen",
+        "rbac",
+        &greeter(),
+        "--install-crds",
+        "--namespace",
+        "ops",
+        "-w",
+        "ns1",
+        "--watch-namespace=ns2",
+    ]);
+    // Cluster-wide: only what is cluster-scoped (CRDs).
+    let host = rules(find(&objects, "ClusterRole", "capstan"));
+    assert_eq!(host.keys().collect::<Vec<_>>(), ["apiextensions.k8s.io/customresourcedefinitions"], "{host:?}");
+    let greeter = find(&objects, "ClusterRole", "capstan-greeter");
+    let resources: Vec<&Value> = greeter["rules"].as_array().expect("rules").iter().map(|r| &r["resources"]).collect();
+    assert!(resources.iter().all(|r| **r == json!(["customresourcedefinitions"])), "{greeter:#}");
+
+    // Namespaced: a Role and binding of the greeter in each watched
+    // namespace, none elsewhere.
+    let all: Vec<String> = ["get", "list", "watch", "create", "update", "patch", "delete"].map(String::from).into();
+    for ns in ["ns1", "ns2"] {
+        let role = rules(find_in(&objects, "Role", ns, "capstan-greeter").expect("a Role"));
+        assert_eq!(role.get("/configmaps"), Some(&all), "{ns}: {role:?}");
+        assert_eq!(role.get("apps/deployments"), Some(&all), "{ns}: {role:?}");
+        let resources: Vec<&str> = role.keys().map(String::as_str).collect();
+        assert_eq!(
+            resources,
+            [
+                "/configmaps",
+                "apps/deployments",
+                "apps/deployments/status",
+                "examples.capstan.dev/greetings",
+                "examples.capstan.dev/greetings/status"
+            ],
+            "{ns}"
+        );
+        let binding = find_in(&objects, "RoleBinding", ns, "capstan-greeter").expect("a RoleBinding");
+        assert_eq!(
+            binding["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capstan-greeter"})
+        );
+        assert_eq!(binding["subjects"][0], json!({"kind": "ServiceAccount", "name": "capstan", "namespace": "ops"}));
+    }
+    let greeter_roles = objects.iter().filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == "capstan-greeter");
+    assert_eq!(greeter_roles.count(), 2);
+    // The host's Events: in the watched namespaces and `default`; its
+    // Leases in its own namespace.
+    for ns in ["ns1", "ns2", "default"] {
+        let role = rules(find_in(&objects, "Role", ns, "capstan").expect("a Role"));
+        assert_eq!(role.keys().collect::<Vec<_>>(), ["events.k8s.io/events"], "{ns}: {role:?}");
+    }
+    let own = rules(find_in(&objects, "Role", "ops", "capstan").expect("the host's Role"));
+    assert_eq!(own.keys().collect::<Vec<_>>(), ["coordination.k8s.io/leases"], "{own:?}");
+}
+
+#[test]
+fn gen_manifest_with_watched_namespaces_passes_them_to_the_host() {
+    let objects = objects(&["gen", "manifest", &greeter(), "-w", "ns1,ns2"]);
+    let deployment = find(&objects, "Deployment", "capstan");
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(
+        args,
+        &json!(["run", "--components", "/components", "--leader-elect", "--namespace", "ns1", "--namespace", "ns2"])
+    );
+    assert!(find_in(&objects, "Role", "ns2", "capstan-greeter").is_some());
+}
+
 #[test]
 fn gen_rbac_with_install_crds_allows_patching_only_the_greeters_crd() {
     let objects = objects(&["gen", "rbac", &greeter(), "--install-crds"]);

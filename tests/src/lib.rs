@@ -460,6 +460,34 @@ pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// `GET http://127.0.0.1:<port><path>` (for a host's `/healthz`,
+/// `/readyz`, `/status` and `/metrics`): the status code and the body.
+///
+/// # Errors
+///
+/// When nothing answers on `port` or the answer has no status line.
+pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await?;
+    let code = answer.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("an HTTP status line")?;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((code, body))
+}
+
+/// Whether the greeter reports `g` `Ready` for its `generation`
+/// (`status.observedGeneration` and a `Ready=True` condition).
+pub fn greeting_ready(g: &DynamicObject, generation: i64) -> bool {
+    let status = &g.data["status"];
+    status["observedGeneration"] == serde_json::json!(generation)
+        && status["conditions"].as_array().is_some_and(|c| {
+            c.iter().any(|c| c["type"] == serde_json::json!("Ready") && c["status"] == serde_json::json!("True"))
+        })
+}
+
 /// The greeter's `Greeting`s in `namespace`.
 pub fn greetings(client: &Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &greeting_resource())

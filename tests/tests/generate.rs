@@ -201,24 +201,31 @@ async fn the_generated_manifest_for_the_greeter_applies_and_its_crd_serves_the_p
 }
 
 /// Installs the greeter's CRD and generated RBAC (with `--install-crds`)
-/// for a host named after the namespace; returns a client that
-/// authenticates as its ServiceAccount, once its roles are in effect.
-async fn install_rbac(ns: &TestNamespace) -> Result<(Installed, Client)> {
+/// for a host named after the namespace, and with `watching` for a host
+/// that watches only that namespace (`--watch-namespace`); returns a
+/// client that authenticates as its ServiceAccount, once its roles are in
+/// effect.
+async fn install_rbac(ns: &TestNamespace, watching: bool) -> Result<(Installed, Client)> {
     let plane = ControlPlane::shared().await?;
     let greeter = greeter().await?;
-    let options = Options::default().namespace(ns.name()).name(ns.name()).install_crds(true);
+    let mut options = Options::default().namespace(ns.name()).name(ns.name()).install_crds(true);
+    if watching {
+        options = options.watch_namespace(ns.name());
+    }
     let mut objects = generate::crds(std::slice::from_ref(&greeter))?;
     objects.extend(generate::rbac(&[greeter], &options)?);
     let installed = apply_all(&ns.client(), &objects).await?;
     let token = token_for_service_account(&ns.client(), ns.name(), ns.name()).await?;
     let sa = plane.client_with_token(&token)?;
-    let all: Api<DynamicObject> = Api::all_with(
-        sa.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting"),
-            "greetings",
-        ),
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting"),
+        "greetings",
     );
+    let all: Api<DynamicObject> = if watching {
+        Api::namespaced_with(sa.clone(), ns.name(), &resource)
+    } else {
+        Api::all_with(sa.clone(), &resource)
+    };
     // The RBAC authorizer reads each role and binding from an informer
     // cache: wait until all three of them (one read each) are in effect.
     let crds: Api<CustomResourceDefinition> = Api::all(sa.clone());
@@ -235,7 +242,7 @@ async fn install_rbac(ns: &TestNamespace) -> Result<(Installed, Client)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_generated_rbac_lets_the_service_account_do_what_the_greeter_needs_and_nothing_else() -> Result<()> {
     let ns = TestNamespace::new("gen-rbac").await?;
-    let (installed, sa) = install_rbac(&ns).await?;
+    let (installed, sa) = install_rbac(&ns, false).await?;
     let admin = ns.client();
     let n = ns.name();
     let pp = PostParams::default();
@@ -342,8 +349,20 @@ async fn the_generated_rbac_lets_the_service_account_do_what_the_greeter_needs_a
 #[tokio::test(flavor = "multi_thread")]
 async fn the_host_running_as_the_generated_service_account_converges_the_greeter() -> Result<()> {
     let ns = TestNamespace::new("gen-host").await?;
-    let (installed, sa) = install_rbac(&ns).await?;
+    // The RBAC for a host that watches only this namespace: Roles here,
+    // nothing namespaced anywhere else.
+    let (installed, sa) = install_rbac(&ns, true).await?;
     let admin = ns.client();
+    let elsewhere: Api<ConfigMap> = Api::namespaced(sa.clone(), "default");
+    assert_eq!(code(&elsewhere.list(&ListParams::default()).await), Some(403), "ConfigMaps outside the namespace");
+    let greetings_everywhere: Api<DynamicObject> = Api::all_with(
+        sa.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting"),
+            "greetings",
+        ),
+    );
+    assert_eq!(code(&greetings_everywhere.list(&ListParams::default()).await), Some(403), "Greetings everywhere");
     let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
     // The host reviews each component's permissions against its own: the
     // fixture also watches Secrets, which the greeter's RBAC does not allow,
@@ -454,7 +473,7 @@ async fn the_committed_greeter_overlay_renders_with_kustomize() -> Result<()> {
 async fn a_permission_removed_from_the_generated_role_surfaces_as_a_403() -> Result<()> {
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let ns = TestNamespace::new("gen-403").await?;
-    let (installed, sa) = install_rbac(&ns).await?;
+    let (installed, sa) = install_rbac(&ns, false).await?;
     let admin = ns.client();
     // Take `configmaps` out of whichever generated ClusterRole grants it.
     let roles: Api<ClusterRole> = Api::all(admin.clone());

@@ -203,6 +203,29 @@ async fn stdout_past_the_cap_is_truncated_and_counted_not_a_trap() -> Result<()>
     Ok(())
 }
 
+// Item 12: dropped log lines leave an Event.
+#[tokio::test]
+async fn a_reconcile_that_dropped_log_lines_records_one_logs_dropped_warning_event() -> Result<()> {
+    let mut host = MockHost::with_limits(Limits::default(), None)?;
+    host.load(component("fixture")).await?;
+    host.seed(fixture_object("chatty", "stdout-flood"))?;
+    let run = host.run_until_idle().await?;
+    let reconciles = run.steps.iter().filter(|s| s.report.object.name == "chatty").count();
+    let dropped: Vec<_> = host.events().into_iter().filter(|e| e.reason == "LogsDropped").collect();
+    assert!(reconciles >= 1);
+    assert_eq!(dropped.len(), reconciles, "one Event per reconcile: {dropped:?}");
+    for event in &dropped {
+        assert_eq!((event.regarding.name.as_str(), event.warning), ("chatty", true), "{event:?}");
+        // 1 001 lines, 256 kept: 745 over the cap; how many of the kept
+        // ones the shared log budget let through depends on other tests.
+        let note = event.note.as_deref().unwrap_or_default();
+        assert!(note.contains(": 745 over the cap of 256 lines per invocation, "), "{note}");
+        let total: usize = note.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or_default();
+        assert!(total >= 745, "{note}");
+    }
+    Ok(())
+}
+
 // Item 14: the compile cache must belong to the host's user.
 #[cfg(unix)]
 #[tokio::test]
@@ -256,13 +279,7 @@ async fn a_rejected_file_with_no_running_version_makes_the_host_unready_naming_i
 
 /// `GET http://127.0.0.1:<port><path>`: the status code, if anything answers.
 async fn status_code(port: u16, path: &str) -> Option<u16> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.ok()?;
-    answer.split_whitespace().nth(1)?.parse().ok()
+    capstan_tests::http_get(port, path).await.ok().map(|(code, _)| code)
 }
 
 // Item 7: startup without the API server retries with backoff.

@@ -19,7 +19,6 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -43,13 +42,7 @@ fn ready(g: &DynamicObject) -> bool {
 
 /// `GET path` on 127.0.0.1:`port`: status code and body.
 async fn get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes()).await?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await?;
-    let code = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).context("an HTTP status line")?;
-    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    Ok((code, body))
+    capstan_tests::http_get(port, path).await
 }
 
 /// The sum of the samples in a scrape whose series (name and labels, as

@@ -54,11 +54,7 @@ async fn events(ns: &TestNamespace, name: &str, reason: &str) -> Vec<Event> {
 }
 
 fn ready(g: &DynamicObject, generation: i64) -> bool {
-    let status = &g.data["status"];
-    status["observedGeneration"] == json!(generation)
-        && status["conditions"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|c| c["type"] == json!("Ready") && c["status"] == json!("True")))
+    capstan_tests::greeting_ready(g, generation)
 }
 
 #[tokio::test(flavor = "multi_thread")]

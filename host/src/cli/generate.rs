@@ -81,6 +81,12 @@ pub struct RbacArgs {
     /// Repeatable.
     #[arg(long = "plural", value_name = "KIND.GROUP=PLURAL")]
     pub plurals: Vec<PluralOverride>,
+    /// A namespace the host will watch (`capstan run -n`): namespaced
+    /// resources get Roles there instead of ClusterRoles, and the
+    /// Deployment passes it to the host. Repeat the option or separate
+    /// the namespaces with commas. Default: all namespaces.
+    #[arg(long = "watch-namespace", short = 'w', value_name = "NAMESPACE", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
 }
 
 /// Options of an installation.
@@ -105,6 +111,7 @@ pub struct InstallArgs {
 impl RbacArgs {
     fn options(&self) -> Options {
         let options = Options::default().namespace(&self.namespace).name(&self.name).install_crds(self.install_crds);
+        let options = self.watch_namespaces.iter().fold(options, |o, ns| o.watch_namespace(ns));
         self.plurals.iter().cloned().fold(options, Options::plural)
     }
 }

@@ -1029,6 +1029,9 @@ impl State {
         kind.check_declared(&key, &config)?;
         let applied = apply::applied_part(&config, kind.status, subresource);
         let root = kind.schema.root();
+        if let Some(path) = apply::duplicate(&applied, root) {
+            return Err(invalid(format!("{path}: duplicate entries in an applied configuration")));
+        }
         let fields = apply::field_set(&applied, root);
         let me = ManagerKey { name: manager.to_owned(), status: subresource == Subresource::Status };
         let Some(stored) = self.stored(&kind.gk, &key) else {

@@ -125,12 +125,16 @@ fn components_volume(options: &Options) -> (Volume, VolumeMount) {
 }
 
 /// The host's command line: `run --components /components --leader-elect`,
-/// and `--install-crds` when the host is to install the CRDs itself.
+/// `--install-crds` when the host is to install the CRDs itself, and
+/// `--namespace <ns>` for each watched namespace.
 fn args(options: &Options) -> Vec<String> {
     let mut args =
         vec!["run".to_owned(), "--components".to_owned(), COMPONENTS_DIR.to_owned(), "--leader-elect".to_owned()];
     if options.install_crds {
         args.push("--install-crds".to_owned());
+    }
+    for ns in &options.watch_namespaces {
+        args.extend(["--namespace".to_owned(), ns.clone()]);
     }
     args
 }

@@ -77,6 +77,20 @@ impl Rules {
         self.0.is_empty()
     }
 
+    /// Adds every rule of `other`.
+    fn extend(&mut self, other: &Rules) {
+        for (target, verbs) in &other.0 {
+            self.0.entry(target.clone()).or_default().extend(verbs.iter().copied());
+        }
+    }
+
+    /// Splits the rules in two: those on resources `namespaced` says are
+    /// namespaced, and the others.
+    fn split(self, namespaced: impl Fn(&str, &str) -> bool) -> (Rules, Rules) {
+        let (inside, rest) = self.0.into_iter().partition(|(t, _)| namespaced(&t.group, &t.resource));
+        (Rules(inside), Rules(rest))
+    }
+
     /// The rules in a deterministic order: by group, resource, names; verbs
     /// in the order get, list, watch, create, update, patch, delete.
     pub(crate) fn policy_rules(&self) -> Vec<PolicyRule> {
@@ -99,6 +113,25 @@ impl Rules {
 pub(crate) struct ComponentRules {
     pub(crate) cluster: Rules,
     pub(crate) namespaces: BTreeMap<String, Rules>,
+}
+
+impl ComponentRules {
+    /// The same rules for a host that watches only `watched` (none: all
+    /// namespaces): the cluster-wide rules on resources known to be
+    /// namespaced move to each watched namespace.
+    fn within(mut self, watched: &[String], resources: &Resources) -> Self {
+        if watched.is_empty() {
+            return self;
+        }
+        let cluster = std::mem::take(&mut self.cluster);
+        let (namespaced, cluster) =
+            cluster.split(|group, resource| resources.is_namespaced(group, resource) == Some(true));
+        self.cluster = cluster;
+        for ns in watched {
+            self.namespaces.entry(ns.clone()).or_default().extend(&namespaced);
+        }
+        self
+    }
 }
 
 /// What the host needs whatever it runs: Events everywhere (cluster-wide)
@@ -236,7 +269,9 @@ fn cluster_role_and_binding(
 }
 
 /// The host's ServiceAccount, its ClusterRole and binding, and the Role
-/// and binding in its own namespace.
+/// and binding in its own namespace. With watched namespaces, the Events
+/// rule is a Role in each of them and in `default`, where Events about
+/// cluster-scoped objects land.
 pub(crate) fn host_objects(options: &Options) -> Result<Vec<Value>, Error> {
     let labels = options.labels(None);
     let account = ServiceAccount {
@@ -244,21 +279,35 @@ pub(crate) fn host_objects(options: &Options) -> Result<Vec<Value>, Error> {
         ..ServiceAccount::default()
     };
     let (cluster, own_namespace) = host_rules();
+    let mut namespaces = BTreeMap::from([(options.namespace.clone(), own_namespace)]);
+    let cluster = if options.watch_namespaces.is_empty() {
+        cluster
+    } else {
+        let (events, cluster) = cluster.split(|group, resource| (group, resource) == ("events.k8s.io", "events"));
+        for ns in options.watch_namespaces.iter().map(String::as_str).chain(["default"]) {
+            namespaces.entry(ns.to_owned()).or_default().extend(&events);
+        }
+        cluster
+    };
     let mut out = vec![to_value(&account)?];
     out.extend(cluster_role_and_binding(&options.name, &cluster, options, &labels)?);
-    out.extend(role(&options.name, &options.namespace, &own_namespace, options, &labels)?);
+    for (namespace, rules) in &namespaces {
+        out.extend(role(&options.name, namespace, rules, options, &labels)?);
+    }
     Ok(out)
 }
 
 /// The ClusterRole and binding of one component (named
 /// `<host name>-<controller name>`), and a Role and binding in each
-/// namespace one of its permissions is limited to.
+/// namespace one of its permissions is limited to and, with watched
+/// namespaces, in each of those for its namespaced resources.
 pub(crate) fn component_objects(
     component: &Component,
     resources: &Resources,
     options: &Options,
 ) -> Result<Vec<Value>, Error> {
-    let rules = component_rules(component, resources, options.install_crds)?;
+    let rules =
+        component_rules(component, resources, options.install_crds)?.within(&options.watch_namespaces, resources);
     let name = options.component_object_name(&component.manifest.name)?;
     let labels = options.labels(Some(&component.manifest.name));
     let mut out = Vec::new();
@@ -449,6 +498,30 @@ mod tests {
         c.manifest.owns.push(Owned::kind(Gvk::new("cert-manager.io", "v1", "Certificate")));
         let err = component_rules(&c, &resources(&c), false).expect_err("unknown kind");
         assert!(matches!(err, Error::UnknownKind { ref kind, .. } if kind == "Certificate"), "{err}");
+    }
+
+    #[test]
+    fn with_watched_namespaces_namespaced_rules_become_roles_there_and_cluster_scoped_ones_stay() {
+        let c = greeter();
+        let rules = component_rules(&c, &resources(&c), true)
+            .expect("known kinds")
+            .within(&["a".into(), "b".into()], &resources(&c));
+        let cluster = rules.cluster.policy_rules();
+        assert_eq!(verbs(&cluster, "apiextensions.k8s.io", "customresourcedefinitions"), ["create"]);
+        assert!(verbs(&cluster, "", "configmaps").is_empty(), "{cluster:?}");
+        assert!(verbs(&cluster, "examples.capstan.dev", "greetings").is_empty(), "{cluster:?}");
+        assert_eq!(rules.namespaces.keys().collect::<Vec<_>>(), ["a", "b"]);
+        for ns in ["a", "b"] {
+            let policy = rules.namespaces[ns].policy_rules();
+            assert_eq!(
+                verbs(&policy, "", "configmaps"),
+                ["get", "list", "watch", "create", "update", "patch", "delete"]
+            );
+            assert_eq!(verbs(&policy, "examples.capstan.dev", "greetings/status"), ["get", "update", "patch"]);
+            assert_eq!(verbs(&policy, "", "secrets"), ["get", "list", "watch"]);
+        }
+        let all = component_rules(&c, &resources(&c), true).expect("known kinds");
+        assert_eq!(all.clone().within(&[], &resources(&c)), all, "no watched namespaces: as before");
     }
 
     #[test]

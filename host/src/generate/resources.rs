@@ -18,15 +18,34 @@ use serde_json::Value;
 use super::Error;
 use super::names::{self, Rule};
 
-/// `(group, kind, plural)` of each listed k8s-openapi type.
+/// Whether a k8s-openapi scope type is that of namespaced objects.
+trait Namespaced {
+    const NAMESPACED: bool;
+}
+
+impl Namespaced for k8s_openapi::NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+
+impl Namespaced for k8s_openapi::ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+/// `(group, kind, plural, namespaced)` of each listed k8s-openapi type.
 macro_rules! builtin {
     ($($ty:ty),* $(,)?) => {
-        &[$((<$ty as Resource>::GROUP, <$ty as Resource>::KIND, <$ty as Resource>::URL_PATH_SEGMENT)),*]
+        &[$((
+            <$ty as Resource>::GROUP,
+            <$ty as Resource>::KIND,
+            <$ty as Resource>::URL_PATH_SEGMENT,
+            <<$ty as Resource>::Scope as Namespaced>::NAMESPACED,
+        )),*]
     };
 }
 
-/// The built-in kinds whose plural is known without asking a cluster.
-const BUILTIN: &[(&str, &str, &str)] = builtin![
+/// The built-in kinds whose plural and scope are known without asking a
+/// cluster.
+const BUILTIN: &[(&str, &str, &str, bool)] = builtin![
     core::v1::ConfigMap,
     core::v1::Endpoints,
     core::v1::Event,
@@ -144,6 +163,9 @@ pub(crate) struct Resources {
     plurals: BTreeMap<(String, String), String>,
     /// Kinds known to have a status subresource.
     status: std::collections::BTreeSet<(String, String)>,
+    /// Whether the objects of a resource (group, plural) are namespaced,
+    /// where that is known.
+    namespaced: BTreeMap<(String, String), bool>,
 }
 
 impl Resources {
@@ -151,13 +173,16 @@ impl Resources {
     /// caller), then the overrides: a later source wins.
     pub(crate) fn new<'a>(crds: impl IntoIterator<Item = &'a Value>, overrides: &[PluralOverride]) -> Self {
         let mut plurals: BTreeMap<(String, String), String> =
-            BUILTIN.iter().map(|(g, k, p)| (((*g).to_owned(), (*k).to_owned()), (*p).to_owned())).collect();
+            BUILTIN.iter().map(|(g, k, p, _)| (((*g).to_owned(), (*k).to_owned()), (*p).to_owned())).collect();
+        let mut namespaced: BTreeMap<(String, String), bool> =
+            BUILTIN.iter().map(|(g, _, p, n)| (((*g).to_owned(), (*p).to_owned()), *n)).collect();
         let mut status: std::collections::BTreeSet<(String, String)> =
             WITH_STATUS.iter().map(|(g, k)| ((*g).to_owned(), (*k).to_owned())).collect();
         for crd in crds {
             let field = |p: &str| crd.pointer(p).and_then(Value::as_str).unwrap_or_default().to_owned();
             let key = (field("/spec/group"), field("/spec/names/kind"));
             plurals.insert(key.clone(), field("/spec/names/plural"));
+            namespaced.insert((key.0.clone(), field("/spec/names/plural")), field("/spec/scope") != "Cluster");
             let versions = crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten();
             if versions.into_iter().any(|v| v.pointer("/subresources/status").is_some()) {
                 status.insert(key);
@@ -166,7 +191,15 @@ impl Resources {
         for o in overrides {
             plurals.insert((o.group.clone(), o.kind.clone()), o.plural.clone());
         }
-        Self { plurals, status }
+        Self { plurals, status, namespaced }
+    }
+
+    /// Whether the objects of `resource` (a plural, or `plural/subresource`)
+    /// in `group` are namespaced: `None` when that is not known (a kind
+    /// given only by a `--plural` override, a wildcard).
+    pub(crate) fn is_namespaced(&self, group: &str, resource: &str) -> Option<bool> {
+        let plural = resource.split_once('/').map_or(resource, |(plural, _)| plural);
+        self.namespaced.get(&(group.to_owned(), plural.to_owned())).copied()
     }
 
     /// True if `kind` of `group` is known to serve a `status` subresource
@@ -227,6 +260,22 @@ mod tests {
         assert!(r.has_status("x.io", "W"));
         assert!(!r.has_status("", "ConfigMap"));
         assert!(!r.has_status("rbac.authorization.k8s.io", "RoleBinding"));
+    }
+
+    #[test]
+    fn the_scope_of_built_in_and_crd_kinds_is_known_and_of_others_not() {
+        let namespaced = crd();
+        let cluster = json!({"spec": {"group": "x.io", "scope": "Cluster", "names": {"kind": "W", "plural": "ws"}}});
+        let o: PluralOverride = "Certificate.cert-manager.io=certificates".parse().expect("valid");
+        let r = Resources::new([&namespaced, &cluster], &[o]);
+        assert_eq!(r.is_namespaced("", "configmaps"), Some(true));
+        assert_eq!(r.is_namespaced("apps", "deployments/status"), Some(true));
+        assert_eq!(r.is_namespaced("", "namespaces"), Some(false));
+        assert_eq!(r.is_namespaced("apiextensions.k8s.io", "customresourcedefinitions"), Some(false));
+        assert_eq!(r.is_namespaced("examples.capstan.dev", "greetings"), Some(true));
+        assert_eq!(r.is_namespaced("x.io", "ws"), Some(false));
+        assert_eq!(r.is_namespaced("cert-manager.io", "certificates"), None);
+        assert_eq!(r.is_namespaced("apps", "*"), None);
     }
 
     #[test]

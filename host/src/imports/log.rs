@@ -68,6 +68,9 @@ impl wit::Host for HostState {
         let fields: Vec<(String, String)> = fields.into_iter().map(|f| (cap(f.key), cap(f.value))).collect();
         let rendered = fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
         let logged = self.may_log();
+        if !logged {
+            self.journal.throttled_logs += 1;
+        }
         match level {
             _ if !logged => {}
             Level::Trace => tracing::trace!(target: "guest", fields = %rendered, "{message}"),

@@ -166,6 +166,54 @@ fn collect(value: &Value, node: Option<Node<'_>>, path: &mut Path, out: &mut Fie
     }
 }
 
+/// The first item an applied configuration lists twice in a `map` list
+/// (the same keys) or a `set` list (the same value), as the path of the
+/// item; the API server refuses such a configuration (merging it would
+/// not be idempotent).
+pub(super) fn duplicate(applied: &Value, schema: Node<'_>) -> Option<String> {
+    find_duplicate(applied, Some(schema), &mut Vec::new())
+}
+
+fn find_duplicate(value: &Value, node: Option<Node<'_>>, path: &mut Path) -> Option<String> {
+    let mut within = |seg: Seg, child: &Value, node: Option<Node<'_>>| {
+        path.push(seg);
+        let found = find_duplicate(child, node, path);
+        path.pop();
+        found
+    };
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .find_map(|(field, child)| within(Seg::Field(field.clone()), child, node.and_then(|n| n.field(field)))),
+        Value::Array(items) => {
+            let twice = |seg: Seg, path: &mut Path| {
+                path.push(seg);
+                let at = display(path);
+                path.pop();
+                Some(at)
+            };
+            match list_of(node) {
+                (ListType::Set, _) if items.iter().all(|i| !i.is_object() && !i.is_array()) => {
+                    let mut seen = BTreeSet::new();
+                    let item = items.iter().find(|i| !seen.insert(i.to_string()))?;
+                    twice(Seg::Value(item.to_string()), path)
+                }
+                (ListType::Map(keys), schema) if keyed(items, &keys, schema) => {
+                    let keyed_items: Vec<(Vec<(String, String)>, &Value)> =
+                        items.iter().filter_map(|i| Some((item_key(i, &keys, schema)?, i))).collect();
+                    let mut seen = BTreeSet::new();
+                    if let Some((key, _)) = keyed_items.iter().find(|(k, _)| !seen.insert(k.clone())) {
+                        return twice(Seg::Key(key.clone()), path);
+                    }
+                    keyed_items.into_iter().find_map(|(key, item)| within(Seg::Key(key), item, schema))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 /// True if the path stands for the membership of a `map` list item.
 pub(super) fn is_membership(path: &[Seg]) -> bool {
     matches!(path.last(), Some(Seg::Key(_)))
@@ -370,6 +418,20 @@ mod tests {
                 ".status.conditions[type=\"Ready\"].type",
             ]
         );
+    }
+
+    #[test]
+    fn an_item_listed_twice_in_a_map_or_set_list_is_found() {
+        let schema = widget();
+        let twice = json!({"status": {"conditions": [{"type": "Ready"}, {"type": "Ready", "status": "True"}]}});
+        assert_eq!(duplicate(&twice, schema.root()).as_deref(), Some(".status.conditions[type=\"Ready\"]"));
+        let set = json!({"spec": {"tags": ["a", "b", "a"]}});
+        assert_eq!(duplicate(&set, schema.root()).as_deref(), Some(".spec.tags[=\"a\"]"));
+        let fine = json!({
+            "spec": {"tags": ["a", "b"], "args": ["x", "x"]},
+            "status": {"conditions": [{"type": "A"}, {"type": "B"}]},
+        });
+        assert_eq!(duplicate(&fine, schema.root()), None);
     }
 
     #[test]
