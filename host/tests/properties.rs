@@ -458,6 +458,7 @@ fn parent(owns: Vec<manifest::Owned>) -> Manifest {
         permissions: vec![],
         resync: None,
         max_concurrency: 1,
+        roles: manifest::Roles::reconcile_only(),
     }
 }
 
