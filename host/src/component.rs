@@ -634,7 +634,7 @@ mod tests {
         let e = Error::CoreModule { path: "a.wasm".into() };
         assert!(e.to_string().starts_with("a.wasm: a core WebAssembly module, not a component"));
         let e = Error::UnsupportedContract { path: "b.wasm".into(), found: "9.9.9".into() };
-        assert_eq!(e.to_string(), "b.wasm: built against contract 9.9.9, this host supports 0.1.0, 0.2.0");
+        assert_eq!(e.to_string(), "b.wasm: built against contract 9.9.9, this host supports 0.1.0, 0.2.0, 0.3.0");
         let e = Error::TooLarge { path: "c.wasm".into(), size: 300 << 20 };
         assert_eq!(e.to_string(), "c.wasm: too large: 314572800 bytes, the most a component may have is 268435456");
     }

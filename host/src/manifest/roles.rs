@@ -276,3 +276,136 @@ pub(super) fn roles_of(r: wit::Roles, crds: &[Value]) -> Result<Roles, Error> {
     }
     Ok(roles)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::manifest::Manifest;
+
+    fn gvk(group: &str, version: &str, kind: &str) -> wit::GroupVersionKind {
+        wit::GroupVersionKind { group: group.into(), version: version.into(), kind: kind.into() }
+    }
+
+    fn controller(crds: Vec<Vec<u8>>) -> wit::ControllerManifest {
+        wit::ControllerManifest {
+            name: "greeter".into(),
+            primary: gvk("examples.capstan.dev", "v1alpha1", "Greeting"),
+            crds,
+            owns: vec![],
+            watches: vec![],
+            finalizer: None,
+            permissions: vec![],
+            resync_seconds: None,
+            max_concurrency: 1,
+        }
+    }
+
+    fn webhook(name: &str) -> wit::AdmissionWebhook {
+        wit::AdmissionWebhook {
+            name: name.into(),
+            webhook_type: wit::WebhookType::Validating,
+            kinds: vec![gvk("examples.capstan.dev", "v1alpha1", "Greeting")],
+            operations: vec![wit::Operation::Update, wit::Operation::Create, wit::Operation::Create],
+            failure_policy: wit::FailurePolicy::Fail,
+            timeout_seconds: 0,
+            side_effects: wit::SideEffects::None,
+            namespace_selector: None,
+            object_selector: None,
+        }
+    }
+
+    fn roles() -> wit::Roles {
+        wit::Roles { reconcile: false, admission: vec![], conversion: vec![], scheduler: None }
+    }
+
+    fn parse(crds: Vec<Vec<u8>>, roles: wit::Roles) -> Result<Manifest, Error> {
+        Manifest::try_from(wit::ComponentManifest { controller: controller(crds), roles })
+    }
+
+    fn crd(versions: &[&str]) -> Vec<u8> {
+        let versions: Vec<_> =
+            versions.iter().map(|v| json!({"name": v, "served": true, "storage": *v == "v1"})).collect();
+        serde_json::to_vec(&json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "greetings.examples.capstan.dev"},
+            "spec": {"group": "examples.capstan.dev", "names": {"plural": "greetings", "kind": "Greeting"},
+                     "scope": "Namespaced", "versions": versions},
+        }))
+        .expect("JSON")
+    }
+
+    fn field_of(e: Result<Manifest, Error>) -> String {
+        match e {
+            Err(Error::Role { field, .. }) => field,
+            Err(Error::Range { field, .. }) => field.to_owned(),
+            other => panic!("expected a role error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_webhook_is_validated_and_defaulted() {
+        let m = parse(vec![], wit::Roles { admission: vec![webhook("validate.greetings.example.com")], ..roles() })
+            .expect("valid");
+        let w = &m.roles.admission[0];
+        assert_eq!(w.operations, vec![Operation::Create, Operation::Update], "sorted, without duplicates");
+        assert_eq!(w.timeout, Duration::from_secs(10));
+        assert_eq!(w.failure_policy(), "Fail");
+        assert_eq!(w.deadline(Duration::from_secs(5)), Duration::from_secs(5), "never above the host's");
+        assert_eq!(w.deadline(Duration::from_secs(30)), Duration::from_millis(9500), "below the API server's");
+        assert_eq!(m.roles.names(), vec!["admission"]);
+    }
+
+    #[test]
+    fn a_webhook_declared_wrongly_is_refused_naming_the_field() {
+        let bad = |w: wit::AdmissionWebhook| field_of(parse(vec![], wit::Roles { admission: vec![w], ..roles() }));
+        assert_eq!(bad(webhook("validate")), "roles.admission[0].name", "needs three labels");
+        assert_eq!(bad(webhook("Validate.Greetings.example.com")), "roles.admission[0].name");
+        assert_eq!(bad(wit::AdmissionWebhook { kinds: vec![], ..webhook("a.b.c") }), "roles.admission[0].kinds");
+        assert_eq!(
+            bad(wit::AdmissionWebhook { operations: vec![], ..webhook("a.b.c") }),
+            "roles.admission[0].operations"
+        );
+        assert_eq!(
+            bad(wit::AdmissionWebhook { timeout_seconds: 31, ..webhook("a.b.c") }),
+            "roles.admission[].timeout-seconds"
+        );
+        let selector = Some(br#"{"matchLabels": "nope"}"#.to_vec());
+        assert_eq!(
+            bad(wit::AdmissionWebhook { object_selector: selector, ..webhook("a.b.c") }),
+            "roles.admission[0].object-selector"
+        );
+        let twice = wit::Roles { admission: vec![webhook("a.b.c"), webhook("a.b.c")], ..roles() };
+        assert_eq!(field_of(parse(vec![], twice)), "roles.admission[1].name");
+    }
+
+    #[test]
+    fn conversion_needs_a_crd_of_the_component_with_two_versions() {
+        let converts = wit::Roles {
+            conversion: vec![wit::GroupKind { group: "examples.capstan.dev".into(), kind: "Greeting".into() }],
+            ..roles()
+        };
+        assert_eq!(field_of(parse(vec![], converts.clone())), "roles.conversion[0]", "no such CRD");
+        assert_eq!(field_of(parse(vec![crd(&["v1"])], converts.clone())), "roles.conversion[0]", "one version");
+        let m = parse(vec![crd(&["v1alpha1", "v1"])], converts).expect("valid");
+        assert_eq!(m.roles.conversion[0].kind, "Greeting");
+    }
+
+    #[test]
+    fn a_scheduler_name_is_a_dns_subdomain_and_not_the_default() {
+        let named =
+            |name: &str| wit::Roles { scheduler: Some(wit::SchedulerManifest { name: name.into() }), ..roles() };
+        assert_eq!(parse(vec![], named("zone-spread")).expect("valid").roles.scheduler.as_deref(), Some("zone-spread"));
+        assert_eq!(field_of(parse(vec![], named("default-scheduler"))), "roles.scheduler.name");
+        assert_eq!(field_of(parse(vec![], named("Zone Spread"))), "roles.scheduler.name");
+        assert_eq!(field_of(parse(vec![], named(""))), "roles.scheduler.name");
+    }
+
+    #[test]
+    fn a_component_that_serves_nothing_is_refused() {
+        assert_eq!(field_of(parse(vec![], roles())), "roles");
+        let reconcile = wit::Roles { reconcile: true, ..roles() };
+        assert_eq!(parse(vec![], reconcile).expect("valid").roles, Roles::reconcile_only());
+    }
+}
