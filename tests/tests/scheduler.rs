@@ -3,7 +3,8 @@
 //! binds Pods that name `zone-spread` where the policy says, reports the
 //! ones that fit nowhere (Event and `PodScheduled` condition) and binds
 //! them once a Node fits, binds one of two Pods competing for room for
-//! one, and leaves Pods of other schedulers alone.
+//! one, binds nothing twice across a restart of the host, and leaves Pods
+//! of other schedulers alone.
 //!
 //! Every Pod selects the Nodes of its own run by a label, so Nodes other
 //! tests (or earlier runs) left in the cluster do not change the outcome.
@@ -103,7 +104,8 @@ async fn start(ns: &TestNamespace) -> Result<Host> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_and_never_overcommitted() -> Result<()> {
+async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_never_overcommitted_nor_bound_twice()
+-> Result<()> {
     let plane = ControlPlane::shared().await?;
     let client = plane.client()?;
     let ns = TestNamespace::new("scheduler").await?;
@@ -190,6 +192,23 @@ async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_and
         assert!(used <= &room[n], "{n} overcommitted: {used}m");
     }
     assert!(node_name(&pods.get(&loser).await?).is_none(), "the loser stays pending");
+
+    // A restarted host binds new Pods and none twice: one `Scheduled`
+    // Event per bound Pod, never a series.
+    host.shutdown().await;
+    drop(host);
+    let host = start(&ns).await?;
+    pods.create(&PostParams::default(), &pod("after", "zone-spread", &run, "100m", json!({}))?).await?;
+    bound(&pods, "after").await?;
+    assert!(node_name(&pods.get(&loser).await?).is_none(), "the loser still waits");
+    for p in pods.list(&ListParams::default()).await?.items.iter().filter(|p| node_name(p).is_some()) {
+        let name = p.metadata.name.clone().context("named")?;
+        let scheduled =
+            wait_for(TIMEOUT, || async { Some(events(&ns, &name, "Scheduled").await).filter(|e| !e.is_empty()) })
+                .await?;
+        assert_eq!(scheduled.len(), 1, "{name}: {scheduled:?}");
+        assert!(scheduled[0].series.is_none(), "{name} bound once: {scheduled:?}");
+    }
 
     // The other scheduler's Pod was never touched.
     let other = pods.get("other").await?;
