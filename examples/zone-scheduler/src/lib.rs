@@ -13,8 +13,8 @@
 //! does: `0/3 nodes are available: 2 Insufficient cpu, 1 node(s) didn't
 //! match Pod's node selector.`
 //!
-//! Build and run it: `tests/build-guests.sh`, then
-//! `capstan run --components-dir <guests folder>` (see `docs/schedulers.md`).
+//! Build and run it: `capstan run "$(tests/build-guests.sh)/zone-scheduler.wasm"`
+//! (see `docs/schedulers.md`).
 
 use std::collections::BTreeMap;
 
