@@ -15,8 +15,10 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use capstan_host::controller::{Backoff, Settings};
 use capstan_host::host::{Host, HostBuilder};
+use capstan_host::leader::LeaseSettings;
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, random_suffix, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -89,7 +91,9 @@ async fn events(ns: &TestNamespace, name: &str, reason: &str) -> Vec<Event> {
         .collect()
 }
 
-async fn start(ns: &TestNamespace) -> Result<Host> {
+/// A host running the zone scheduler on `ns`; with `identity`, electing a
+/// leader under that identity, which its Events name as their instance.
+async fn start(ns: &TestNamespace, identity: Option<&str>) -> Result<Host> {
     let component = find_component("zone-scheduler").map_err(anyhow::Error::msg)?;
     let settings = Settings {
         backoff: Backoff { base: Duration::from_millis(200), max: Duration::from_secs(2) },
@@ -98,6 +102,8 @@ async fn start(ns: &TestNamespace) -> Result<Host> {
     Ok(HostBuilder::new(ns.client())
         .namespace(Some(ns.name().to_owned()))
         .settings(settings)
+        .leader_election(identity.map(|id| lease(ns, id)))
+        .instance(identity.map(str::to_owned))
         .component(component)
         .start()
         .await?)
@@ -119,7 +125,7 @@ async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_nev
     let (a1, b1, c1, d1) = (format!("a1-{run}"), format!("b1-{run}"), format!("c1-{run}"), format!("d1-{run}"));
     node(&nodes, &run, &a1, &format!("zone-a-{run}"), "2", json!({})).await?;
     node(&nodes, &run, &b1, &format!("zone-b-{run}"), "2", json!({})).await?;
-    let host = start(&ns).await?;
+    let host = start(&ns, None).await?;
 
     // A Pod of another scheduler, made first: looked at last.
     pods.create(&PostParams::default(), &pod("other", "someone-else", &run, "100m", json!({}))?).await?;
@@ -197,18 +203,11 @@ async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_nev
     // Event per bound Pod, never a series.
     host.shutdown().await;
     drop(host);
-    let host = start(&ns).await?;
+    let host = start(&ns, None).await?;
     pods.create(&PostParams::default(), &pod("after", "zone-spread", &run, "100m", json!({}))?).await?;
     bound(&pods, "after").await?;
     assert!(node_name(&pods.get(&loser).await?).is_none(), "the loser still waits");
-    for p in pods.list(&ListParams::default()).await?.items.iter().filter(|p| node_name(p).is_some()) {
-        let name = p.metadata.name.clone().context("named")?;
-        let scheduled =
-            wait_for(TIMEOUT, || async { Some(events(&ns, &name, "Scheduled").await).filter(|e| !e.is_empty()) })
-                .await?;
-        assert_eq!(scheduled.len(), 1, "{name}: {scheduled:?}");
-        assert!(scheduled[0].series.is_none(), "{name} bound once: {scheduled:?}");
-    }
+    each_bound_once(&ns, &pods).await?;
 
     // The other scheduler's Pod was never touched.
     let other = pods.get("other").await?;
@@ -217,6 +216,87 @@ async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_nev
 
     host.shutdown().await;
     for n in [&a1, &b1, &c1, &d1] {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    ns.cleanup().await?;
+    Ok(())
+}
+
+/// Lease 3 s, renew deadline 2 s, retry period 0.5 s, in `ns`.
+fn lease(ns: &TestNamespace, identity: &str) -> LeaseSettings {
+    LeaseSettings::new(ns.name(), identity).timing(
+        Duration::from_secs(3),
+        Duration::from_secs(2),
+        Duration::from_millis(500),
+    )
+}
+
+async fn holder(ns: &TestNamespace) -> Option<String> {
+    let lease = ns.api::<Lease>().get_opt("capstan-scheduler-zone-spread").await.ok()??;
+    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+/// Every bound Pod in `ns` has one `Scheduled` Event, never a series;
+/// returns the replica that reported it (`reportingInstance`) per Pod.
+async fn each_bound_once(ns: &TestNamespace, pods: &Api<Pod>) -> Result<BTreeMap<String, String>> {
+    let all = pods.list(&ListParams::default()).await?.items;
+    let mut by = BTreeMap::new();
+    for p in all.iter().filter(|p| node_name(p).is_some()) {
+        let name = p.metadata.name.clone().context("named")?;
+        let scheduled =
+            wait_for(TIMEOUT, || async { Some(events(ns, &name, "Scheduled").await).filter(|e| !e.is_empty()) })
+                .await?;
+        assert_eq!(scheduled.len(), 1, "{name}: {scheduled:?}");
+        assert!(scheduled[0].series.is_none(), "{name} bound once: {scheduled:?}");
+        by.insert(name, scheduled[0].reporting_instance.clone().unwrap_or_default());
+    }
+    Ok(by)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_leader_election_one_of_two_hosts_schedules_and_the_other_takes_over() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let client = plane.client()?;
+    let ns = TestNamespace::new("scheduler-leader").await?;
+    let run = random_suffix(6);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = ns.api();
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+    let _ = ns.api::<ServiceAccount>().create(&PostParams::default(), &account).await;
+    let (a1, b1) = (format!("la1-{run}"), format!("lb1-{run}"));
+    node(&nodes, &run, &a1, &format!("zone-a-{run}"), "4", json!({})).await?;
+    node(&nodes, &run, &b1, &format!("zone-b-{run}"), "4", json!({})).await?;
+    let one = start(&ns, Some("replica-1")).await?;
+    let two = start(&ns, Some("replica-2")).await?;
+
+    let leader = wait_for(TIMEOUT, || holder(&ns)).await?;
+    for i in 0..6 {
+        pods.create(&PostParams::default(), &pod(&format!("p-{i}"), "zone-spread", &run, "100m", json!({}))?).await?;
+    }
+    for i in 0..6 {
+        bound(&pods, &format!("p-{i}")).await?;
+    }
+    let by = each_bound_once(&ns, &pods).await?;
+    assert_eq!(by.len(), 6);
+    assert!(by.values().all(|i| *i == leader), "only the leader schedules: {by:?}");
+
+    // The leader goes (releasing its Lease): the other one schedules.
+    let (gone, stays) = if leader == "replica-1" { (one, two) } else { (two, one) };
+    gone.shutdown().await;
+    drop(gone);
+    let next = wait_for(TIMEOUT, || async { holder(&ns).await.filter(|h| *h != leader) }).await?;
+    for i in 6..8 {
+        pods.create(&PostParams::default(), &pod(&format!("p-{i}"), "zone-spread", &run, "100m", json!({}))?).await?;
+    }
+    for i in 6..8 {
+        bound(&pods, &format!("p-{i}")).await?;
+    }
+    let by = each_bound_once(&ns, &pods).await?;
+    assert_eq!(by.len(), 8);
+    assert!(["p-6", "p-7"].iter().all(|p| by[*p] == next), "taken over by {next}: {by:?}");
+
+    stays.shutdown().await;
+    for n in [&a1, &b1] {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
     }
     ns.cleanup().await?;

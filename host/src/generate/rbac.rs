@@ -468,22 +468,13 @@ mod tests {
 
     #[test]
     fn a_scheduler_gets_pods_bindings_pod_status_nodes_and_events_and_nothing_more() {
-        let mut roles = crate::manifest::Roles::reconcile_only();
-        roles.reconcile = false;
-        roles.scheduler = Some("zone-spread".into());
-        let manifest = Manifest {
-            name: "zone-scheduler".into(),
-            primary: Gvk::new("", "v1", "Pod"),
-            crds: vec![],
-            owns: vec![],
-            watches: vec![],
-            finalizer: None,
-            permissions: vec![],
-            resync: None,
-            max_concurrency: 1,
-            roles,
-        };
-        let c = Component::new(manifest, Vec::new());
+        // The greeter's manifest made a scheduler of Pods and nothing else.
+        let mut c = greeter();
+        let m = &mut c.manifest;
+        (m.name, m.primary) = ("zone-scheduler".into(), Gvk::new("", "v1", "Pod"));
+        (m.crds, m.owns, m.watches) = (vec![], vec![], vec![]);
+        m.roles.reconcile = false;
+        m.roles.scheduler = Some("zone-spread".into());
         let rules = component_rules(&c, &resources(&c), false).expect("known kinds");
         let mut policy: Vec<(String, String, Vec<String>)> = rules
             .cluster
