@@ -495,7 +495,7 @@ pub(crate) struct Shared {
 /// What of a manifest decides the watches and workers of a controller: a
 /// new version that changes none of it is swapped in place.
 fn shape(m: &Manifest) -> impl PartialEq + '_ {
-    (&m.name, &m.primary, &m.owns, &m.watches, m.max_concurrency)
+    (&m.name, &m.primary, &m.owns, &m.watches, m.max_concurrency, m.roles.reconcile)
 }
 
 impl Shared {
