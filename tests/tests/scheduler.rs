@@ -109,19 +109,31 @@ async fn start(ns: &TestNamespace, identity: Option<&str>) -> Result<Host> {
         .await?)
 }
 
+/// One test's namespace, run suffix (on its Nodes' names, zones and
+/// labels), and APIs.
+struct Run {
+    ns: TestNamespace,
+    run: String,
+    nodes: Api<Node>,
+    pods: Api<Pod>,
+}
+
+impl Run {
+    async fn new(prefix: &str) -> Result<Self> {
+        let client = ControlPlane::shared().await?.client()?;
+        let ns = TestNamespace::new(prefix).await?;
+        // Without kube-controller-manager no one makes the default
+        // ServiceAccount that admission wants for a Pod.
+        let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+        let _ = ns.api::<ServiceAccount>().create(&PostParams::default(), &account).await;
+        Ok(Self { run: random_suffix(6), nodes: Api::all(client), pods: ns.api(), ns })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_never_overcommitted_nor_bound_twice()
 -> Result<()> {
-    let plane = ControlPlane::shared().await?;
-    let client = plane.client()?;
-    let ns = TestNamespace::new("scheduler").await?;
-    let run = random_suffix(6);
-    let nodes: Api<Node> = Api::all(client.clone());
-    let pods: Api<Pod> = ns.api();
-    // Without kube-controller-manager no one makes the default ServiceAccount
-    // that admission wants for a Pod.
-    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
-    let _ = ns.api::<ServiceAccount>().create(&PostParams::default(), &account).await;
+    let Run { ns, run, nodes, pods } = Run::new("scheduler").await?;
     let (a1, b1, c1, d1) = (format!("a1-{run}"), format!("b1-{run}"), format!("c1-{run}"), format!("d1-{run}"));
     node(&nodes, &run, &a1, &format!("zone-a-{run}"), "2", json!({})).await?;
     node(&nodes, &run, &b1, &format!("zone-b-{run}"), "2", json!({})).await?;
@@ -255,14 +267,7 @@ async fn each_bound_once(ns: &TestNamespace, pods: &Api<Pod>) -> Result<BTreeMap
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_leader_election_one_of_two_hosts_schedules_and_the_other_takes_over() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
-    let client = plane.client()?;
-    let ns = TestNamespace::new("scheduler-leader").await?;
-    let run = random_suffix(6);
-    let nodes: Api<Node> = Api::all(client.clone());
-    let pods: Api<Pod> = ns.api();
-    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
-    let _ = ns.api::<ServiceAccount>().create(&PostParams::default(), &account).await;
+    let Run { ns, run, nodes, pods } = Run::new("scheduler-leader").await?;
     let (a1, b1) = (format!("la1-{run}"), format!("lb1-{run}"));
     node(&nodes, &run, &a1, &format!("zone-a-{run}"), "4", json!({})).await?;
     node(&nodes, &run, &b1, &format!("zone-b-{run}"), "4", json!({})).await?;
