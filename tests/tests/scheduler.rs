@@ -248,6 +248,18 @@ async fn holder(ns: &TestNamespace) -> Option<String> {
     lease.spec?.holder_identity.filter(|h| !h.is_empty())
 }
 
+/// Makes Pods `p-<i>` of 100m for each `i` in `range`, and waits until
+/// each is bound.
+async fn bind_all(pods: &Api<Pod>, run: &str, range: std::ops::Range<usize>) -> Result<()> {
+    for i in range.clone() {
+        pods.create(&PostParams::default(), &pod(&format!("p-{i}"), "zone-spread", run, "100m", json!({}))?).await?;
+    }
+    for i in range {
+        bound(pods, &format!("p-{i}")).await?;
+    }
+    Ok(())
+}
+
 /// Every bound Pod in `ns` has one `Scheduled` Event, never a series;
 /// returns the replica that reported it (`reportingInstance`) per Pod.
 async fn each_bound_once(ns: &TestNamespace, pods: &Api<Pod>) -> Result<BTreeMap<String, String>> {
@@ -275,12 +287,7 @@ async fn with_leader_election_one_of_two_hosts_schedules_and_the_other_takes_ove
     let two = start(&ns, Some("replica-2")).await?;
 
     let leader = wait_for(TIMEOUT, || holder(&ns)).await?;
-    for i in 0..6 {
-        pods.create(&PostParams::default(), &pod(&format!("p-{i}"), "zone-spread", &run, "100m", json!({}))?).await?;
-    }
-    for i in 0..6 {
-        bound(&pods, &format!("p-{i}")).await?;
-    }
+    bind_all(&pods, &run, 0..6).await?;
     let by = each_bound_once(&ns, &pods).await?;
     assert_eq!(by.len(), 6);
     assert!(by.values().all(|i| *i == leader), "only the leader schedules: {by:?}");
@@ -290,12 +297,7 @@ async fn with_leader_election_one_of_two_hosts_schedules_and_the_other_takes_ove
     gone.shutdown().await;
     drop(gone);
     let next = wait_for(TIMEOUT, || async { holder(&ns).await.filter(|h| *h != leader) }).await?;
-    for i in 6..8 {
-        pods.create(&PostParams::default(), &pod(&format!("p-{i}"), "zone-spread", &run, "100m", json!({}))?).await?;
-    }
-    for i in 6..8 {
-        bound(&pods, &format!("p-{i}")).await?;
-    }
+    bind_all(&pods, &run, 6..8).await?;
     let by = each_bound_once(&ns, &pods).await?;
     assert_eq!(by.len(), 8);
     assert!(["p-6", "p-7"].iter().all(|p| by[*p] == next), "taken over by {next}: {by:?}");
