@@ -21,14 +21,14 @@ components=$(rustup component list --installed)
 grep -q '^rustfmt' <<<"$components" || rustup component add rustfmt
 grep -q '^clippy' <<<"$components" || rustup component add clippy
 
-guests=(-p capstan-guest -p greeter -p tenant -p capstan-fixture-guests -p fixture-noop -p fixture-other-world -p fixture-future-contract)
+guests=(-p capstan-guest -p greeter -p tenant -p zone-scheduler -p capstan-fixture-guests -p fixture-noop -p fixture-other-world -p fixture-future-contract)
 
 step "format"
 cargo fmt --all --check
 
 step "lint: host and tests"
 cargo clippy --all-targets -- -D warnings
-cargo clippy -p greeter -p tenant --tests -- -D warnings
+cargo clippy -p greeter -p tenant -p zone-scheduler --tests -- -D warnings
 
 step "lint: guests (wasm32-wasip2)"
 cargo clippy --target wasm32-wasip2 "${guests[@]}" -- -D warnings
@@ -58,7 +58,7 @@ export KUBECONFIG CAPSTAN_E2E_KUBECONFIG=$KUBECONFIG
 step "test"
 results=$(mktemp)
 status=0
-cargo test -p capstan-host -p capstan-tests -p greeter -p tenant -p capstan-guest 2>&1 | tee "$results" || status=$?
+cargo test -p capstan-host -p capstan-tests -p greeter -p tenant -p zone-scheduler -p capstan-guest 2>&1 | tee "$results" || status=$?
 step "done"
 # One closing line over every suite (cargo prints one per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }

@@ -28,6 +28,8 @@ build greeter
 cp "$release/greeter.wasm" "$out/greeter.wasm"
 build tenant
 cp "$release/tenant.wasm" "$out/tenant.wasm"
+build zone-scheduler
+cp "$release/zone_scheduler.wasm" "$out/zone-scheduler.wasm"
 # A greeter built against contract 0.1.0, kept as a binary (see its README).
 gunzip -c "$root/tests/fixtures/contract-0.1.0/greeter.wasm.gz" > "$out/greeter-0.1.0.wasm"
 build fixture-other-world

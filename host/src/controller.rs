@@ -295,6 +295,14 @@ impl Drop for Controller {
 
 async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
     let manifest = Arc::clone(&parts.reconciler.component().manifest);
+    if !manifest.roles.reconcile {
+        // Loaded only for its other roles (a scheduler, webhooks): no
+        // watches, no reconcile loop; they follow the version in use
+        // through the reconciler.
+        parts.set_state(State::Running);
+        tracing::info!(roles = ?manifest.roles.names(), "no reconcile role: no reconcile loop");
+        return;
+    }
     let Parts { cluster, informers, settings, queue, .. } = &*parts;
     // Each kind once: a kind that is both primary and owned (or watched) is
     // routed once per change, and `targets` finds every role it plays.

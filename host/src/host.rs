@@ -42,6 +42,7 @@ use crate::object::{Gvk, ObjectRef};
 use crate::reconciler::Reconciler;
 use crate::reload::DirWatch;
 use crate::runtime::Runtime;
+use crate::scheduler::{self, Scheduler};
 use crate::sync::lock;
 
 /// How long a canary may take before it is promoted anyway (its share's
@@ -421,6 +422,8 @@ struct Slot {
     controller: Option<Arc<Controller>>,
     /// Its controller's Lease, with leader election.
     leadership: Option<Leadership>,
+    /// Its scheduler, if the component declares one.
+    scheduler: Option<Arc<Scheduler>>,
     version: Option<Version>,
     swaps: u64,
     rejected: Option<Rejection>,
@@ -492,7 +495,7 @@ pub(crate) struct Shared {
 /// What of a manifest decides the watches and workers of a controller: a
 /// new version that changes none of it is swapped in place.
 fn shape(m: &Manifest) -> impl PartialEq + '_ {
-    (&m.name, &m.primary, &m.owns, &m.watches, m.max_concurrency)
+    (&m.name, &m.primary, &m.owns, &m.watches, m.max_concurrency, m.roles.reconcile)
 }
 
 impl Shared {
@@ -591,6 +594,7 @@ impl Shared {
                 path: path.to_owned(),
                 controller: None,
                 leadership: None,
+                scheduler: None,
                 version: None,
                 swaps: 0,
                 rejected: Some(rejection),
@@ -657,7 +661,10 @@ impl Shared {
             other => {
                 // Joined before the old controller stops: if it fails, the
                 // old one keeps serving.
-                let leadership = self.elections.as_ref().map(|e| e.join(&lease_name(&name))).transpose()?;
+                let leadership = match &self.elections {
+                    Some(e) if loaded.manifest.roles.reconcile => Some(e.join(&lease_name(&name))?),
+                    _ => None,
+                };
                 if let Some(old) = other {
                     tracing::info!(controller = %old.name(), "stopping: its file now holds another controller");
                     old.stop().await;
@@ -696,11 +703,17 @@ impl Shared {
                 informers.prune();
             });
         }
+        let old = lock(&self.slots).iter_mut().find(|s| s.path == path).and_then(|s| s.scheduler.take());
+        let scheduler = self.scheduler(&controller, old).await.unwrap_or_else(|e| {
+            tracing::error!(controller = %controller.name(), error = %e, "cannot start its scheduler");
+            None
+        });
         let mut slots = lock(&self.slots);
         let swapped = matches!(change, Change::Swapped { .. });
         match slots.iter_mut().find(|s| s.path == path) {
             Some(slot) => {
                 slot.controller = Some(controller);
+                slot.scheduler = scheduler;
                 if joined.is_some() {
                     slot.leadership = joined;
                 }
@@ -712,12 +725,43 @@ impl Shared {
                 path: path.to_owned(),
                 controller: Some(controller),
                 leadership: joined,
+                scheduler,
                 version: Some(version),
                 swaps: 0,
                 rejected: None,
             }),
         }
         Ok(change)
+    }
+
+    /// The scheduler of `controller`'s component: `old` if it follows the
+    /// same reconciler under the same name, else a new one (`old` stopped
+    /// first, releasing its Lease), or none if the component declares none.
+    async fn scheduler(
+        &self,
+        controller: &Arc<Controller>,
+        old: Option<Arc<Scheduler>>,
+    ) -> Result<Option<Arc<Scheduler>>, Error> {
+        let wanted = controller.reconciler().component().manifest.roles.scheduler.clone();
+        if let Some(old) = old {
+            if wanted.as_deref() == Some(old.name()) && Arc::ptr_eq(old.reconciler(), controller.reconciler()) {
+                return Ok(Some(old));
+            }
+            old.stop().await;
+        }
+        let Some(name) = wanted else { return Ok(None) };
+        let setup = scheduler::Setup {
+            runtime: self.runtime.clone(),
+            cluster: self.cluster.clone(),
+            backend: Arc::clone(&self.backend),
+            namespaces: self.namespaces.clone(),
+            settings: scheduler::Settings { backoff: self.settings.backoff, ..scheduler::Settings::default() },
+            leadership: self.elections.as_ref().map(|e| e.join(&scheduler::lease(&name))).transpose()?,
+        };
+        let started =
+            Scheduler::start(Arc::clone(controller.reconciler()), setup).expect("the component declares a scheduler");
+        tracing::info!(controller = %controller.name(), scheduler = %name, "scheduler started");
+        Ok(Some(Arc::new(started)))
     }
 
     /// Watches a canary (see [`HostBuilder::canary`]): rejects its version
@@ -781,6 +825,9 @@ impl Shared {
             let index = slots.iter().position(|s| s.path == path)?;
             slots.remove(index)
         };
+        if let Some(scheduler) = &slot.scheduler {
+            scheduler.stop().await;
+        }
         let controller = slot.controller?;
         controller.stop().await;
         if let Some(leadership) = slot.leadership
@@ -802,6 +849,10 @@ impl Shared {
 
     fn controllers(&self) -> Vec<Arc<Controller>> {
         lock(&self.slots).iter().filter_map(|s| s.controller.clone()).collect()
+    }
+
+    fn schedulers(&self) -> Vec<Arc<Scheduler>> {
+        lock(&self.slots).iter().filter_map(|s| s.scheduler.clone()).collect()
     }
 
     fn status(&self) -> Vec<ComponentStatus> {
@@ -974,6 +1025,7 @@ impl Host {
             c.reconciler().end_trial(false);
         }
         futures::future::join_all(controllers.iter().map(|c| c.stop())).await;
+        futures::future::join_all(self.shared.schedulers().iter().map(|s| s.stop())).await;
         for path in self.shared.paths() {
             self.shared.resign(&path).await;
         }

@@ -16,6 +16,8 @@
 //! - [`informer`], [`queue`], [`controller`]: shared watches, the work
 //!   queue, and the loop that runs a reconciler on a cluster;
 //! - [`leader`]: leader election, one Lease per controller;
+//! - [`scheduler`]: custom schedulers, guest logic that picks a Node for
+//!   each pending Pod that names it;
 //! - [`host`], [`reload`], [`access`]: the host that runs components as
 //!   controllers, follows a components directory, and reviews permissions;
 //! - [`metrics`] and [`server`]: Prometheus metrics and the host's HTTP
@@ -46,6 +48,7 @@ pub mod reload;
 pub mod runtime;
 pub mod scaffold;
 pub mod scenario;
+pub mod scheduler;
 pub mod server;
 mod sync;
 pub mod testing;

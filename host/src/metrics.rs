@@ -31,6 +31,9 @@
 //! | `capstan_component_compile_seconds` | `source` | compiling (`compiled`) or loading from the compile cache (`cache`) |
 //! | `capstan_leader_status` | `controller` | 1 while this replica leads the controller, else 0 |
 //! | `capstan_controllers` | `state` | controllers per state |
+//! | `capstan_scheduler_schedule_attempts_total` | `scheduler`, `result` | scheduling attempts: `scheduled`, `unschedulable`, `error` |
+//! | `capstan_scheduler_attempt_duration_seconds` | `scheduler` | from taking a Pod off the queue to its binding or failure |
+//! | `capstan_scheduler_pending_pods` | `scheduler` | Pods waiting in a scheduler's queue (read at scrape time) |
 //!
 //! A `kind` label is `Kind` for the core group and `Kind.group` otherwise
 //! (`ConfigMap`, `Deployment.apps`), the way `kubectl` names resources.
@@ -226,6 +229,17 @@ struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SchedulerLabels {
+    scheduler: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    scheduler: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: String,
 }
@@ -287,6 +301,15 @@ fn controller(name: &str) -> ControllerLabels {
 #[derive(Default)]
 struct Queues {
     tracked: Mutex<BTreeMap<String, Weak<dyn QueueProbe>>>,
+    /// Schedulers' queues, by scheduler name.
+    schedulers: Mutex<BTreeMap<String, Weak<dyn QueueProbe>>>,
+}
+
+/// The queues of `tracked` still alive, forgetting the others.
+fn live(tracked: &Mutex<BTreeMap<String, Weak<dyn QueueProbe>>>) -> Vec<(String, Arc<dyn QueueProbe>)> {
+    let mut tracked = lock(tracked);
+    tracked.retain(|_, q| q.strong_count() > 0);
+    tracked.iter().filter_map(|(name, q)| Some((name.clone(), q.upgrade()?))).collect()
 }
 
 impl std::fmt::Debug for Queues {
@@ -297,11 +320,18 @@ impl std::fmt::Debug for Queues {
 
 impl Collector for Queues {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let live: Vec<(ControllerLabels, Arc<dyn QueueProbe>)> = {
-            let mut tracked = lock(&self.tracked);
-            tracked.retain(|_, q| q.strong_count() > 0);
-            tracked.iter().filter_map(|(name, q)| Some((controller(name), q.upgrade()?))).collect()
-        };
+        let schedulers = live(&self.schedulers);
+        if !schedulers.is_empty() {
+            let help = "Pods waiting in a scheduler's queue.";
+            let mut pending = encoder.encode_descriptor("scheduler_pending_pods", help, None, MetricType::Gauge)?;
+            for (name, queue) in &schedulers {
+                let value = i64::try_from(queue.depth()).unwrap_or(i64::MAX);
+                let labels = SchedulerLabels { scheduler: name.clone() };
+                ConstGauge::new(value).encode(pending.encode_family(&labels)?)?;
+            }
+        }
+        let live: Vec<(ControllerLabels, Arc<dyn QueueProbe>)> =
+            live(&self.tracked).into_iter().map(|(name, q)| (controller(&name), q)).collect();
         if live.is_empty() {
             return Ok(());
         }
@@ -344,6 +374,8 @@ pub struct Metrics {
     compile_time: Histograms<SourceLabels>,
     leader: Family<ControllerLabels, Gauge>,
     controllers: Family<StateLabels, Gauge>,
+    scheduler_attempts: Family<AttemptLabels, Counter>,
+    scheduler_attempt_time: Histograms<SchedulerLabels>,
     states_seen: Mutex<BTreeSet<String>>,
     /// The state of each controller, by name.
     controller_states: Mutex<BTreeMap<String, String>>,
@@ -379,6 +411,8 @@ impl Metrics {
             compile_time: Family::new_with_constructor(seconds),
             leader: Family::default(),
             controllers: Family::default(),
+            scheduler_attempts: Family::default(),
+            scheduler_attempt_time: Family::new_with_constructor(seconds),
             states_seen: Mutex::default(),
             controller_states: Mutex::default(),
         };
@@ -425,6 +459,17 @@ impl Metrics {
         );
         r.register("leader_status", "1 while this replica leads the controller, else 0", m.leader.clone());
         r.register("controllers", "Controllers per state", m.controllers.clone());
+        r.register(
+            "scheduler_schedule_attempts",
+            "Scheduling attempts by scheduler and result",
+            m.scheduler_attempts.clone(),
+        );
+        r.register_with_unit(
+            "scheduler_attempt_duration",
+            "From taking a Pod off a scheduler's queue to its binding or failure",
+            Unit::Seconds,
+            m.scheduler_attempt_time.clone(),
+        );
         m
     }
 
@@ -582,6 +627,22 @@ impl Metrics {
         self.set_controller_states(states.values().map(String::as_str));
     }
 
+    /// Reports `queue`'s depth as scheduler `scheduler`'s pending Pods from
+    /// now on, until the queue is dropped.
+    pub fn track_scheduler_queue(&self, scheduler: &str, queue: Weak<dyn QueueProbe>) {
+        lock(&self.queues.schedulers).insert(scheduler.to_owned(), queue);
+    }
+
+    /// Counts one scheduling attempt of `scheduler` (`result`: `scheduled`,
+    /// `unschedulable` or `error`) and its duration.
+    pub fn scheduler_attempted(&self, scheduler: &str, result: &'static str, duration: Duration) {
+        let labels = AttemptLabels { scheduler: scheduler.to_owned(), result };
+        self.scheduler_attempts.get_or_create(&labels).inc();
+        self.scheduler_attempt_time
+            .get_or_create(&SchedulerLabels { scheduler: scheduler.to_owned() })
+            .observe(duration.as_secs_f64());
+    }
+
     /// Drops the gauges of a controller that is gone (its leader status);
     /// its counters stay, as Prometheus expects of counters.
     pub fn remove_controller(&self, controller_name: &str) {
@@ -733,6 +794,29 @@ mod tests {
         assert_eq!(value(&scrape, r#"capstan_queue_oldest_item_age_seconds{controller="metrics-queue"}"#), Some(1.5));
         drop(queue);
         assert_eq!(value(&m.encode(), r#"capstan_queue_depth{controller="metrics-queue"}"#), None);
+    }
+
+    #[test]
+    fn scheduler_attempts_and_pending_pods_are_reported_per_scheduler() {
+        let m = metrics();
+        m.scheduler_attempted("metrics-sched", "scheduled", Duration::from_millis(3));
+        m.scheduler_attempted("metrics-sched", "unschedulable", Duration::from_millis(2));
+        m.scheduler_attempted("metrics-sched", "scheduled", Duration::from_millis(4));
+        let queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(2, Duration::ZERO));
+        m.track_scheduler_queue("metrics-sched", Arc::downgrade(&queue));
+        let scrape = m.encode();
+        assert_valid_exposition(&scrape);
+        let attempts = |result: &str| {
+            let series =
+                format!(r#"capstan_scheduler_schedule_attempts_total{{scheduler="metrics-sched",result="{result}"}}"#);
+            value(&scrape, &series)
+        };
+        assert_eq!((attempts("scheduled"), attempts("unschedulable")), (Some(2.0), Some(1.0)));
+        let count = r#"capstan_scheduler_attempt_duration_seconds_count{scheduler="metrics-sched"}"#;
+        assert_eq!(value(&scrape, count), Some(3.0));
+        assert_eq!(value(&scrape, r#"capstan_scheduler_pending_pods{scheduler="metrics-sched"}"#), Some(2.0));
+        drop(queue);
+        assert_eq!(value(&m.encode(), r#"capstan_scheduler_pending_pods{scheduler="metrics-sched"}"#), None);
     }
 
     #[test]

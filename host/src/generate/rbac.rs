@@ -167,7 +167,10 @@ pub(crate) fn component_rules(
 ) -> Result<ComponentRules, Error> {
     let manifest = &component.manifest;
     let mut out = ComponentRules::default();
-    for rule in Grants::from_manifest(manifest).rules() {
+    // Without the reconcile role, the primary kind (`Pod` for a scheduler)
+    // is not reconciled: its grants, the first two, imply nothing.
+    let primary_grants = if manifest.roles.reconcile { 0 } else { 2 };
+    for rule in Grants::from_manifest(manifest).rules().iter().skip(primary_grants) {
         let plural = resources.plural(&rule.group, &rule.kind)?;
         // A status subresource only where the kind serves one.
         let status = rule.status && resources.has_status(&rule.group, &rule.kind);
@@ -189,10 +192,22 @@ pub(crate) fn component_rules(
             }
         }
     }
-    let primary = resources.plural(&manifest.primary.group, &manifest.primary.kind)?;
-    out.cluster.add(&manifest.primary.group, &primary, [Verb::Get, Verb::List, Verb::Watch, Verb::Update, Verb::Patch]);
-    if resources.has_status(&manifest.primary.group, &manifest.primary.kind) {
-        out.cluster.add(&manifest.primary.group, &format!("{primary}/status"), [Verb::Patch]);
+    if manifest.roles.reconcile {
+        let primary = resources.plural(&manifest.primary.group, &manifest.primary.kind)?;
+        let verbs = [Verb::Get, Verb::List, Verb::Watch, Verb::Update, Verb::Patch];
+        out.cluster.add(&manifest.primary.group, &primary, verbs);
+        if resources.has_status(&manifest.primary.group, &manifest.primary.kind) {
+            out.cluster.add(&manifest.primary.group, &format!("{primary}/status"), [Verb::Patch]);
+        }
+    }
+    if manifest.roles.scheduler.is_some() {
+        // What the host's scheduler does: watch Pods and Nodes, bind,
+        // set `PodScheduled`, record `Scheduled` / `FailedScheduling`.
+        out.cluster.add("", "pods", Verb::READ);
+        out.cluster.add("", "pods/binding", [Verb::Create]);
+        out.cluster.add("", "pods/status", [Verb::Update, Verb::Patch]);
+        out.cluster.add("", "nodes", Verb::READ);
+        out.cluster.add("events.k8s.io", "events", [Verb::Create, Verb::Patch]);
     }
     for owned in &manifest.owns {
         let kind = &owned.kind;
@@ -522,6 +537,38 @@ mod tests {
         }
         let all = component_rules(&c, &resources(&c), true).expect("known kinds");
         assert_eq!(all.clone().within(&[], &resources(&c)), all, "no watched namespaces: as before");
+    }
+
+    #[test]
+    fn a_scheduler_gets_pods_bindings_pod_status_nodes_and_events_and_nothing_more() {
+        // The greeter's manifest made a scheduler of Pods and nothing else.
+        let mut c = greeter();
+        let m = &mut c.manifest;
+        (m.name, m.primary) = ("zone-scheduler".into(), Gvk::new("", "v1", "Pod"));
+        (m.crds, m.owns, m.watches) = (vec![], vec![], vec![]);
+        m.roles.reconcile = false;
+        m.roles.scheduler = Some("zone-spread".into());
+        let rules = component_rules(&c, &resources(&c), false).expect("known kinds");
+        let mut policy: Vec<(String, String, Vec<String>)> = rules
+            .cluster
+            .policy_rules()
+            .into_iter()
+            .map(|r| (r.api_groups.unwrap_or_default().join(","), r.resources.unwrap_or_default().join(","), r.verbs))
+            .collect();
+        policy.sort();
+        let rule =
+            |g: &str, r: &str, v: &[&str]| (g.to_owned(), r.to_owned(), v.iter().map(|v| (*v).to_owned()).collect());
+        assert_eq!(
+            policy,
+            [
+                rule("", "nodes", &["get", "list", "watch"]),
+                rule("", "pods", &["get", "list", "watch"]),
+                rule("", "pods/binding", &["create"]),
+                rule("", "pods/status", &["update", "patch"]),
+                rule("events.k8s.io", "events", &["create", "patch"]),
+            ]
+        );
+        assert!(rules.namespaces.is_empty());
     }
 
     #[test]
