@@ -7,10 +7,11 @@
 //! server calls it for every write of a `Greeting` of that example's group.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use capstan_host::host::HostBuilder;
+use capstan_host::host::{Change, HostBuilder};
 use capstan_host::testing::find_component;
 use capstan_host::webhook::tls::Certs;
 use capstan_host::webhook::{self, Install, Registry};
@@ -37,6 +38,17 @@ fn greeting(name: &str, spec: Value, annotations: Value) -> Result<DynamicObject
     }))?)
 }
 
+/// A wasm custom section named `name` holding `payload`: appended to a
+/// component, it makes another version (another digest) of the same code.
+fn custom_section(name: &str, payload: &[u8]) -> Vec<u8> {
+    let mut body = vec![u8::try_from(name.len()).expect("a short name")];
+    body.extend(name.as_bytes());
+    body.extend(payload);
+    let mut section = vec![0, u8::try_from(body.len()).expect("a short section")];
+    section.extend(body);
+    section
+}
+
 /// The message of the API server's refusal of `result`.
 fn refusal<T: std::fmt::Debug>(result: kube::Result<T>) -> Result<String> {
     match result {
@@ -54,12 +66,17 @@ async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert()
     let install = Install { url: format!("https://127.0.0.1:{port}"), ca_bundle: certs.ca_bundle() };
     let registry = Arc::new(Registry::new().installing(Some(install)));
     let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry)).await?;
-    let component = find_component("greeter-webhooks").map_err(anyhow::Error::msg)?;
+    let built = find_component("greeter-webhooks").map_err(anyhow::Error::msg)?;
+    // A copy of its own, which the swap below rewrites.
+    let dir = std::env::temp_dir().join(format!("capstan-webhooks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let component = dir.join("greeter-webhooks.wasm");
+    std::fs::copy(&built, &component)?;
     let host = HostBuilder::new(ns.client())
         .namespace(Some(ns.name().to_owned()))
         .install_crds(true)
         .webhooks(Some(Arc::clone(&registry)))
-        .component(component)
+        .component(&component)
         .start()
         .await?;
     let status = host.status();
@@ -117,10 +134,47 @@ async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert()
     let message = refusal(v1alpha1.create(&post, &trap).await)?;
     assert!(message.contains("failed calling webhook") && message.contains("guest trapped"), "{message}");
 
+    // A guest that traps under failurePolicy Ignore: the Greeting is stored.
+    let lenient = json!({"examples.capstan.dev/trap-lenient": "true"});
+    v1alpha1.create(&post, &greeting("lenient", json!({"message": "hi"}), lenient)?).await?;
+
     // ... and the host still serves.
     v1alpha1
         .create(&post, &greeting("after-trap", json!({"message": "still here", "replicas": 0}), json!({}))?)
         .await?;
+
+    // Hot swaps under a steady stream of requests: none fails.
+    let stop = Arc::new(AtomicBool::new(false));
+    let created = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (api, stop, created) = (v1alpha1.clone(), Arc::clone(&stop), Arc::clone(&created));
+            tokio::spawn(async move {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let g = greeting(&format!("stream-{w}-{i}"), json!({"message": "hi"}), json!({}))?;
+                    let stored = api.create(&PostParams::default(), &g).await?;
+                    ensure!(stored.data["spec"]["replicas"] == json!(1), "not defaulted: {:?}", stored.data);
+                    created.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for n in 1..=3u8 {
+        let mut bytes = std::fs::read(&built)?;
+        bytes.extend(custom_section("capstan-test-version", &[n]));
+        std::fs::write(&component, bytes)?;
+        let change = host.load(&component).await?;
+        assert!(matches!(change, Change::Swapped { .. }), "{change:?}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.await??;
+    }
+    assert!(created.load(Ordering::Relaxed) > 0, "requests ran during the swaps");
+    assert_eq!(host.status()[0].swaps, 3);
 
     // The configurations point at this process: remove them before it goes.
     let client = ns.client();
@@ -135,5 +189,6 @@ async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert()
     crds.delete(&format!("greetings.{GROUP}"), &DeleteParams::default()).await?;
     host.shutdown().await;
     server.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
     ns.cleanup().await
 }

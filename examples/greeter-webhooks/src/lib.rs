@@ -12,7 +12,10 @@
 //!   [`capstan_guest::conversion::between`].
 //!
 //! For the host's tests, a Greeting annotated `examples.capstan.dev/trap:
-//! "true"` makes the validating webhook trap.
+//! "true"` makes the validating webhook trap (its failure policy is `Fail`:
+//! the API server refuses the Greeting), and one annotated
+//! `examples.capstan.dev/trap-lenient: "true"` makes a second validating
+//! webhook trap, whose failure policy is `Ignore` (the Greeting is stored).
 //!
 //! Run it (the host serves the webhooks and installs their configurations):
 //!
@@ -33,6 +36,10 @@ use serde::{Deserialize, Serialize};
 
 /// The annotation that makes the validating webhook trap (for tests).
 pub const TRAP_ANNOTATION: &str = "examples.capstan.dev/trap";
+/// The annotation that makes the lenient webhook trap (for tests).
+pub const TRAP_LENIENT_ANNOTATION: &str = "examples.capstan.dev/trap-lenient";
+/// The webhook with failure policy `Ignore`.
+pub const LENIENT: &str = "lenient.greetings.webhooks.examples.capstan.dev";
 /// Most replicas the validating webhook accepts.
 pub const MAX_REPLICAS: i32 = 10;
 
@@ -101,6 +108,7 @@ impl Component for GreetingWebhooks {
                     .operations(&[Operation::Create, Operation::Update])
                     .timeout_seconds(5),
             )
+            .webhook(Webhook::validating(LENIENT).kind::<Greeting>().ignore_failures().timeout_seconds(5))
             .webhook(
                 Webhook::mutating("default.greetings.webhooks.examples.capstan.dev")
                     .kind::<Greeting>()
@@ -116,6 +124,12 @@ impl Admission for GreetingWebhooks {
 
     fn validate(&self, request: &Request<Greeting>) -> Verdict {
         let Some(greeting) = &request.object else { return Verdict::allow() };
+        if request.webhook == LENIENT {
+            if greeting.annotations().get(TRAP_LENIENT_ANNOTATION).is_some_and(|v| v == "true") {
+                panic!("asked to trap by the {TRAP_LENIENT_ANNOTATION} annotation");
+            }
+            return Verdict::allow();
+        }
         if greeting.annotations().get(TRAP_ANNOTATION).is_some_and(|v| v == "true") {
             panic!("asked to trap by the {TRAP_ANNOTATION} annotation");
         }
