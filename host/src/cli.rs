@@ -721,6 +721,26 @@ mod tests {
     }
 
     #[test]
+    fn webhook_options_need_a_webhook_address() {
+        let args = run_args(&["--webhook-listen", "127.0.0.1:9443", "--install-webhooks"]);
+        assert_eq!(args.webhook_listen, Some("127.0.0.1:9443".parse().expect("an address")));
+        assert!(args.install_webhooks && args.webhook_cert_dir.is_none() && args.webhook_url.is_none());
+        for alone in [&["--install-webhooks"][..], &["--webhook-cert-dir", "/certs"], &["--webhook-url", "https://h"]] {
+            let err = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(alone)).expect_err("refused");
+            assert!(err.to_string().contains("--webhook-listen"), "{alone:?}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn webhooks_are_served_on_their_own_address_and_install_nothing_unless_asked() {
+        let args = run_args(&["--webhook-listen", "127.0.0.1:0", "--webhook-url", "https://hooks.ops.svc:443"]);
+        let webhooks = serve_webhooks(&args).await.expect("served").expect("asked for");
+        assert!(webhooks.registry.install_settings().is_none(), "nothing installed without --install-webhooks");
+        assert_ne!(webhooks.server.local_addr().port(), 0);
+        webhooks.server.shutdown().await;
+    }
+
+    #[test]
     fn run_rejects_a_namespace_that_is_not_a_dns_label() {
         for bad in ["Team_A", "a,,b", ""] {
             let err = Cli::try_parse_from(["capstan", "run", "c.wasm", "-n", bad]).expect_err(bad);
