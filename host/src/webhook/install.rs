@@ -14,6 +14,8 @@
 //! deleted; the caBundle is the one known when the component loads (a
 //! rotated CA in `--webhook-cert-dir` is written at the next load).
 
+use std::collections::HashMap;
+
 use base64::Engine as _;
 use serde_json::{Value, json};
 
@@ -26,41 +28,51 @@ use crate::object::{Gvk, ObjectRef};
 /// Field manager of the webhook configurations and conversion stanzas.
 pub const FIELD_MANAGER: &str = "capstan-webhooks";
 
-/// The resource (plural) of `kind`: from the manifest's CRDs, else from
-/// discovery.
-async fn plural(cluster: &KubeCluster, manifest: &Manifest, kind: &Gvk) -> Result<String, Error> {
-    let from_crd = manifest.crds.iter().find_map(|c| {
-        let same = c.pointer("/spec/group").and_then(Value::as_str) == Some(kind.group.as_str())
-            && c.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind.kind.as_str());
-        same.then(|| c.pointer("/spec/names/plural").and_then(Value::as_str).map(str::to_owned)).flatten()
-    });
-    match from_crd {
-        Some(p) => Ok(p),
-        None => cluster
-            .resolve(kind)
-            .await
-            .map(|r| r.resource.plural)
-            .map_err(|e| Error::Install { what: format!("webhook rules for {kind}"), error: e.to_string() }),
+/// The CRD of the manifest that defines `group` and `kind`.
+fn crd_of<'a>(manifest: &'a Manifest, group: &str, kind: &str) -> Option<&'a Value> {
+    manifest.crds.iter().find(|c| {
+        c.pointer("/spec/group").and_then(Value::as_str) == Some(group)
+            && c.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
+    })
+}
+
+/// The resource (plural) of every kind the webhooks of `manifest` name:
+/// from the manifest's CRDs, else from discovery.
+async fn plurals(cluster: &KubeCluster, manifest: &Manifest) -> Result<HashMap<Gvk, String>, Error> {
+    let mut plurals = HashMap::new();
+    for kind in manifest.roles.admission.iter().flat_map(|w| &w.kinds) {
+        let from_crd = crd_of(manifest, &kind.group, &kind.kind)
+            .and_then(|c| c.pointer("/spec/names/plural"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let plural = match from_crd {
+            Some(p) => p,
+            None => cluster
+                .resolve(kind)
+                .await
+                .map(|r| r.resource.plural)
+                .map_err(|e| Error::Install { what: format!("webhook rules for {kind}"), error: e.to_string() })?,
+        };
+        plurals.insert(kind.clone(), plural);
     }
+    Ok(plurals)
 }
 
 /// One webhook entry of a configuration.
-async fn entry(
-    cluster: &KubeCluster,
-    manifest: &Manifest,
-    webhook: &AdmissionWebhook,
-    install: &Install,
-) -> Result<Value, Error> {
-    let mut rules = Vec::new();
-    for kind in &webhook.kinds {
-        rules.push(json!({
-            "apiGroups": [kind.group],
-            "apiVersions": [kind.version],
-            "resources": [plural(cluster, manifest, kind).await?],
-            "operations": webhook.operations.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
-            "scope": "*",
-        }));
-    }
+fn entry(manifest: &Manifest, webhook: &AdmissionWebhook, install: &Install, plurals: &HashMap<Gvk, String>) -> Value {
+    let rules: Vec<Value> = webhook
+        .kinds
+        .iter()
+        .map(|kind| {
+            json!({
+                "apiGroups": [kind.group],
+                "apiVersions": [kind.version],
+                "resources": [plurals.get(kind).cloned().unwrap_or_default()],
+                "operations": webhook.operations.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+                "scope": "*",
+            })
+        })
+        .collect();
     let mut entry = json!({
         "name": webhook.name,
         "clientConfig": client_config(install, &format!("/admission/{}/{}", manifest.name, webhook.name)),
@@ -80,7 +92,7 @@ async fn entry(
     if webhook.mutating {
         entry["reinvocationPolicy"] = json!("Never");
     }
-    Ok(entry)
+    entry
 }
 
 fn client_config(install: &Install, path: &str) -> Value {
@@ -100,37 +112,35 @@ async fn apply(cluster: &KubeCluster, object: Value) -> Result<(), Error> {
     Ok(())
 }
 
-/// Applies the webhook configurations and conversion stanzas of
-/// `manifest`, pointing at `install`.
-///
-/// # Errors
-///
-/// [`Error::Install`] naming the object that could not be applied.
-pub async fn install(cluster: &KubeCluster, manifest: &Manifest, install: &Install) -> Result<(), Error> {
+/// The objects that make the API server call the webhooks of `manifest`
+/// at `install`: its Validating- and MutatingWebhookConfiguration (each
+/// only if it has webhooks of that type), then the conversion stanza of
+/// each CRD it converts. `plurals` names the resource of each webhook kind.
+pub fn objects(manifest: &Manifest, install: &Install, plurals: &HashMap<Gvk, String>) -> Vec<Value> {
+    let mut objects = Vec::new();
     for (mutating, kind) in [(false, "ValidatingWebhookConfiguration"), (true, "MutatingWebhookConfiguration")] {
-        let mut webhooks = Vec::new();
-        for w in manifest.roles.admission.iter().filter(|w| w.mutating == mutating) {
-            webhooks.push(entry(cluster, manifest, w, install).await?);
-        }
+        let webhooks: Vec<Value> = manifest
+            .roles
+            .admission
+            .iter()
+            .filter(|w| w.mutating == mutating)
+            .map(|w| entry(manifest, w, install, plurals))
+            .collect();
         if webhooks.is_empty() {
             continue;
         }
-        let configuration = json!({
+        objects.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": kind,
             "metadata": {"name": format!("capstan-{}", manifest.name), "labels": {"app.kubernetes.io/managed-by": "capstan"}},
             "webhooks": webhooks,
-        });
-        apply(cluster, configuration).await?;
-        tracing::info!(component = %manifest.name, kind, "webhook configuration installed");
+        }));
     }
     for gk in &manifest.roles.conversion {
-        let crd = manifest.crds.iter().find(|c| {
-            c.pointer("/spec/group").and_then(Value::as_str) == Some(gk.group.as_str())
-                && c.pointer("/spec/names/kind").and_then(Value::as_str) == Some(gk.kind.as_str())
-        });
-        let Some(name) = crd.and_then(|c| crate::object::meta_str(c, "name")) else { continue };
-        let conversion = json!({
+        let Some(name) = crd_of(manifest, &gk.group, &gk.kind).and_then(|c| crate::object::meta_str(c, "name")) else {
+            continue;
+        };
+        objects.push(json!({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
             "metadata": {"name": name},
@@ -141,9 +151,93 @@ pub async fn install(cluster: &KubeCluster, manifest: &Manifest, install: &Insta
                     "clientConfig": client_config(install, &format!("/convert/{}", manifest.name)),
                 },
             }},
-        });
-        apply(cluster, conversion).await?;
-        tracing::info!(component = %manifest.name, crd = %name, "conversion webhook installed");
+        }));
     }
+    objects
+}
+
+/// Applies the [`objects`] of `manifest`, pointing at `install`.
+///
+/// # Errors
+///
+/// [`Error::Install`] naming the object that could not be applied, or the
+/// kind whose resource discovery does not know.
+pub async fn install(cluster: &KubeCluster, manifest: &Manifest, install: &Install) -> Result<(), Error> {
+    let plurals = plurals(cluster, manifest).await?;
+    for object in objects(manifest, install, &plurals) {
+        apply(cluster, object).await?;
+    }
+    tracing::info!(component = %manifest.name, "webhook configurations installed");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::manifest::{GroupKind, Operation, Roles};
+
+    fn manifest() -> Manifest {
+        let greeting = Gvk::new("example.com", "v1", "Greeting");
+        let webhook = |name: &str, mutating: bool| AdmissionWebhook {
+            name: name.into(),
+            mutating,
+            kinds: vec![greeting.clone()],
+            operations: vec![Operation::Create, Operation::Update],
+            ignore_failures: mutating,
+            timeout: Duration::from_secs(5),
+            side_effects_on_dry_run: false,
+            namespace_selector: None,
+            object_selector: Some(json!({"matchLabels": {"team": "a"}})),
+        };
+        Manifest {
+            name: "greeter".into(),
+            primary: greeting.clone(),
+            crds: vec![json!({
+                "metadata": {"name": "greetings.example.com"},
+                "spec": {"group": "example.com", "names": {"kind": "Greeting", "plural": "greetings"}},
+            })],
+            owns: vec![],
+            watches: vec![],
+            finalizer: None,
+            permissions: vec![],
+            resync: None,
+            max_concurrency: 1,
+            roles: Roles {
+                reconcile: false,
+                admission: vec![webhook("validate.example.com", false), webhook("default.example.com", true)],
+                conversion: vec![GroupKind { group: "example.com".into(), kind: "Greeting".into() }],
+                scheduler: None,
+            },
+        }
+    }
+
+    #[test]
+    fn each_webhook_points_at_its_route_with_the_ca_bundle() {
+        let install = Install { url: "https://127.0.0.1:9443/".into(), ca_bundle: b"PEM".to_vec() };
+        let plurals = HashMap::from([(Gvk::new("example.com", "v1", "Greeting"), "greetings".to_owned())]);
+        let objects = objects(&manifest(), &install, &plurals);
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "CustomResourceDefinition"]
+        );
+        let validating = &objects[0]["webhooks"][0];
+        assert_eq!(validating["clientConfig"]["url"], "https://127.0.0.1:9443/admission/greeter/validate.example.com");
+        assert_eq!(validating["clientConfig"]["caBundle"], "UEVN");
+        assert_eq!(validating["failurePolicy"], "Fail");
+        assert_eq!(validating["timeoutSeconds"], 5);
+        assert_eq!(validating["sideEffects"], "None");
+        assert_eq!(validating["objectSelector"], json!({"matchLabels": {"team": "a"}}));
+        assert_eq!(
+            validating["rules"],
+            json!([{"apiGroups": ["example.com"], "apiVersions": ["v1"], "resources": ["greetings"],
+                    "operations": ["CREATE", "UPDATE"], "scope": "*"}])
+        );
+        assert_eq!(objects[1]["webhooks"][0]["failurePolicy"], "Ignore");
+        let conversion = &objects[2]["spec"]["conversion"];
+        assert_eq!(conversion["strategy"], "Webhook");
+        assert_eq!(conversion["webhook"]["clientConfig"]["url"], "https://127.0.0.1:9443/convert/greeter");
+    }
 }
