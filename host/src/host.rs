@@ -645,6 +645,13 @@ impl Shared {
             let slot = slots.iter().find(|s| s.path == path);
             (slot.and_then(|s| s.controller.clone()), slot.and_then(|s| s.leadership.as_ref().map(Leadership::watch)))
         };
+        if let Some(webhooks) = &self.webhooks {
+            // The file held another component before: its webhooks go.
+            let previous = lock(&self.slots).iter().find(|s| s.path == path).and_then(|s| s.version.clone());
+            if let Some(previous) = previous.filter(|v| v.name != name) {
+                webhooks.withdraw(&previous.name);
+            }
+        }
         if !loaded.manifest.roles.reconcile {
             return Ok(self.serve_only(path, current, loaded, version).await);
         }

@@ -139,6 +139,27 @@ fn reply(code: StatusCode, body: &Value) -> Response {
     (code, [(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
+/// The envelope of an `AdmissionReview` or a `ConversionReview`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Review<R> {
+    api_version: String,
+    kind: String,
+    request: Option<R>,
+}
+
+/// The request of a review of `api_version` and `kind` in `body`.
+fn request_of<R: serde::de::DeserializeOwned>(body: &[u8], api_version: &str, kind: &str) -> Result<R, Error> {
+    let review: Review<R> = serde_json::from_slice(body).map_err(|e| Error::BadReview(e.to_string()))?;
+    if review.api_version != api_version || review.kind != kind {
+        return Err(Error::BadReview(format!(
+            "expected {api_version} {kind}, got {} {}",
+            review.api_version, review.kind
+        )));
+    }
+    review.request.ok_or_else(|| Error::BadReview("no request".into()))
+}
+
 /// A component version serving webhooks: what a call needs.
 #[derive(Clone)]
 pub struct Served {

@@ -30,15 +30,7 @@ pub const MAX_WARNINGS: usize = 32;
 /// Longest warning passed on, in bytes.
 pub const MAX_WARNING: usize = 256;
 
-/// The part of an `AdmissionReview` the host reads.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Review {
-    api_version: String,
-    kind: String,
-    request: Option<Request>,
-}
-
+/// The part of an `AdmissionReview`'s request the host reads.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Request {
@@ -102,14 +94,7 @@ fn to_bytes(v: &Value) -> Vec<u8> {
 /// [`Error::BadReview`] when `body` is not a v1 `AdmissionReview` with a
 /// request.
 pub fn parse(webhook: &AdmissionWebhook, body: &[u8]) -> Result<Parsed, Error> {
-    let review: Review = serde_json::from_slice(body).map_err(|e| Error::BadReview(e.to_string()))?;
-    if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
-        return Err(Error::BadReview(format!(
-            "expected admission.k8s.io/v1 AdmissionReview, got {} {}",
-            review.api_version, review.kind
-        )));
-    }
-    let r = review.request.ok_or_else(|| Error::BadReview("no request".into()))?;
+    let r: Request = super::request_of(body, "admission.k8s.io/v1", "AdmissionReview")?;
     let operation = Operation::parse(&r.operation)
         .ok_or_else(|| Error::BadReview(format!("unknown operation {:?}", r.operation)))?;
     let object = r.object.filter(|o| !o.is_null());

@@ -19,14 +19,7 @@ use super::{Error, Served};
 use crate::bindings::capstan::operator::types as wit;
 use crate::object::Gvk;
 
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Review {
-    api_version: String,
-    kind: String,
-    request: Option<Request>,
-}
-
+/// The part of a `ConversionReview`'s request the host reads.
 #[derive(Debug, Deserialize)]
 struct Request {
     uid: String,
@@ -79,14 +72,7 @@ fn failure(uid: &str, message: &str) -> Value {
 /// [`Error::BadReview`] when `body` is not a v1 `ConversionReview` with a
 /// request; every other failure is in the returned review.
 pub async fn handle(served: &Served, body: &[u8]) -> Result<Value, Error> {
-    let review: Review = serde_json::from_slice(body).map_err(|e| Error::BadReview(e.to_string()))?;
-    if review.api_version != "apiextensions.k8s.io/v1" || review.kind != "ConversionReview" {
-        return Err(Error::BadReview(format!(
-            "expected apiextensions.k8s.io/v1 ConversionReview, got {} {}",
-            review.api_version, review.kind
-        )));
-    }
-    let r = review.request.ok_or_else(|| Error::BadReview("no request".into()))?;
+    let r: Request = super::request_of(body, "apiextensions.k8s.io/v1", "ConversionReview")?;
     let manifest = &served.component.manifest;
     let desired_group = Gvk::from_api_version(&r.desired_api_version, "").group;
     for object in &r.objects {
