@@ -764,9 +764,16 @@ impl Shared {
 
     /// Makes `loaded` the version that serves its webhooks, if any.
     fn publish(&self, loaded: &Loaded) {
-        if let Some(webhooks) = &self.webhooks {
-            let grants = Arc::new(crate::grants::Grants::from_manifest(&loaded.manifest).within(&self.namespaces));
-            webhooks.publish(self.runtime.clone(), Arc::new(loaded.clone()), grants, Arc::clone(&self.backend));
+        let roles = &loaded.manifest.roles;
+        match &self.webhooks {
+            Some(webhooks) => {
+                let grants = Arc::new(crate::grants::Grants::from_manifest(&loaded.manifest).within(&self.namespaces));
+                webhooks.publish(self.runtime.clone(), Arc::new(loaded.clone()), grants, Arc::clone(&self.backend));
+            }
+            None if !roles.admission.is_empty() || !roles.conversion.is_empty() => {
+                tracing::warn!(component = %loaded.manifest.name, "component declares webhooks, but this host serves none (--webhook-listen)");
+            }
+            None => {}
         }
     }
 
