@@ -356,6 +356,26 @@ impl axum::serve::Listener for TlsListener {
 mod tests {
     use super::*;
 
+    async fn call(path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        use http_body_util::BodyExt as _;
+        use tower::ServiceExt as _;
+        let request = axum::http::Request::post(path).body(axum::body::Body::from(body)).expect("a request");
+        let response = router(Arc::new(Registry::new())).oneshot(request).await.expect("the router answers");
+        let status = response.status();
+        let bytes = response.into_body().collect().await.expect("a body").to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    #[tokio::test]
+    async fn unknown_component_is_a_404_status_and_an_oversized_body_a_413() {
+        let (status, body) = call("/admission/nobody/v.example.com", b"{}".to_vec()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["kind"], "Status");
+        assert_eq!(body["message"], "no component nobody serves webhooks here");
+        let (status, _) = call("/convert/nobody", vec![b' '; MAX_BODY + 1]).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
     #[test]
     fn error_messages_read_right() {
         assert_eq!(Error::BadReview("no request".into()).to_string(), "bad review: no request");
