@@ -134,6 +134,12 @@ async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert()
     let message = refusal(v1alpha1.create(&post, &trap).await)?;
     assert!(message.contains("failed calling webhook") && message.contains("guest trapped"), "{message}");
 
+    // A guest that loops: stopped at its deadline, below the webhook's
+    // timeout; failurePolicy Fail refuses.
+    let looping = greeting("loop", json!({"message": "hi"}), json!({"examples.capstan.dev/loop": "true"}))?;
+    let message = refusal(v1alpha1.create(&post, &looping).await)?;
+    assert!(message.contains("guest exceeded its deadline"), "{message}");
+
     // A guest that traps under failurePolicy Ignore: the Greeting is stored.
     let lenient = json!({"examples.capstan.dev/trap-lenient": "true"});
     v1alpha1.create(&post, &greeting("lenient", json!({"message": "hi"}), lenient)?).await?;

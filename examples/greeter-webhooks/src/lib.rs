@@ -12,8 +12,10 @@
 //!   [`capstan_guest::conversion::between`].
 //!
 //! For the host's tests, a Greeting annotated `examples.capstan.dev/trap:
-//! "true"` makes the validating webhook trap (its failure policy is `Fail`:
-//! the API server refuses the Greeting), and one annotated
+//! "true"` makes the validating webhook trap and one annotated
+//! `examples.capstan.dev/loop: "true"` makes it loop until its deadline
+//! (its failure policy is `Fail`: the API server refuses the Greeting);
+//! one annotated
 //! `examples.capstan.dev/trap-lenient: "true"` makes a second validating
 //! webhook trap, whose failure policy is `Ignore` (the Greeting is stored).
 //!
@@ -36,6 +38,8 @@ use serde::{Deserialize, Serialize};
 
 /// The annotation that makes the validating webhook trap (for tests).
 pub const TRAP_ANNOTATION: &str = "examples.capstan.dev/trap";
+/// The annotation that makes the validating webhook loop (for tests).
+pub const LOOP_ANNOTATION: &str = "examples.capstan.dev/loop";
 /// The annotation that makes the lenient webhook trap (for tests).
 pub const TRAP_LENIENT_ANNOTATION: &str = "examples.capstan.dev/trap-lenient";
 /// The webhook with failure policy `Ignore`.
@@ -132,6 +136,11 @@ impl Admission for GreetingWebhooks {
         }
         if greeting.annotations().get(TRAP_ANNOTATION).is_some_and(|v| v == "true") {
             panic!("asked to trap by the {TRAP_ANNOTATION} annotation");
+        }
+        if greeting.annotations().get(LOOP_ANNOTATION).is_some_and(|v| v == "true") {
+            loop {
+                std::hint::black_box(());
+            }
         }
         if greeting.spec.message.trim().is_empty() {
             return Verdict::deny("spec.message must not be empty").code(422);
