@@ -30,6 +30,8 @@ build tenant
 cp "$release/tenant.wasm" "$out/tenant.wasm"
 build zone-scheduler
 cp "$release/zone_scheduler.wasm" "$out/zone-scheduler.wasm"
+build greeter-webhooks
+cp "$release/greeter_webhooks.wasm" "$out/greeter-webhooks.wasm"
 # A greeter built against contract 0.1.0, kept as a binary (see its README).
 gunzip -c "$root/tests/fixtures/contract-0.1.0/greeter.wasm.gz" > "$out/greeter-0.1.0.wasm"
 build fixture-other-world

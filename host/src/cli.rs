@@ -114,6 +114,26 @@ pub struct RunArgs {
     /// until they are established.
     #[arg(long)]
     pub install_crds: bool,
+    /// Serve the components' admission and conversion webhooks over HTTPS
+    /// on this address, e.g. `0.0.0.0:9443`. Default: not served.
+    #[arg(long, value_name = "ADDR")]
+    pub webhook_listen: Option<std::net::SocketAddr>,
+    /// Serve the certificate in this directory (`tls.crt`, `tls.key`, and
+    /// optionally `ca.crt` for the caBundle), reloaded when it changes.
+    /// Default: a CA and serving certificate the host makes at start, for
+    /// 127.0.0.1, localhost and the host of `--webhook-url`.
+    #[arg(long, value_name = "DIR", requires = "webhook_listen")]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// The address the API server calls the webhooks at, e.g.
+    /// `https://capstan-webhooks.ops.svc:443`. Default:
+    /// `https://127.0.0.1:<port of --webhook-listen>`.
+    #[arg(long, value_name = "URL", requires = "webhook_listen")]
+    pub webhook_url: Option<String>,
+    /// Apply a Validating- and MutatingWebhookConfiguration per component
+    /// that declares webhooks, and the conversion stanza of the CRDs it
+    /// converts, with the caBundle of the serving certificate.
+    #[arg(long, requires = "webhook_listen")]
+    pub install_webhooks: bool,
     /// Memory limit per guest instance, in MiB.
     #[arg(long, default_value_t = 64)]
     pub memory_limit_mib: usize,
@@ -445,7 +465,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         .host_calls(args.max_host_calls)
         .events(args.max_events)
         .log(crate::limits::LogBudget::new(args.log_lines_per_second, args.log_burst));
-    let instance = args.instance.or_else(|| std::env::var("HOSTNAME").ok());
+    let instance = args.instance.clone().or_else(|| std::env::var("HOSTNAME").ok());
     // The probes answer from the start: alive, and not ready until the
     // host runs (it may wait for the API server first).
     let started: Arc<OnceLock<Arc<crate::host::Host>>> = Arc::default();
@@ -468,6 +488,13 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     let server = crate::server::serve(args.listen, Arc::new(probes))
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let webhooks = match serve_webhooks(&args).await {
+        Ok(webhooks) => webhooks,
+        Err(e) => {
+            server.shutdown().await;
+            return Err(e);
+        }
+    };
     let start = async {
         let client = connect_with_retry(args.kubeconfig.as_deref(), args.context.clone()).await?;
         let mut delay = CONNECT_BACKOFF_START;
@@ -482,6 +509,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
                 .cache_dir(default_cache_dir())
                 .instance(instance.clone())
                 .components_dir(args.components_dir.clone())
+                .webhooks(webhooks.as_ref().map(|w| Arc::clone(&w.registry)))
                 .leader_election(leader_election.clone());
             for c in &args.components {
                 builder = builder.component(c);
@@ -515,8 +543,45 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     server.shutdown().await;
+    if let Some(webhooks) = webhooks {
+        webhooks.server.shutdown().await;
+    }
     host.shutdown().await;
     Ok(0)
+}
+
+/// The webhook server of `capstan run`, and what it serves.
+struct Webhooks {
+    registry: std::sync::Arc<crate::webhook::Registry>,
+    server: crate::server::Server,
+    _watch: Option<crate::webhook::tls::CertWatch>,
+}
+
+/// Starts serving webhooks if `--webhook-listen` asks, before the host
+/// starts (so that configurations it installs point at a server).
+async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
+    use crate::webhook::{Install, Registry, tls::Certs};
+    let Some(listen) = args.webhook_listen else { return Ok(None) };
+    let url = args.webhook_url.clone().unwrap_or_else(|| format!("https://127.0.0.1:{}", listen.port()));
+    let certs = match &args.webhook_cert_dir {
+        Some(dir) => Certs::from_dir(dir)?,
+        None => {
+            let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+            let host = url.split("://").nth(1).unwrap_or(&url).split(['/', ':']).next().unwrap_or_default();
+            if !host.is_empty() && !names.iter().any(|n| n == host) {
+                names.push(host.to_owned());
+            }
+            Certs::self_managed(&names)?
+        }
+    };
+    let certs = std::sync::Arc::new(certs);
+    let watch = certs.watch()?;
+    let install = args.install_webhooks.then(|| Install { url, ca_bundle: certs.ca_bundle() });
+    let registry = std::sync::Arc::new(Registry::new().installing(install));
+    let server = crate::webhook::serve(listen, std::sync::Arc::clone(&certs), std::sync::Arc::clone(&registry))
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    Ok(Some(Webhooks { registry, server, _watch: watch }))
 }
 
 /// The status document as a table, one line per component file.
@@ -653,6 +718,26 @@ mod tests {
         assert!(lines[1].contains("core_module: greeter.wasm"), "{table}");
         assert!(lines[2].starts_with("broken.wasm") && lines[2].contains("rejected"), "{table}");
         assert!(table.contains("not ready:\n  greeter: caches not synced yet"), "{table}");
+    }
+
+    #[test]
+    fn webhook_options_need_a_webhook_address() {
+        let args = run_args(&["--webhook-listen", "127.0.0.1:9443", "--install-webhooks"]);
+        assert_eq!(args.webhook_listen, Some("127.0.0.1:9443".parse().expect("an address")));
+        assert!(args.install_webhooks && args.webhook_cert_dir.is_none() && args.webhook_url.is_none());
+        for alone in [&["--install-webhooks"][..], &["--webhook-cert-dir", "/certs"], &["--webhook-url", "https://h"]] {
+            let err = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(alone)).expect_err("refused");
+            assert!(err.to_string().contains("--webhook-listen"), "{alone:?}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn webhooks_are_served_on_their_own_address_and_install_nothing_unless_asked() {
+        let args = run_args(&["--webhook-listen", "127.0.0.1:0", "--webhook-url", "https://hooks.ops.svc:443"]);
+        let webhooks = serve_webhooks(&args).await.expect("served").expect("asked for");
+        assert!(webhooks.registry.install_settings().is_none(), "nothing installed without --install-webhooks");
+        assert_ne!(webhooks.server.local_addr().port(), 0);
+        webhooks.server.shutdown().await;
     }
 
     #[test]

@@ -128,6 +128,14 @@ pub enum Error {
     /// Leader election could not be set up, or not joined.
     #[error(transparent)]
     Leader(#[from] leader::Error),
+    /// Webhook configurations could not be installed.
+    #[error("{path}: {error}")]
+    Webhook {
+        /// The rejected file.
+        path: PathBuf,
+        /// Why.
+        error: crate::webhook::Error,
+    },
     /// The components directory cannot be watched.
     #[error("cannot watch components directory {path}: {error}")]
     Watch {
@@ -152,6 +160,7 @@ impl Error {
             Self::Canary { .. } => "canary",
             Self::Access { .. } | Self::Wildcard { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) | Self::CrdOwned { .. } => "crd",
+            Self::Webhook { .. } => "webhook",
             Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) | Self::Leader(_) => "host",
         }
     }
@@ -173,6 +182,7 @@ pub struct HostBuilder {
     instance: Option<String>,
     leader_election: Option<LeaseSettings>,
     canary: Option<u8>,
+    webhooks: Option<Arc<crate::webhook::Registry>>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -205,6 +215,7 @@ impl HostBuilder {
             instance: None,
             leader_election: None,
             canary: None,
+            webhooks: None,
         }
     }
 
@@ -304,6 +315,15 @@ impl HostBuilder {
         self
     }
 
+    /// Publishes every component version that declares webhooks in
+    /// `registry` (which [`crate::webhook::serve`] serves), and, if the
+    /// registry installs, applies their webhook configurations when they
+    /// load (see [`crate::webhook::install`]). Default: no webhooks served.
+    pub fn webhooks(mut self, registry: Option<Arc<crate::webhook::Registry>>) -> Self {
+        self.webhooks = registry;
+        self
+    }
+
     /// Elects a leader per controller among the host's replicas (see
     /// [`crate::leader`]): each controller keeps its caches warm, and
     /// reconciles only while this replica holds its Lease
@@ -344,6 +364,7 @@ impl HostBuilder {
             allow_wildcards: self.allow_wildcards,
             canary: self.canary,
             elections,
+            webhooks: self.webhooks,
             slots: Mutex::new(Vec::new()),
             changes: tokio::sync::Mutex::new(()),
         });
@@ -395,6 +416,8 @@ pub enum Change {
 /// One component version that runs.
 #[derive(Clone, Debug)]
 struct Version {
+    /// The component's name.
+    name: String,
     digest: String,
     contract: String,
     loaded_at: Timestamp,
@@ -448,7 +471,8 @@ pub struct ComponentStatus {
     /// Compile (or cache load) time in milliseconds.
     pub compile_ms: Option<f64>,
     /// `running`, `standby` (another replica leads), `syncing`,
-    /// `waiting-for-kinds`, `stopped`, or `rejected` (nothing runs from this
+    /// `waiting-for-kinds`, `stopped`, `serving` (no reconcile loop:
+    /// webhooks or a scheduler only), or `rejected` (nothing runs from this
     /// file).
     pub state: &'static str,
     /// Whether this replica leads the controller (with leader election).
@@ -487,6 +511,7 @@ pub(crate) struct Shared {
     allow_wildcards: bool,
     canary: Option<u8>,
     elections: Option<Elections>,
+    webhooks: Option<Arc<crate::webhook::Registry>>,
     slots: Mutex<Vec<Slot>>,
     /// Serialises loads and unloads: one change at a time, in order.
     changes: tokio::sync::Mutex<()>,
@@ -516,7 +541,7 @@ impl Shared {
             let slots = lock(&self.slots);
             let slot = slots.iter().find(|s| s.path == path);
             let running = slot.and_then(|s| s.version.as_ref().map(|v| v.digest.clone()));
-            (running, slot.and_then(|s| s.controller.as_ref().map(|c| c.name().to_owned())))
+            (running, slot.and_then(|s| s.version.as_ref().map(|v| v.name.clone())))
         };
         if let (Some(running), Some(name)) = (running, name)
             && running == digest
@@ -542,7 +567,7 @@ impl Shared {
         let name = loaded.manifest.name.clone();
         let other = lock(&self.slots)
             .iter()
-            .find(|s| s.path != path && s.controller.as_ref().is_some_and(|c| c.name() == name))
+            .find(|s| s.path != path && s.version.as_ref().is_some_and(|v| v.name == name))
             .map(|s| s.path.clone());
         if let Some(other) = other {
             return Err(Error::Duplicate { path: path.to_owned(), name, other });
@@ -561,6 +586,11 @@ impl Shared {
             for crd in &loaded.manifest.crds {
                 install_crd(&self.cluster, crd, &loaded.manifest.name).await?;
             }
+        }
+        if let Some(install) = self.webhooks.as_ref().and_then(|w| w.install_settings()) {
+            crate::webhook::install::install(&self.cluster, &loaded.manifest, install)
+                .await
+                .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
         }
         tracing::info!(
             controller = %name,
@@ -607,6 +637,7 @@ impl Shared {
     /// ran, or starts a new controller.
     async fn install(self: &Arc<Self>, path: &Path, loaded: Loaded) -> Result<Change, Error> {
         let version = Version {
+            name: loaded.manifest.name.clone(),
             digest: loaded.digest.clone(),
             contract: loaded.contract.clone(),
             loaded_at: Timestamp::now(),
@@ -619,6 +650,13 @@ impl Shared {
             let slot = slots.iter().find(|s| s.path == path);
             (slot.and_then(|s| s.controller.clone()), slot.and_then(|s| s.leadership.as_ref().map(Leadership::watch)))
         };
+        if let Some(webhooks) = &self.webhooks {
+            // The file held another component before: its webhooks go.
+            let previous = lock(&self.slots).iter().find(|s| s.path == path).and_then(|s| s.version.clone());
+            if let Some(previous) = previous.filter(|v| v.name != name) {
+                webhooks.withdraw(&previous.name);
+            }
+        }
         let mut joined = None;
         if let Some(old) = &current
             && old.reconciler().end_trial(false).is_some()
@@ -643,6 +681,7 @@ impl Shared {
             }
             Some(old) if old.name() == name => {
                 let same_shape = shape(&old.reconciler().component().manifest) == shape(&loaded.manifest);
+                self.publish(&loaded);
                 let replaced = old.reconciler().swap(loaded);
                 tracing::info!(controller = %name, from = %replaced.digest, to = %version.digest, "component swapped");
                 if same_shape {
@@ -670,6 +709,7 @@ impl Shared {
                     old.stop().await;
                     self.resign(path).await;
                 }
+                self.publish(&loaded);
                 let reconciler = Arc::new(Reconciler::within(
                     self.runtime.clone(),
                     loaded,
@@ -764,6 +804,21 @@ impl Shared {
         Ok(Some(Arc::new(started)))
     }
 
+    /// Makes `loaded` the version that serves its webhooks, if any.
+    fn publish(&self, loaded: &Loaded) {
+        let roles = &loaded.manifest.roles;
+        match &self.webhooks {
+            Some(webhooks) => {
+                let grants = Arc::new(crate::grants::Grants::from_manifest(&loaded.manifest).within(&self.namespaces));
+                webhooks.publish(self.runtime.clone(), Arc::new(loaded.clone()), grants, Arc::clone(&self.backend));
+            }
+            None if !roles.admission.is_empty() || !roles.conversion.is_empty() => {
+                tracing::warn!(component = %loaded.manifest.name, "component declares webhooks, but this host serves none (--webhook-listen)");
+            }
+            None => {}
+        }
+    }
+
     /// Watches a canary (see [`HostBuilder::canary`]): rejects its version
     /// at its first failure (its share is reconciled again by the version
     /// in use), promotes it once every object of its share was reconciled
@@ -793,6 +848,7 @@ impl Shared {
                     tracing::warn!(controller = %controller.name(), pending = trial.pending, "canary not finished in time, promoted");
                 }
                 reconciler.end_trial(true);
+                self.publish(&reconciler.component());
                 let queued = controller.resync_all();
                 tracing::info!(controller = %controller.name(), digest = %version.digest, objects = queued, "canary promoted");
                 if let Some(slot) = lock(&self.slots).iter_mut().find(|s| s.path == path) {
@@ -828,6 +884,9 @@ impl Shared {
         if let Some(scheduler) = &slot.scheduler {
             scheduler.stop().await;
         }
+        if let (Some(webhooks), Some(version)) = (&self.webhooks, &slot.version) {
+            webhooks.withdraw(&version.name);
+        }
         let controller = slot.controller?;
         controller.stop().await;
         if let Some(leadership) = slot.leadership
@@ -861,7 +920,10 @@ impl Shared {
             .map(|slot| {
                 let controller = slot.controller.as_ref();
                 let counts = controller.map(|c| c.counts()).unwrap_or_default();
+                let reconciles = controller.is_none_or(|c| c.reconciler().component().manifest.roles.reconcile);
                 let (state, waiting_for) = match controller.map(|c| c.state()) {
+                    None if slot.version.is_some() => ("serving", Vec::new()),
+                    Some(State::Running) if !reconciles => ("serving", Vec::new()),
                     None => ("rejected", Vec::new()),
                     Some(State::Running) => ("running", Vec::new()),
                     Some(State::Standby) => ("standby", Vec::new()),
@@ -874,7 +936,7 @@ impl Shared {
                 let version = slot.version.as_ref();
                 ComponentStatus {
                     path: slot.path.clone(),
-                    name: controller.map(|c| c.name().to_owned()),
+                    name: slot.version.as_ref().map(|v| v.name.clone()),
                     digest: version.map(|v| format!("sha256:{}", v.digest)),
                     contract: version.map(|v| v.contract.clone()),
                     loaded_at: version.map(|v| v.loaded_at.to_string()),
@@ -1046,7 +1108,7 @@ impl Host {
     pub fn readiness(&self) -> Result<(), Vec<String>> {
         let not_running: Vec<String> = lock(&self.shared.slots)
             .iter()
-            .filter(|s| s.controller.is_none())
+            .filter(|s| s.controller.is_none() && s.version.is_none())
             .map(|s| match &s.rejected {
                 Some(r) => format!("{}: rejected, no version runs: {}", s.path.display(), r.reason),
                 None => format!("{}: no version runs", s.path.display()),

@@ -22,6 +22,7 @@
 //!   controllers, follows a components directory, and reviews permissions;
 //! - [`metrics`] and [`server`]: Prometheus metrics and the host's HTTP
 //!   endpoints (`/metrics`, `/healthz`, `/readyz`, `/status`);
+//! - [`webhook`]: admission and conversion webhooks served over HTTPS;
 //! - [`testing`]: the mock host for authors' unit tests.
 
 pub mod access;
@@ -52,5 +53,6 @@ pub mod scheduler;
 pub mod server;
 mod sync;
 pub mod testing;
+pub mod webhook;
 
 pub use bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};

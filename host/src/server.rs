@@ -120,6 +120,17 @@ pub async fn serve(addr: SocketAddr, probes: Arc<Probes>) -> std::io::Result<Ser
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .with_state(probes);
+    tracing::info!(address = %local_addr, "serving /metrics, /healthz, /readyz and /status");
+    Ok(spawn(listener, local_addr, app))
+}
+
+/// Serves `app` on `listener` in a background task (the webhook server
+/// uses it with a TLS listener).
+pub(crate) fn spawn<L>(listener: L, local_addr: SocketAddr, app: Router) -> Server
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -128,8 +139,7 @@ pub async fn serve(addr: SocketAddr, probes: Arc<Probes>) -> std::io::Result<Ser
             })
             .await
     });
-    tracing::info!(address = %local_addr, "serving /metrics, /healthz, /readyz and /status");
-    Ok(Server { local_addr, stop: Some(stop), task: Some(task) })
+    Server { local_addr, stop: Some(stop), task: Some(task) }
 }
 
 async fn scrape() -> Response {
