@@ -89,3 +89,53 @@ async fn a_scenario_defines_custom_kinds_and_uses_any_built_in_kind() {
     let results = scenario::run_all(&greeter(), &dir).await.expect("runs");
     assert!(results[0].passed(), "{:#?}", results[0].mismatches);
 }
+
+fn greeter_webhooks() -> PathBuf {
+    find_component("greeter-webhooks").unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn webhook_scenarios_deny_default_and_convert_on_the_mock_host() {
+    let dir = repo().join("examples/greeter-webhooks/scenarios");
+    let results = scenario::run_all(&greeter_webhooks(), &dir).await.expect("runs");
+    assert_eq!(results.len(), 7, "every case ran");
+    for case in &results {
+        assert!(case.passed(), "{}: {:#?}", case.name, case.mismatches);
+    }
+}
+
+#[tokio::test]
+async fn a_denied_write_is_an_error_and_a_wrong_conversion_a_mismatch() {
+    let root = std::env::temp_dir().join(format!("capstan-scenario-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    // A write the validating webhook denies, without error.txt to expect it.
+    let denied = root.join("denied");
+    std::fs::create_dir_all(&denied).expect("mkdir");
+    std::fs::write(
+        denied.join("given.yaml"),
+        "apiVersion: webhooks.examples.capstan.dev/v1alpha1\nkind: Greeting\n\
+         metadata: {name: big, namespace: demo}\nspec: {message: hi, replicas: 11}\n",
+    )
+    .expect("write");
+    // A conversion expected to give what it does not.
+    let wrong = root.join("wrong-conversion");
+    std::fs::create_dir_all(&wrong).expect("mkdir");
+    std::fs::write(
+        wrong.join("conversion.yaml"),
+        "desiredAPIVersion: webhooks.examples.capstan.dev/v1\nobjects:\n\
+         - {apiVersion: webhooks.examples.capstan.dev/v1alpha1, kind: Greeting, metadata: {name: a}, spec: {message: hi}}\n\
+         expect:\n- {spec: {greeting: {text: bye}}}\n",
+    )
+    .expect("write");
+    let results = scenario::run_all(&greeter_webhooks(), &root).await.expect("runs");
+    std::fs::remove_dir_all(&root).expect("clean up");
+    let denied = &results[0].mismatches;
+    assert!(
+        denied
+            .iter()
+            .any(|m| m.contains("unexpected error") && m.contains("spec.replicas must be between 0 and 10, not 11")),
+        "{denied:#?}"
+    );
+    let wrong = &results[1].mismatches;
+    assert!(wrong.iter().any(|m| m.contains("at .spec.greeting.text: expected \"bye\", got \"hi\"")), "{wrong:#?}");
+}
