@@ -141,9 +141,7 @@ js_spidermonkey() { # <entry>
 
 sdk_py=$root/guest-sdk/python/capstan_guest
 sdk_js=$root/guest-sdk/js/src
-# The Python and JavaScript SDKs build against contract 0.2.0 until they
-# serve the roles of 0.3.0.
-wit=$root/wit/v0.2.0
+wit=$root/wit
 
 build greeter-python "$(key "$root/examples/greeter-python" "$sdk_py" "$wit")" \
   python_component "$root/examples/greeter-python" greeter

@@ -16,7 +16,7 @@ import {
   Manifest,
   Outcome,
   Terminal,
-  exportController,
+  exportComponent,
   findCondition,
   setCondition,
 } from "capstan-guest";
@@ -152,5 +152,8 @@ function greeterDeployment(name, replicas, labels) {
   };
 }
 
-/** The component's `capstan:operator/controller` export. */
-export const controller = exportController(Greeter);
+/**
+ * The component's exports, one per interface of the `operator` world: the
+ * controller, and the roles it does not serve (they answer "not served").
+ */
+export const { controller, admission, conversion, scheduler } = exportComponent({ controller: Greeter });

@@ -152,4 +152,4 @@ def greeter_deployment(name: str, replicas: int, labels: Dict[str, str]) -> Dict
     }
 
 
-Controller = capstan.export(Greeter)
+Controller, Admission, Conversion, Scheduler = capstan.export(Greeter)

@@ -29,7 +29,7 @@ import {
   Terminal,
   Verb,
   Watch,
-  exportController,
+  exportComponent,
   setCondition,
 } from "capstan-guest";
 
@@ -264,5 +264,8 @@ export class Tenants extends Controller {
   }
 }
 
-/** The component's `capstan:operator/controller` export. */
-export const controller = exportController(Tenants);
+/**
+ * The component's exports, one per interface of the `operator` world: the
+ * controller, and the roles it does not serve (they answer "not served").
+ */
+export const { controller, admission, conversion, scheduler } = exportComponent({ controller: Tenants });

@@ -381,7 +381,7 @@ export class Watch {
   labelSelector(selector: string): this;
 }
 
-/** What a controller declares about itself. */
+/** What a component declares about itself: a controller's kinds and grants, and the roles it serves. */
 export class Manifest {
   constructor(name: string);
   primary(apiVersion: string, kind: string): this;
@@ -397,6 +397,12 @@ export class Manifest {
   permission(permission: Permission): this;
   resync(seconds: number): this;
   maxConcurrency(n: number): this;
+  /** An admission webhook this component serves. */
+  webhook(webhook: Webhook): this;
+  /** This component converts the CRD of `kind` between its versions. */
+  converts(apiVersion: string, kind: string): this;
+  /** This component schedules the Pods whose `spec.schedulerName` is `name`. */
+  scheduler(name: string): this;
 }
 
 /**
@@ -424,15 +430,170 @@ export interface ReconcileRequest {
   }[];
 }
 
-/** The shape of the `capstan:operator/controller@0.2.0` export. */
+/** The shape of the `capstan:operator/controller@0.3.0` export. */
 export interface ControllerExport {
+  /** Returns the WIT `component-manifest`. */
   manifest(): unknown;
   /** Returns the outcome; throws the WIT `failure` record. */
   reconcile(request: ReconcileRequest): unknown;
 }
 
+/** The four exports of the `operator` world. */
+export interface Exports {
+  controller: ControllerExport;
+  admission: { review(request: unknown): unknown };
+  conversion: { convert(request: unknown): Uint8Array[] };
+  scheduler: { schedule(request: unknown): string };
+}
+
 /**
- * The component's `controller` export for a controller class:
- * `export const controller = exportController(MyController);`
+ * The component's exports, from the classes that serve its roles (any
+ * mix); roles not given answer "not served". The manifest comes from the
+ * controller, else from the first role class given:
+ *
+ * ```js
+ * export const { controller, admission, conversion, scheduler } =
+ *   exportComponent({ controller: Greeter, admission: GreetingHooks });
+ * ```
  */
-export function exportController(controller: new () => Controller<any>): ControllerExport;
+export function exportComponent(roles: {
+  controller?: new () => Controller<any>;
+  admission?: new () => Admission<any>;
+  conversion?: new () => Conversion;
+  scheduler?: new () => Scheduler;
+}): Exports;
+
+/**
+ * The base of the role classes besides the controller. Without a
+ * controller, the first role class given to `exportComponent` declares the
+ * manifest.
+ */
+export class Component {
+  manifest(): Manifest;
+}
+
+/** The operations an admission webhook is called for. */
+export const Operation: {
+  readonly CREATE: "CREATE";
+  readonly UPDATE: "UPDATE";
+  readonly DELETE: "DELETE";
+  readonly CONNECT: "CONNECT";
+};
+export type Operation = "CREATE" | "UPDATE" | "DELETE" | "CONNECT";
+
+/** An admission webhook declaration, for `Manifest.webhook`. */
+export class Webhook {
+  /** A validating webhook; `name` is a DNS name of at least three labels. */
+  static validating(name: string): Webhook;
+  /** A mutating (defaulting) webhook. */
+  static mutating(name: string): Webhook;
+  /** A kind (in its version) the webhook is called for. */
+  kind(apiVersion: string, kind: string): this;
+  /** The operations it is called for (default: create and update). */
+  operations(...operations: Operation[]): this;
+  /** `failurePolicy: Ignore` (default `Fail`). */
+  ignoreFailures(): this;
+  /** 1 to 30 seconds (default 10). */
+  timeoutSeconds(seconds: number): this;
+  /** `sideEffects: NoneOnDryRun` (default `None`). */
+  sideEffectsOnDryRun(): this;
+  /** Only objects in namespaces matching this `LabelSelector`. */
+  namespaceSelector(selector: object): this;
+  /** Only objects matching this `LabelSelector`. */
+  objectSelector(selector: object): this;
+}
+
+/** One admission request, with its objects decoded. */
+export interface AdmissionRequest<T extends KubeObject = KubeObject> {
+  webhook: string;
+  operation: Operation;
+  name: string;
+  namespace?: string;
+  /** The object as it would be stored; undefined on delete. */
+  object?: T;
+  /** The object as it is stored; undefined on create. */
+  oldObject?: T;
+  subResource?: string;
+  userInfo: { username: string; uid: string; groups: string[] };
+  dryRun: boolean;
+  uid: string;
+}
+
+/** The answer to an admission request. */
+export class Verdict {
+  static allow(): Verdict;
+  static deny(message: string): Verdict;
+  readonly allowed: boolean;
+  readonly message?: string;
+  readonly warnings: string[];
+  /** The HTTP status code of a denial (400 to 599; default 403). */
+  code(code: number): this;
+  /** A warning shown to the user either way. */
+  warn(warning: string): this;
+}
+
+/**
+ * Admission logic; both methods allow by default. An exception denies the
+ * request with code 500.
+ */
+export class Admission<T extends KubeObject = KubeObject> extends Component {
+  validate(request: AdmissionRequest<T>): Verdict;
+  /** Change `obj` in place; the host sends the JSON Patch to it. */
+  mutate(request: AdmissionRequest<T>, obj: T): Verdict;
+  /** A mutating webhook's request without an object (a delete). */
+  mutateWithoutObject(request: AdmissionRequest<T>): Verdict;
+}
+
+/** Converts objects of one CRD between its versions; throw to fail the request. */
+export class Conversion extends Component {
+  convert(obj: KubeObject, desiredApiVersion: string): KubeObject;
+}
+
+/**
+ * Conversion between versions `old` and `new`: `up` converts old to new,
+ * `down` new to old; `apiVersion`, `kind` and `metadata` are carried over.
+ */
+export function between(
+  obj: KubeObject,
+  to: string,
+  up: (obj: any) => any,
+  down: (obj: any) => any,
+  versions: { old: string; new: string },
+): KubeObject;
+
+/** Resource amounts by name, in milli-units. */
+export type Resources = Record<string, number>;
+
+/** A candidate Node and what the host knows of it. */
+export class NodeInfo {
+  constructor(name: string, node: any, allocatable: Resources, requested: Resources, pods?: number);
+  readonly name: string;
+  readonly node: any;
+  readonly allocatable: Resources;
+  readonly requested: Resources;
+  readonly pods: number;
+  /** Allocatable minus requested; 0 for a resource the Node does not list. */
+  free(resource: string): number;
+  /** True if every resource `needed` lists fits in what is free. */
+  fits(needed: Resources): boolean;
+  /** The value of a label of the Node. */
+  label(key: string): string | undefined;
+}
+
+/** Why a Pod fits no Node now: throw or return it from `schedule`. */
+export class Unschedulable extends Error {
+  constructor(...reasons: string[]);
+  readonly reasons: string[];
+}
+
+/** A scheduling policy. */
+export class Scheduler extends Component {
+  /** The name of the Node for `pod`, or `Unschedulable`. */
+  schedule(pod: any, nodes: NodeInfo[]): string | Unschedulable;
+}
+
+/** What a Pod requests (containers, init containers, overhead; `pods` 1000). */
+export function podRequests(pod: any): Resources;
+
+/** A Kubernetes quantity in milli-units, or undefined. */
+export function parseQuantity(quantity: string): number | undefined;

@@ -125,13 +125,8 @@ impl Lang {
     }
 
     /// The WIT folder of the checkout the language's SDK builds against.
-    /// Python and JavaScript stay on contract 0.2.0 until their SDKs serve
-    /// the roles of 0.3.0.
     fn wit_subdir(self) -> &'static str {
-        match self {
-            Lang::Rust => "wit",
-            Lang::Python | Lang::Js => "wit/v0.2.0",
-        }
+        "wit"
     }
 
     /// Where the built component will be, relative to the project folder.

@@ -1,8 +1,7 @@
 //! Components built against an earlier contract keep loading and running,
 //! unchanged: the greeter as the 0.1.0 SDK built it
 //! (`tests/fixtures/contract-0.1.0`) against today's host, and the `noop`
-//! fixture, built against the frozen 0.2.0 WIT (as are the Python and
-//! JavaScript greeters, whose scenarios `polyglot.rs` runs).
+//! fixture, built against the frozen 0.2.0 WIT.
 
 use capstan_host::component::Loader;
 use capstan_host::engine::{Engine, EngineConfig};

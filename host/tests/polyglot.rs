@@ -17,9 +17,14 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use capstan_host::cluster::{Cluster, Patch, Propagation, Subresource};
+use capstan_host::component::Loader;
+use capstan_host::engine::{Engine, EngineConfig};
+use capstan_host::limits::Limits;
+use capstan_host::manifest::Roles;
 use capstan_host::object::{Gvk, ObjectRef};
+use capstan_host::runtime::Runtime;
 use capstan_host::scenario;
-use capstan_host::testing::{MockHost, find_component};
+use capstan_host::testing::{MockHost, default_cache_dir, find_component};
 use serde_json::{Value, json};
 
 /// The ports of the Rust greeter, by component file stem.
@@ -86,6 +91,18 @@ async fn the_javascript_greeter_passes_the_greeter_scenarios() {
 #[tokio::test]
 async fn the_javascript_greeter_on_spidermonkey_passes_the_greeter_scenarios() {
     assert_scenarios_pass("greeter-js-spidermonkey", &repo().join("examples/greeter/scenarios")).await;
+}
+
+#[tokio::test]
+async fn the_python_and_javascript_greeters_and_templates_load_as_contract_0_3_0_serving_reconcile_only() {
+    let engine = Engine::new(EngineConfig::default()).expect("engine");
+    for stem in PORTS.into_iter().chain(["template-python", "template-js"]) {
+        let loader = Loader::new(Runtime::new(&engine, Limits::default()).expect("linker"), default_cache_dir());
+        let loaded = loader.load(&component(stem)).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
+        assert_eq!(loaded.contract, "0.3.0", "{stem}");
+        assert_eq!(loaded.pre.contract(), "0.3.0", "{stem}");
+        assert_eq!(loaded.manifest.roles, Roles::reconcile_only(), "{stem}");
+    }
 }
 
 /// The rendered templates sit beside the components, in `templates/<lang>`.

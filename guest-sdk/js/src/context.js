@@ -1,6 +1,6 @@
 // What a callback gets besides the object: the `Context`.
 
-import { record } from "capstan:operator/events@0.2.0";
+import { record } from "capstan:operator/events@0.3.0";
 
 import { Api, call } from "./api.js";
 import { log } from "./log.js";

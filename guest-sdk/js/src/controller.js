@@ -1,5 +1,4 @@
-// The `Controller` base class, and `exportController`, which turns a
-// controller class into the component's `controller` export.
+// The `Controller` base class, and how a reconcile request reaches it.
 
 import { Context, failedChild } from "./context.js";
 import { ApiError, ReconcileError, Terminal, Transient, fromApiError } from "./errors.js";
@@ -10,7 +9,7 @@ import { Outcome } from "./outcome.js";
 /**
  * A controller: declares what it needs, and reconciles objects of its
  * primary kind. Override at least `manifest` and `reconcile`, and export the
- * class with `exportController`. A fresh instance is made for every call, so
+ * class with `exportComponent`. A fresh instance is made for every call, so
  * keep no state in it.
  *
  * Throw `Transient` to retry with backoff and `Terminal` to wait for the next
@@ -121,29 +120,4 @@ export function runReconcile(ControllerClass, request) {
     throw failure(new Terminal("reconcile returned something other than an Outcome"));
   }
   return outcome.wit;
-}
-
-/**
- * The component's `controller` export for a controller class. Export it
- * from the entry module under the name `controller`:
- *
- * ```js
- * export const controller = exportController(Greeter);
- * ```
- * @param {new () => Controller} ControllerClass
- */
-export function exportController(ControllerClass) {
-  return {
-    /** Calls the controller's `manifest()`. */
-    manifest() {
-      return new ControllerClass().manifest().wit;
-    },
-    /**
-     * Calls the controller's callback for the request's event.
-     * @param {{event: string, object: Uint8Array, failedChildren: any[]}} request
-     */
-    reconcile(request) {
-      return runReconcile(ControllerClass, request);
-    },
-  };
 }

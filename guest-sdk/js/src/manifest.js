@@ -1,7 +1,7 @@
 // What a controller declares: the `Manifest` builder.
 
 import { gvk } from "./kinds.js";
-import { toBytes } from "./json.js";
+import { fromBytes, toBytes } from "./json.js";
 
 /**
  * Every API verb: get, list, watch, create, update, patch, delete (not the
@@ -205,6 +205,8 @@ export class Manifest {
    */
   constructor(name) {
     /** @internal */
+    this.roles = { reconcile: false, admission: [], conversion: [], scheduler: undefined };
+    /** @internal */
     this.wit = {
       name,
       primary: { group: "", version: "", kind: "" },
@@ -292,5 +294,76 @@ export class Manifest {
   maxConcurrency(n) {
     this.wit.maxConcurrency = Math.max(1, Math.min(Math.floor(n), 0xffffffff));
     return this;
+  }
+
+  /**
+   * An admission webhook this component serves (see `Admission`):
+   *
+   * ```js
+   * .webhook(Webhook.validating("validate.greetings.example.com").kind("example.com/v1", "Greeting"))
+   * ```
+   * @param {import("./admission.js").Webhook} webhook
+   */
+  webhook(webhook) {
+    this.roles.admission.push(webhook.wit);
+    return this;
+  }
+
+  /**
+   * This component converts the CRD of `kind` (in the group of
+   * `apiVersion`) between its versions (see `Conversion`); the CRD must be
+   * one of `crd`, with two or more versions.
+   * @param {string} apiVersion
+   * @param {string} kind
+   */
+  converts(apiVersion, kind) {
+    this.roles.conversion.push({ group: gvk(apiVersion, kind).group, kind });
+    return this;
+  }
+
+  /**
+   * This component schedules the Pods whose `spec.schedulerName` is `name`
+   * (see `Scheduler`).
+   * @param {string} name
+   */
+  scheduler(name) {
+    this.roles.scheduler = { name };
+    return this;
+  }
+
+  /**
+   * The contract's `component-manifest`. Without a primary kind, the
+   * component is about `v1` `Pod` when it schedules, else about the first
+   * kind its webhooks check or the first CRD it converts.
+   * @internal
+   * @param {boolean} reconcile
+   */
+  component(reconcile) {
+    this.roles.reconcile = reconcile;
+    if (!this.wit.primary.kind) {
+      const hooked = this.roles.admission.find((w) => w.kinds.length > 0);
+      if (this.roles.scheduler !== undefined) {
+        this.wit.primary = gvk("v1", "Pod");
+      } else if (hooked) {
+        this.wit.primary = { ...hooked.kinds[0] };
+      } else if (this.roles.conversion.length > 0) {
+        const { group, kind } = this.roles.conversion[0];
+        this.wit.primary = { group, version: this.crdVersion(kind), kind };
+      }
+    }
+    return { controller: this.wit, roles: this.roles };
+  }
+
+  /** @internal The first version of the declared CRD of `kind`, or "". @param {string} kind */
+  crdVersion(kind) {
+    for (const bytes of this.wit.crds) {
+      try {
+        const crd = fromBytes(bytes);
+        if (crd?.spec?.names?.kind === kind) return String(crd.spec.versions?.[0]?.name ?? "");
+      } catch {
+        // not JSON: the host reports it
+      }
+    }
+    return "";
   }
 }

@@ -1,8 +1,8 @@
-// Module resolution hook: `capstan:operator/kube@0.2.0` -> ./host/kube.js.
+// Module resolution hook: `capstan:operator/kube@0.3.0` -> ./host/kube.js.
 
 /** @type {import("node:module").ResolveHook} */
 export async function resolve(specifier, context, next) {
-  const m = /^capstan:operator\/([a-z-]+)@0\.2\.0$/.exec(specifier);
+  const m = /^capstan:operator\/([a-z-]+)@0\.3\.0$/.exec(specifier);
   if (m) return { url: new URL(`./host/${m[1]}.js`, import.meta.url).href, shortCircuit: true };
   return next(specifier, context);
 }

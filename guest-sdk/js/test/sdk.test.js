@@ -21,7 +21,7 @@ import {
   Transient,
   Verb,
   Watch,
-  exportController,
+  exportComponent,
 } from "../src/index.js";
 import { Context } from "../src/context.js";
 import { fromBytes, toBytes, utf8Decode, utf8Encode } from "../src/json.js";
@@ -124,7 +124,8 @@ const request = (event, obj, failedChildren = []) => ({
   object: obj instanceof Uint8Array ? obj : toBytes(obj),
   failedChildren,
 });
-const run = (event, spec) => exportController(Probe).reconcile(request(event, { ...greeting, spec }));
+const run = (event, spec) =>
+  exportComponent({ controller: Probe }).controller.reconcile(request(event, { ...greeting, spec }));
 
 test("callbacks are chosen by event kind, and delete defaults apart", () => {
   assert.deepEqual(fromBytes(run("added", {}).status), { seen: "added", name: "hi", namespace: "demo" });
@@ -156,7 +157,7 @@ test("what reconcile throws becomes the failure the host expects", () => {
 
 test("an object that is not JSON is a terminal error", () => {
   assert.throws(
-    () => exportController(Probe).reconcile(request("added", Uint8Array.of(0x7b))),
+    () => exportComponent({ controller: Probe }).controller.reconcile(request("added", Uint8Array.of(0x7b))),
     (e) => e.kind === "terminal" && e.message.startsWith("object is not valid JSON"),
   );
 });
@@ -184,7 +185,7 @@ class Failing extends Controller {
 test("errors carry status and events into the failure", () => {
   const thrown = (event, mode) => {
     try {
-      exportController(Failing).reconcile(request(event, { ...greeting, spec: { mode } }));
+      exportComponent({ controller: Failing }).controller.reconcile(request(event, { ...greeting, spec: { mode } }));
     } catch (e) {
       return e;
     }
@@ -245,8 +246,8 @@ test("failed children are on the context", () => {
     },
     { child: { kind: { group: "", version: "v1", kind: "Namespace" }, namespace: undefined, name: "team-a" }, code: 403, reason: "Forbidden", message: "no" },
   ];
-  exportController(Watcher).reconcile(request("resync", greeting, refused));
-  exportController(Watcher).reconcile(request("resync", greeting));
+  exportComponent({ controller: Watcher }).controller.reconcile(request("resync", greeting, refused));
+  exportComponent({ controller: Watcher }).controller.reconcile(request("resync", greeting));
   assert.deepEqual(seen[0], [
     { apiVersion: "batch/v1", kind: "CronJob", namespace: "demo", name: "nightly", code: 422, reason: "Invalid", message: "spec.schedule: Invalid value" },
     { apiVersion: "v1", kind: "Namespace", namespace: undefined, name: "team-a", code: 403, reason: "Forbidden", message: "no" },

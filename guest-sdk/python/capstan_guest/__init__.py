@@ -20,7 +20,7 @@ server-side apply of the children, owner references and pruning::
                     "metadata": {"name": f"{ctx.name}-copy"}, "data": source.get("data", {})}
             return capstan.Outcome().child(copy)
 
-    Controller = capstan.export(Mirror)
+    Controller, Admission, Conversion, Scheduler = capstan.export(Mirror)
 
 Build with ``componentize-py -d wit -w operator componentize -p <sdk dir>
 app -o app.wasm`` (see ``docs/guests/python.md``).
@@ -35,12 +35,23 @@ children stay as they are. ``Outcome().keep_children()`` applies the
 children it lists and prunes none. Children the API server refused last
 time are in ``ctx.failed_children``. :func:`set_condition` and
 :func:`find_condition` maintain ``status.conditions``.
+
+Besides reconciling, a component may serve admission webhooks
+(:class:`Admission`, declared with :meth:`Manifest.webhook`), convert its
+CRD between versions (:class:`Conversion`, :func:`between`, declared with
+:meth:`Manifest.converts`) and schedule Pods (:class:`Scheduler`,
+:class:`NodeInfo`, :func:`pod_requests`, declared with
+:meth:`Manifest.scheduler`), in any mix: name each role's class in
+:func:`export`.
 """
 
+from .admission import Admission, AdmissionRequest, Operation, UserInfo, Verdict, Webhook
 from .api import Api, PatchType, Propagation
+from .component import Component
 from .conditions import Condition, find_condition, is_condition_true, remove_condition, set_condition
 from .context import Context, EventKind, FailedChild
-from .controller import Controller, export
+from .controller import Controller
+from .conversion import Conversion, between
 from .errors import (
     AlreadyExists,
     ApiError,
@@ -60,23 +71,30 @@ from .errors import (
 )
 from .log import Level, Log, log
 from .manifest import ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Verb, Watch
+from .export import Exports, export
 from .outcome import Event, Outcome
+from .scheduler import NodeInfo, Resources, Scheduler, Unschedulable, parse_quantity, pod_requests
 
 __all__ = [
     "ALL_VERBS",
+    "Admission",
+    "AdmissionRequest",
     "AlreadyExists",
     "Api",
     "ApiError",
     "ApiStatus",
     "BadRequest",
+    "Component",
     "Condition",
     "Conflict",
     "Context",
     "Controller",
+    "Conversion",
     "Decode",
     "Denied",
     "Event",
     "EventKind",
+    "Exports",
     "FailedChild",
     "Field",
     "Forbidden",
@@ -85,7 +103,9 @@ __all__ = [
     "Log",
     "Manifest",
     "Mapping",
+    "NodeInfo",
     "NotFound",
+    "Operation",
     "OtherApiError",
     "Outcome",
     "PatchType",
@@ -93,16 +113,25 @@ __all__ = [
     "Propagation",
     "READ_VERBS",
     "ReconcileError",
+    "Resources",
+    "Scheduler",
     "Scope",
     "Terminal",
     "Transient",
     "Unavailable",
+    "Unschedulable",
+    "UserInfo",
     "Verb",
+    "Verdict",
     "Watch",
+    "Webhook",
+    "between",
     "export",
     "find_condition",
     "is_condition_true",
     "log",
+    "parse_quantity",
+    "pod_requests",
     "remove_condition",
     "set_condition",
 ]

@@ -1,5 +1,5 @@
-"""The :class:`Controller` base class, and :func:`export`, which turns a
-controller class into the component's ``controller`` export."""
+"""The :class:`Controller` base class, and how a reconcile request reaches
+it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import traceback
 from typing import Any, Dict, Optional, Type
 
 from componentize_py_types import Err
-from wit_world import exports as _exports
 from wit_world.imports import types as _wit
 
 from .context import Context, EventKind, FailedChild
@@ -23,8 +22,8 @@ class Controller:
     primary kind.
 
     Override at least :meth:`manifest` and :meth:`reconcile`, and export the
-    class with :func:`export`. A fresh instance is made for every call, so
-    keep no state in it: what must survive a call belongs in the cluster
+    class with :func:`~capstan_guest.export`. A fresh instance is made for
+    every call, so keep no state in it: what must survive a call belongs in the cluster
     (status, annotations, children).
 
     Raise :class:`~capstan_guest.Transient` to retry with backoff and
@@ -112,29 +111,3 @@ def run_reconcile(controller: Type[Controller], request: _wit.ReconcileRequest) 
     if not isinstance(outcome, Outcome):
         raise _failure(Terminal(f"reconcile returned {type(outcome).__name__}, not an Outcome"))
     return outcome._into_wit()
-
-
-def export(controller: Type[Controller]) -> type:
-    """Makes ``controller`` the component's ``controller`` export.
-    componentize-py looks for a class named ``Controller`` in the app
-    module, so bind the result to that name, once, at the end of it::
-
-        class Greeter(capstan.Controller):
-            ...
-
-        Controller = capstan.export(Greeter)
-    """
-
-    class Export(_exports.Controller):
-        """The ``capstan:operator/controller`` export for a controller."""
-
-        def manifest(self) -> _wit.ControllerManifest:
-            """Calls the controller's ``manifest()``."""
-            return controller().manifest()._into_wit()
-
-        def reconcile(self, request: _wit.ReconcileRequest) -> _wit.Outcome:
-            """Calls the controller's callback for the request's event."""
-            return run_reconcile(controller, request)
-
-    Export.__name__ = Export.__qualname__ = f"Export[{controller.__name__}]"
-    return Export

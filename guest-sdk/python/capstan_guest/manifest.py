@@ -20,11 +20,14 @@ import json
 import math
 from datetime import timedelta
 from enum import Enum
-from typing import Any, Iterable, Mapping as MappingType, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping as MappingType, Optional, Union
 
 from wit_world.imports import types as _wit
 
 from .kinds import gvk
+
+if TYPE_CHECKING:
+    from .admission import Webhook
 
 
 class Verb(Enum):
@@ -252,12 +255,16 @@ def _seconds(value: Union[float, timedelta]) -> float:
 
 
 class Manifest:
-    """What a controller declares about itself; built in
-    :meth:`Controller.manifest <capstan_guest.Controller.manifest>`."""
+    """What a component declares about itself; built in
+    :meth:`Controller.manifest <capstan_guest.Controller.manifest>` (or, for
+    a component without a controller, in the ``manifest`` of its first role
+    class). Besides the controller's kinds and grants it names the roles
+    served: :meth:`webhook`, :meth:`converts`, :meth:`scheduler`."""
 
     def __init__(self, name: str) -> None:
         """A manifest for a controller named ``name`` (a DNS-1123 label,
         unique in one host). Set the primary kind with :meth:`primary`."""
+        self._roles = _wit.Roles(reconcile=False, admission=[], conversion=[], scheduler=None)
         self._wit = _wit.ControllerManifest(
             name=name,
             primary=_wit.GroupVersionKind(group="", version="", kind=""),
@@ -342,6 +349,58 @@ class Manifest:
         self._wit.max_concurrency = max(1, min(n, 2**32 - 1))
         return self
 
+    def webhook(self, webhook: "Webhook") -> "Manifest":
+        """An admission webhook this component serves (see
+        :class:`~capstan_guest.Admission`)::
+
+            .webhook(Webhook.validating("validate.greetings.example.com").kind("example.com/v1", "Greeting"))
+        """
+        self._roles.admission.append(webhook._wit)
+        return self
+
+    def converts(self, api_version: str, kind: str) -> "Manifest":
+        """This component converts the CRD of ``kind`` (in the group of
+        ``api_version``) between its versions (see
+        :class:`~capstan_guest.Conversion`); the CRD must be one of
+        :meth:`crd`, with two or more versions."""
+        group = gvk(api_version, kind).group
+        self._roles.conversion.append(_wit.GroupKind(group=group, kind=kind))
+        return self
+
+    def scheduler(self, name: str) -> "Manifest":
+        """This component schedules the Pods whose ``spec.schedulerName`` is
+        ``name`` (see :class:`~capstan_guest.Scheduler`)."""
+        self._roles.scheduler = _wit.SchedulerManifest(name=name)
+        return self
+
     def _into_wit(self) -> _wit.ControllerManifest:
         return self._wit
+
+    def _into_component(self, reconcile: bool) -> _wit.ComponentManifest:
+        """The contract's record. Without a primary kind, the component is
+        about ``v1`` ``Pod`` when it schedules, else about the first kind
+        its webhooks check or the first CRD it converts."""
+        self._roles.reconcile = reconcile
+        if not self._wit.primary.kind:
+            if self._roles.scheduler is not None:
+                self._wit.primary = gvk("v1", "Pod")
+            elif any(w.kinds for w in self._roles.admission):
+                first = next(w.kinds[0] for w in self._roles.admission if w.kinds)
+                self._wit.primary = _wit.GroupVersionKind(group=first.group, version=first.version, kind=first.kind)
+            elif self._roles.conversion:
+                gk = self._roles.conversion[0]
+                version = self._crd_version(gk.kind)
+                self._wit.primary = _wit.GroupVersionKind(group=gk.group, version=version, kind=gk.kind)
+        return _wit.ComponentManifest(controller=self._wit, roles=self._roles)
+
+    def _crd_version(self, kind: str) -> str:
+        """The first version of the declared CRD of ``kind``, or ``""``."""
+        for data in self._wit.crds:
+            try:
+                crd = json.loads(data)
+                if crd["spec"]["names"]["kind"] == kind:
+                    return str(crd["spec"]["versions"][0]["name"])
+            except (ValueError, KeyError, IndexError, TypeError):
+                continue
+        return ""
 

@@ -123,7 +123,7 @@ def _probe() -> Any:
                 return None
             return capstan.Outcome().status({"seen": ctx.event.value, "name": ctx.name, "namespace": ctx.namespace})
 
-    return capstan.export(Probe)()
+    return capstan.export(Probe).Controller()
 
 
 def _request(event: str, obj: Any, failed: Any = ()) -> Any:
@@ -202,7 +202,7 @@ def test_errors_carry_status_and_events_into_the_failure(host: Any) -> None:
                 )
             raise capstan.Transient("plain")
 
-    export = capstan.export(Failing)()
+    export = capstan.export(Failing).Controller()
     with pytest.raises(Err) as raised:
         export.reconcile(_request("added", {**GREETING, "spec": {"mode": "terminal"}}))
     failure = raised.value.value
@@ -275,8 +275,8 @@ def test_failed_children_are_on_the_context(host: Any) -> None:
             message="no",
         ),
     ]
-    capstan.export(Watcher)().reconcile(_request("resync", GREETING, refused))
-    capstan.export(Watcher)().reconcile(_request("resync", GREETING))
+    capstan.export(Watcher).Controller().reconcile(_request("resync", GREETING, refused))
+    capstan.export(Watcher).Controller().reconcile(_request("resync", GREETING))
     assert seen[0] == [
         capstan.FailedChild("batch/v1", "CronJob", "demo", "nightly", 422, "Invalid", "spec.schedule: Invalid value"),
         capstan.FailedChild("v1", "Namespace", None, "team-a", 403, "Forbidden", "no"),

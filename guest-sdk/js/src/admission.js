@@ -1,0 +1,281 @@
+// Admission webhooks: validate and mutate requests for objects.
+//
+// Declare each webhook in the manifest with `Manifest.webhook`, subclass
+// `Admission` and export it with `exportComponent({ admission: MyHooks })`.
+// The host serves the webhooks over HTTPS, calls `validate` or `mutate` for
+// each request, and turns a mutated object into the JSON Patch the API
+// server expects.
+
+import { Component } from "./component.js";
+import { fromBytes, toBytes } from "./json.js";
+import { gvk } from "./kinds.js";
+import { log } from "./log.js";
+
+/** The operations a webhook is called for, as the API server names them. */
+export const Operation = Object.freeze({
+  CREATE: "CREATE",
+  UPDATE: "UPDATE",
+  DELETE: "DELETE",
+  CONNECT: "CONNECT",
+});
+
+const OPERATIONS = new Set(Object.values(Operation));
+
+/**
+ * An admission webhook declaration, added to a manifest with
+ * `Manifest.webhook`:
+ *
+ * ```js
+ * Webhook.validating("validate.greetings.example.com")
+ *   .kind("example.com/v1", "Greeting")
+ *   .operations(Operation.CREATE, Operation.UPDATE)
+ *   .ignoreFailures()
+ *   .timeoutSeconds(5);
+ * ```
+ *
+ * Called for creates and updates unless `operations` says otherwise;
+ * requests that fail (an exception, the deadline) are rejected unless
+ * `ignoreFailures` is set.
+ */
+export class Webhook {
+  /** @param {string} name @param {"validating" | "mutating"} webhookType */
+  constructor(name, webhookType) {
+    /** @internal */
+    this.wit = {
+      name,
+      webhookType,
+      kinds: [],
+      operations: ["create", "update"],
+      failurePolicy: "fail",
+      timeoutSeconds: 0,
+      sideEffects: "none",
+      namespaceSelector: undefined,
+      objectSelector: undefined,
+    };
+  }
+
+  /**
+   * A validating webhook named `name`: a fully qualified DNS name of at
+   * least three labels, e.g. `validate.greetings.example.com`.
+   * @param {string} name
+   */
+  static validating(name) {
+    return new Webhook(name, "validating");
+  }
+
+  /** A mutating (defaulting) webhook named `name`. @param {string} name */
+  static mutating(name) {
+    return new Webhook(name, "mutating");
+  }
+
+  /** A kind (in its version) the webhook is called for. @param {string} apiVersion @param {string} kind */
+  kind(apiVersion, kind) {
+    this.wit.kinds.push(gvk(apiVersion, kind));
+    return this;
+  }
+
+  /** The operations it is called for (default: create and update). @param {...string} operations */
+  operations(...operations) {
+    for (const o of operations) {
+      if (!OPERATIONS.has(o)) throw new TypeError(`not an Operation: ${String(o)}`);
+    }
+    this.wit.operations = operations.map((o) => o.toLowerCase());
+    return this;
+  }
+
+  /** Let requests through when the webhook fails (`failurePolicy: Ignore`); the default rejects them. */
+  ignoreFailures() {
+    this.wit.failurePolicy = "ignore";
+    return this;
+  }
+
+  /** How long the API server waits, 1 to 30 seconds (default 10). @param {number} seconds */
+  timeoutSeconds(seconds) {
+    this.wit.timeoutSeconds = seconds;
+    return this;
+  }
+
+  /** The webhook has side effects, except on dry runs (`NoneOnDryRun`). */
+  sideEffectsOnDryRun() {
+    this.wit.sideEffects = "none-on-dry-run";
+    return this;
+  }
+
+  /** Only objects in namespaces matching this `LabelSelector`. @param {object} selector */
+  namespaceSelector(selector) {
+    this.wit.namespaceSelector = toBytes(selector);
+    return this;
+  }
+
+  /** Only objects matching this `LabelSelector`. @param {object} selector */
+  objectSelector(selector) {
+    this.wit.objectSelector = toBytes(selector);
+    return this;
+  }
+}
+
+/**
+ * The answer to an admission request: allowed or denied, with warnings:
+ *
+ * ```js
+ * Verdict.deny("spec.replicas must be between 0 and 10").code(422);
+ * Verdict.allow().warn("spec.message is long");
+ * ```
+ */
+export class Verdict {
+  /** @param {boolean} allowed @param {string} [message] */
+  constructor(allowed, message) {
+    /** Whether the request may go on. */
+    this.allowed = allowed;
+    /** Why it was denied, shown to the user. */
+    this.message = message;
+    /** @internal @type {number | undefined} */
+    this.statusCode = undefined;
+    /** Warnings shown to the user either way. @type {string[]} */
+    this.warnings = [];
+  }
+
+  /** Let the request go on. */
+  static allow() {
+    return new Verdict(true);
+  }
+
+  /** Reject the request; `message` is shown to the user. @param {string} message */
+  static deny(message) {
+    return new Verdict(false, message);
+  }
+
+  /** The HTTP status code of a denial (400 to 599; default 403). @param {number} code */
+  code(code) {
+    this.statusCode = code;
+    return this;
+  }
+
+  /** A warning shown to the user either way. @param {string} warning */
+  warn(warning) {
+    this.warnings.push(warning);
+    return this;
+  }
+
+  /** @internal @param {Uint8Array} [patched] */
+  wit(patched) {
+    return {
+      allowed: this.allowed,
+      message: this.message,
+      code: this.statusCode,
+      warnings: [...this.warnings],
+      patched: this.allowed ? patched : undefined,
+    };
+  }
+}
+
+/**
+ * Admission logic: override the methods the manifest declares webhooks for
+ * (both allow by default). A fresh instance is made for every call. An
+ * exception is logged and denies the request (code 500).
+ */
+export class Admission extends Component {
+  /** Called for a validating webhook. @param {AdmissionRequest} request @returns {Verdict} */
+  validate(request) {
+    return Verdict.allow();
+  }
+
+  /**
+   * Called for a mutating webhook with the object to store (on create and
+   * update); change `obj` in place. The host sends the API server the JSON
+   * Patch from the object it got to the one left here.
+   * @param {AdmissionRequest} request
+   * @param {any} obj
+   * @returns {Verdict}
+   */
+  mutate(request, obj) {
+    return Verdict.allow();
+  }
+
+  /**
+   * Called for a mutating webhook on a request without an object (a
+   * delete): nothing to change, only allow or deny.
+   * @param {AdmissionRequest} request
+   * @returns {Verdict}
+   */
+  mutateWithoutObject(request) {
+    return Verdict.allow();
+  }
+}
+
+/**
+ * @typedef {object} AdmissionRequest
+ * @property {string} webhook the declared webhook this request is for
+ * @property {string} operation `CREATE`, `UPDATE`, `DELETE` or `CONNECT`
+ * @property {string} name the object's name
+ * @property {string | undefined} namespace the object's namespace
+ * @property {any} object the object as it would be stored; undefined on delete
+ * @property {any} oldObject the object as it is stored; undefined on create
+ * @property {string | undefined} subResource the subresource, if any
+ * @property {{username: string, uid: string, groups: string[]}} userInfo who makes the request
+ * @property {boolean} dryRun nothing will be stored
+ * @property {string} uid the request's UID
+ */
+
+/** @param {Uint8Array | undefined} bytes @param {string} what */
+function decode(bytes, what) {
+  if (bytes === undefined || bytes === null) return undefined;
+  let obj;
+  try {
+    obj = fromBytes(bytes);
+  } catch (e) {
+    throw new RangeError(`${what} is not valid JSON: ${e instanceof Error ? e.message : e}`);
+  }
+  if (obj === null || typeof obj !== "object" || Array.isArray(obj)) throw new RangeError(`${what} is not a JSON object`);
+  return obj;
+}
+
+/**
+ * Decodes the request, calls `validate` or `mutate` and converts the
+ * verdict; a request that does not decode is denied with 400, an exception
+ * with 500.
+ * @param {new () => Admission} AdmissionClass
+ * @param {any} request the WIT `admission-request`
+ */
+export function runReview(AdmissionClass, request) {
+  /** @type {AdmissionRequest} */
+  let typed;
+  try {
+    typed = {
+      webhook: request.webhook,
+      operation: String(request.operation).toUpperCase(),
+      name: request.name,
+      namespace: request.namespace ?? undefined,
+      object: decode(request.object, "object"),
+      oldObject: decode(request.oldObject, "old object"),
+      subResource: request.subResource ?? undefined,
+      userInfo: { ...request.userInfo, groups: [...(request.userInfo?.groups ?? [])] },
+      dryRun: request.dryRun,
+      uid: request.uid,
+    };
+  } catch (e) {
+    return Verdict.deny(e instanceof Error ? e.message : String(e)).code(400).wit();
+  }
+  const admission = new AdmissionClass();
+  let verdict;
+  let patched;
+  try {
+    if (request.webhookType === "validating") {
+      verdict = admission.validate(typed);
+    } else if (typed.object === undefined) {
+      verdict = admission.mutateWithoutObject(typed);
+    } else {
+      const obj = JSON.parse(JSON.stringify(typed.object));
+      verdict = admission.mutate(typed, obj);
+      patched = toBytes(obj);
+    }
+  } catch (e) {
+    const name = e instanceof Error ? e.name : typeof e;
+    log.error("unhandled exception in admission", { error: String(e), stack: e?.stack ?? "" });
+    return Verdict.deny(`unhandled ${name}: ${e instanceof Error ? e.message : String(e)}`).code(500).wit();
+  }
+  if (!(verdict instanceof Verdict)) {
+    return Verdict.deny("admission returned something other than a Verdict").code(500).wit();
+  }
+  return verdict.wit(patched);
+}

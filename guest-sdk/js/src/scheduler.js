@@ -1,0 +1,197 @@
+// Custom schedulers: pick the Node a pending Pod runs on.
+//
+// Declare the scheduler name with `Manifest.scheduler`, subclass
+// `Scheduler`, and export it with `exportComponent({ scheduler: X })`. The
+// host watches the Pods that name the scheduler in `spec.schedulerName` and
+// have no Node, keeps an account of every Node, calls `schedule` once per
+// attempt, binds the Pod, records the Events and retries with backoff.
+
+import { Component } from "./component.js";
+import { fromBytes } from "./json.js";
+import { log } from "./log.js";
+
+/**
+ * A candidate Node and what the host knows of it. Resource amounts are in
+ * milli-units (CPU in millicores, memory in thousandths of a byte), by name.
+ */
+export class NodeInfo {
+  /**
+   * @param {string} name
+   * @param {any} node
+   * @param {Record<string, number>} allocatable
+   * @param {Record<string, number>} requested
+   * @param {number} [pods]
+   */
+  constructor(name, node, allocatable, requested, pods = 0) {
+    /** The Node's name. */
+    this.name = name;
+    /** The Node object: labels, taints, conditions. */
+    this.node = node;
+    /** Allocatable resources. */
+    this.allocatable = allocatable;
+    /** Requested by the Pods bound there (assumed ones included). */
+    this.requested = requested;
+    /** How many Pods are bound there. */
+    this.pods = pods;
+  }
+
+  /**
+   * What is left of `resource` (allocatable minus requested); a resource
+   * the Node does not list has none.
+   * @param {string} resource
+   */
+  free(resource) {
+    return (this.allocatable[resource] ?? 0) - (this.requested[resource] ?? 0);
+  }
+
+  /** True if every resource `needed` lists fits in what is free. @param {Record<string, number>} needed */
+  fits(needed) {
+    return Object.entries(needed).every(([name, amount]) => amount <= 0 || this.free(name) >= amount);
+  }
+
+  /** The value of a label of the Node. @param {string} key @returns {string | undefined} */
+  label(key) {
+    return this.node?.metadata?.labels?.[key];
+  }
+}
+
+/**
+ * Why a Pod fits no Node now: throw it (or return it) from `schedule`. The
+ * host joins the reasons into the `FailedScheduling` Event and the
+ * `PodScheduled` condition, and tries again later:
+ *
+ * ```js
+ * throw new Unschedulable("2 nodes have too little cpu", "1 node is cordoned");
+ * ```
+ */
+export class Unschedulable extends Error {
+  /** @param {...string} reasons */
+  constructor(...reasons) {
+    super(reasons.join("; "));
+    this.name = "Unschedulable";
+    /** One reason per kind of misfit. */
+    this.reasons = reasons;
+  }
+}
+
+/** A scheduling policy. A fresh instance is made for every call. */
+export class Scheduler extends Component {
+  /**
+   * Picks the Node for `pod` among `nodes` (every Node the host knows, in
+   * name order) and returns its name; throws or returns `Unschedulable` when
+   * the Pod fits nowhere now.
+   * @param {any} pod
+   * @param {NodeInfo[]} nodes
+   * @returns {string | Unschedulable}
+   */
+  schedule(pod, nodes) {
+    throw new Error("a scheduler must define schedule()");
+  }
+}
+
+const DECIMAL = { "": 0, m: -3, k: 3, M: 6, G: 9, T: 12, P: 15, E: 18 };
+const BINARY = { Ki: 1, Mi: 2, Gi: 3, Ti: 4, Pi: 5, Ei: 6 };
+const QUANTITY = /^([+-]?[0-9.]+)([a-zA-Z]*|[eE][+-]?[0-9]+)$/;
+
+/**
+ * Parses a Kubernetes quantity (`500m`, `2`, `1.5`, `128Mi`, `1G`, `1e3`)
+ * into milli-units, rounding up like `MilliValue`. `undefined` when it is
+ * not a quantity or does not fit in 64 bits.
+ * @param {string} s
+ * @returns {number | undefined}
+ */
+export function parseQuantity(s) {
+  const m = QUANTITY.exec(String(s).trim());
+  if (!m) return undefined;
+  const [, number, suffix] = m;
+  const value = Number(number);
+  if (Number.isNaN(value)) return undefined;
+  let milli;
+  if (suffix in BINARY) milli = value * 1024 ** BINARY[suffix] * 1000;
+  else if (suffix in DECIMAL) milli = value * 10 ** (DECIMAL[suffix] + 3);
+  else if (/^[eE]/.test(suffix)) milli = value * 10 ** (Number(suffix.slice(1)) + 3);
+  else return undefined;
+  if (!Number.isFinite(milli) || Math.abs(milli) >= 9.2e18) return undefined;
+  return Math.ceil(Number(milli.toFixed(6)));
+}
+
+/** @param {any} container */
+function requestsOf(container) {
+  /** @type {Record<string, number>} */
+  const out = {};
+  for (const [name, q] of Object.entries(container?.resources?.requests ?? {})) out[name] = parseQuantity(q) ?? 0;
+  return out;
+}
+
+/**
+ * What a Pod requests: the sum over its containers, or the largest of its
+ * init containers where that is more (as kube-scheduler counts), plus its
+ * overhead; `pods` is always 1000 (one Pod).
+ * @param {any} pod
+ * @returns {Record<string, number>}
+ */
+export function podRequests(pod) {
+  /** @type {Record<string, number>} */
+  const total = {};
+  const spec = pod?.spec;
+  if (!spec) return total;
+  for (const c of spec.containers ?? []) {
+    for (const [name, amount] of Object.entries(requestsOf(c))) total[name] = (total[name] ?? 0) + amount;
+  }
+  for (const c of spec.initContainers ?? []) {
+    for (const [name, amount] of Object.entries(requestsOf(c))) total[name] = Math.max(total[name] ?? 0, amount);
+  }
+  for (const [name, q] of Object.entries(spec.overhead ?? {})) total[name] = (total[name] ?? 0) + (parseQuantity(q) ?? 0);
+  total.pods = 1000;
+  return total;
+}
+
+/** @param {{name: string, milli: bigint | number}[]} list */
+function resources(list) {
+  /** @type {Record<string, number>} */
+  const out = {};
+  for (const r of list) out[r.name] = Number(r.milli);
+  return out;
+}
+
+/** @param {string[]} reasons */
+const unschedulable = (reasons) => ({ reasons });
+
+/**
+ * Decodes the Pod and the Nodes and calls `schedule`; throws the WIT
+ * `unschedulable` record with the reasons (an exception is one).
+ * @param {new () => Scheduler} SchedulerClass
+ * @param {{pod: Uint8Array, nodes: any[]}} request
+ * @returns {string}
+ */
+export function runSchedule(SchedulerClass, request) {
+  let pod;
+  try {
+    pod = fromBytes(request.pod);
+  } catch (e) {
+    throw unschedulable([`the Pod does not decode: ${e instanceof Error ? e.message : e}`]);
+  }
+  const nodes = request.nodes.map((n) => {
+    let node;
+    try {
+      node = fromBytes(n.node);
+    } catch (e) {
+      throw unschedulable([`Node ${n.name} does not decode: ${e instanceof Error ? e.message : e}`]);
+    }
+    return new NodeInfo(n.name, node, resources(n.allocatable), resources(n.requested), n.pods);
+  });
+  let picked;
+  try {
+    picked = new SchedulerClass().schedule(pod, nodes);
+  } catch (e) {
+    if (e instanceof Unschedulable) throw unschedulable([...e.reasons]);
+    const name = e instanceof Error ? e.name : typeof e;
+    log.error("unhandled exception in schedule", { error: String(e), stack: e?.stack ?? "" });
+    throw unschedulable([`unhandled ${name}: ${e instanceof Error ? e.message : String(e)}`]);
+  }
+  if (picked instanceof Unschedulable) throw unschedulable([...picked.reasons]);
+  if (typeof picked !== "string" || picked === "") {
+    throw unschedulable([`schedule returned ${JSON.stringify(picked ?? null)}, not a Node name`]);
+  }
+  return picked;
+}

@@ -1,0 +1,311 @@
+// Unit tests of the roles besides reconcile: the component manifest,
+// admission, conversion and scheduling, and the "not served" defaults.
+import assert from "node:assert/strict";
+import { beforeEach, test } from "node:test";
+
+import {
+  Admission,
+  Controller,
+  Conversion,
+  Manifest,
+  NodeInfo,
+  Operation,
+  Scheduler,
+  Unschedulable,
+  Verdict,
+  Webhook,
+  between,
+  exportComponent,
+  parseQuantity,
+  podRequests,
+} from "../src/index.js";
+import { fromBytes, toBytes } from "../src/json.js";
+import { calls, reset } from "./host/fake.js";
+
+beforeEach(reset);
+
+const pod = {
+  apiVersion: "v1",
+  kind: "Pod",
+  metadata: { name: "web", namespace: "demo" },
+  spec: {
+    containers: [
+      { name: "a", resources: { requests: { cpu: "500m", memory: "1Gi" } } },
+      { name: "b", resources: { requests: { cpu: "250m" } } },
+    ],
+    initContainers: [{ name: "init", resources: { requests: { cpu: "1" } } }],
+    overhead: { memory: "1Mi" },
+  },
+};
+
+const greeting = (replicas) => ({
+  apiVersion: "example.com/v1",
+  kind: "Greeting",
+  metadata: { name: "hi" },
+  spec: replicas === undefined ? { message: "hello" } : { message: "hello", replicas },
+});
+
+const admissionRequest = (webhookType, object, operation = "create", oldObject = undefined) => ({
+  webhook: "check.greetings.example.com",
+  webhookType,
+  uid: "u-1",
+  kind: { group: "example.com", version: "v1", kind: "Greeting" },
+  subResource: undefined,
+  name: "hi",
+  namespace: "demo",
+  operation,
+  object: object === undefined ? undefined : object instanceof Uint8Array ? object : toBytes(object),
+  oldObject: oldObject === undefined ? undefined : toBytes(oldObject),
+  userInfo: { username: "ada", uid: "1", groups: ["devs"] },
+  dryRun: false,
+});
+
+class Hooks extends Admission {
+  manifest() {
+    return new Manifest("hooks").webhook(
+      Webhook.validating("check.greetings.example.com").kind("example.com/v1", "Greeting"),
+    );
+  }
+
+  validate(request) {
+    assert.equal(request.userInfo.username, "ada");
+    assert.equal(request.operation, Operation.CREATE);
+    if ((request.object.spec.replicas ?? 1) > 10) return Verdict.deny("spec.replicas must be at most 10").code(422);
+    return Verdict.allow().warn("looks fine");
+  }
+
+  mutate(request, obj) {
+    if (obj.spec.replicas === "boom") throw new Error("a bug");
+    obj.spec.replicas ??= 1;
+    return Verdict.allow();
+  }
+}
+
+test("a controller alone serves reconcile only and the other roles answer not served", () => {
+  class Greeter extends Controller {
+    manifest() {
+      return new Manifest("greeter").primary("example.com/v1", "Greeting");
+    }
+  }
+  const exports = exportComponent({ controller: Greeter });
+  const manifest = exports.controller.manifest();
+  assert.equal(manifest.controller.name, "greeter");
+  assert.deepEqual(manifest.roles, { reconcile: true, admission: [], conversion: [], scheduler: undefined });
+  const response = exports.admission.review(admissionRequest("validating", greeting()));
+  assert.deepEqual([response.allowed, response.code, response.message], [
+    false,
+    500,
+    "this component does not serve admission",
+  ]);
+  assert.throws(
+    () => exports.conversion.convert({ desiredApiVersion: "example.com/v1", objects: [] }),
+    (e) => e === "this component does not serve conversion",
+  );
+  assert.throws(
+    () => exports.scheduler.schedule({ pod: toBytes(pod), nodes: [] }),
+    (e) => assert.deepEqual(e, { reasons: ["this component does not serve scheduling"] }) ?? true,
+  );
+});
+
+test("a component without a controller takes its manifest from the first role", () => {
+  const exports = exportComponent({ admission: Hooks });
+  const manifest = exports.controller.manifest();
+  assert.equal(manifest.roles.reconcile, false);
+  assert.deepEqual(manifest.controller.primary, { group: "example.com", version: "v1", kind: "Greeting" });
+  const [webhook] = manifest.roles.admission;
+  assert.deepEqual([webhook.webhookType, webhook.operations, webhook.failurePolicy], [
+    "validating",
+    ["create", "update"],
+    "fail",
+  ]);
+  assert.throws(
+    () => exports.controller.reconcile({ event: "added", object: toBytes({}), failedChildren: [] }),
+    (e) => e.kind === "terminal" && e.message === "this component does not serve reconcile",
+  );
+  assert.throws(() => exportComponent({}), TypeError);
+  assert.throws(() => exportComponent({ admission: Controller }), TypeError);
+});
+
+test("the manifest declares webhooks, conversions and a scheduler and fills the primary", () => {
+  const webhook = Webhook.mutating("default.greetings.example.com")
+    .kind("example.com/v1", "Greeting")
+    .operations(Operation.CREATE)
+    .ignoreFailures()
+    .timeoutSeconds(5)
+    .sideEffectsOnDryRun()
+    .objectSelector({ matchLabels: { app: "web" } });
+  const [w] = new Manifest("m").webhook(webhook).component(false).roles.admission;
+  assert.deepEqual([w.webhookType, w.operations, w.failurePolicy, w.timeoutSeconds, w.sideEffects], [
+    "mutating",
+    ["create"],
+    "ignore",
+    5,
+    "none-on-dry-run",
+  ]);
+  assert.deepEqual(fromBytes(w.objectSelector), { matchLabels: { app: "web" } });
+  assert.equal(w.namespaceSelector, undefined);
+  assert.throws(() => Webhook.validating("x.y.z").operations("create"), TypeError);
+
+  const scheduling = new Manifest("s").scheduler("zone-spread").component(false);
+  assert.deepEqual(scheduling.roles.scheduler, { name: "zone-spread" });
+  assert.deepEqual(scheduling.controller.primary, { group: "", version: "v1", kind: "Pod" });
+
+  const crd = { spec: { names: { kind: "Greeting" }, versions: [{ name: "v1alpha1" }, { name: "v1" }] } };
+  const converting = new Manifest("c").crd(crd).converts("example.com/v1", "Greeting").component(true);
+  assert.deepEqual(converting.roles.conversion, [{ group: "example.com", kind: "Greeting" }]);
+  assert.deepEqual(converting.controller.primary, { group: "example.com", version: "v1alpha1", kind: "Greeting" });
+  assert.equal(converting.roles.reconcile, true);
+
+  const explicit = new Manifest("e").primary("apps/v1", "Deployment").scheduler("x").component(true);
+  assert.equal(explicit.controller.primary.kind, "Deployment");
+});
+
+test("validate returns the verdict with its code and warnings", () => {
+  const { review } = exportComponent({ admission: Hooks }).admission;
+  const allowed = review(admissionRequest("validating", greeting(3)));
+  assert.deepEqual([allowed.allowed, allowed.warnings, allowed.patched], [true, ["looks fine"], undefined]);
+  const denied = review(admissionRequest("validating", greeting(11)));
+  assert.deepEqual([denied.allowed, denied.code, denied.message], [false, 422, "spec.replicas must be at most 10"]);
+});
+
+test("mutate changes the object in place and the answer carries it", () => {
+  const { review } = exportComponent({ admission: Hooks }).admission;
+  const response = review(admissionRequest("mutating", greeting()));
+  assert.equal(response.allowed, true);
+  assert.deepEqual(fromBytes(response.patched).spec, { message: "hello", replicas: 1 });
+  const deleted = review(admissionRequest("mutating", undefined, "delete", greeting()));
+  assert.deepEqual([deleted.allowed, deleted.patched], [true, undefined]);
+});
+
+test("a request that does not decode is denied 400 and an exception 500", () => {
+  const { review } = exportComponent({ admission: Hooks }).admission;
+  const bad = review(admissionRequest("validating", Uint8Array.of(0x7b)));
+  assert.deepEqual([bad.allowed, bad.code], [false, 400]);
+  assert.match(bad.message, /^object is not valid JSON/);
+  const bug = review(admissionRequest("mutating", greeting("boom")));
+  assert.deepEqual([bug.allowed, bug.code, bug.message, bug.patched], [false, 500, "unhandled Error: a bug", undefined]);
+  assert.ok(calls.some(([name]) => name === "log.log"));
+});
+
+const up = (obj) => ({ ...obj, spec: { greeting: obj.spec.message } });
+const down = (obj) => ({ ...obj, spec: { message: obj.spec.greeting } });
+const versions = { old: "example.com/v1alpha1", new: "example.com/v1" };
+
+test("between converts up and down and keeps the metadata", () => {
+  const old = { apiVersion: "example.com/v1alpha1", kind: "Greeting", metadata: { name: "hi" }, spec: { message: "x" } };
+  const converted = between(old, "example.com/v1", up, down, versions);
+  assert.deepEqual(converted, { ...old, apiVersion: "example.com/v1", spec: { greeting: "x" } });
+  assert.deepEqual(old.spec, { message: "x" }, "the input is not changed");
+  assert.deepEqual(between(converted, "example.com/v1alpha1", up, down, versions), old);
+  assert.equal(between(old, "example.com/v1alpha1", up, down, versions), old);
+  assert.throws(() => between(old, "example.com/v2", up, down, versions), /cannot convert example.com\/v1alpha1 to example.com\/v2/);
+});
+
+test("convert answers every object in order or one message", () => {
+  class Versions extends Conversion {
+    convert(obj, desired) {
+      if (obj.spec?.message === "wrong") return { ...obj, apiVersion: "example.com/v9" };
+      return between(obj, desired, up, down, versions);
+    }
+  }
+  const { convert } = exportComponent({ conversion: Versions }).conversion;
+  const request = (...objects) => ({
+    desiredApiVersion: "example.com/v1",
+    objects: objects.map((o) => (o instanceof Uint8Array ? o : toBytes(o))),
+  });
+  const a = { apiVersion: "example.com/v1alpha1", kind: "Greeting", metadata: { name: "a" }, spec: { message: "1" } };
+  const b = { apiVersion: "example.com/v1", kind: "Greeting", metadata: { name: "b" }, spec: { greeting: "2" } };
+  const out = convert(request(a, b)).map(fromBytes);
+  assert.deepEqual(
+    out.map((o) => [o.metadata.name, o.spec]),
+    [
+      ["a", { greeting: "1" }],
+      ["b", { greeting: "2" }],
+    ],
+  );
+  assert.throws(() => convert(request(a, Uint8Array.of(0x7b))), (e) => e.startsWith("objects[1] is not JSON"));
+  assert.throws(
+    () => convert(request({ ...a, apiVersion: "example.com/v0" })),
+    (e) => e.startsWith("cannot convert example.com/v0"),
+  );
+  assert.throws(
+    () => convert(request({ ...a, spec: { message: "wrong" } })),
+    (e) => e === 'objects[0] came back as "example.com/v9", not "example.com/v1"',
+  );
+});
+
+test("quantities parse to milli-units", () => {
+  assert.equal(parseQuantity("500m"), 500);
+  assert.equal(parseQuantity("2"), 2000);
+  assert.equal(parseQuantity("1.5"), 1500);
+  assert.equal(parseQuantity("0.1"), 100);
+  assert.equal(parseQuantity("1Ki"), 1_024_000);
+  assert.equal(parseQuantity("128Mi"), 128 * 1024 * 1024 * 1000);
+  assert.equal(parseQuantity("1G"), 1_000_000_000_000);
+  assert.equal(parseQuantity("1e3"), 1_000_000);
+  assert.equal(parseQuantity("0.1m"), 1);
+  assert.equal(parseQuantity("lots"), undefined);
+  assert.equal(parseQuantity("1Qi"), undefined);
+});
+
+test("pod requests sum containers, take the largest init container and add overhead", () => {
+  assert.deepEqual(podRequests(pod), { cpu: 1000, memory: 1024 ** 3 * 1000 + 1024 ** 2 * 1000, pods: 1000 });
+  assert.deepEqual(podRequests({ kind: "Pod" }), {});
+});
+
+test("node info tells what is free, what fits and its labels", () => {
+  const node = new NodeInfo("n1", { metadata: { labels: { zone: "a" } } }, { cpu: 2000, pods: 110_000 }, { cpu: 1500 });
+  assert.deepEqual([node.free("cpu"), node.free("memory"), node.free("pods")], [500, 0, 110_000]);
+  assert.ok(node.fits({ cpu: 500, pods: 1000 }) && !node.fits({ cpu: 501 }) && node.fits({ memory: 0 }));
+  assert.deepEqual([node.label("zone"), node.label("rack"), new NodeInfo("n2", {}, {}, {}).label("zone")], [
+    "a",
+    undefined,
+    undefined,
+  ]);
+});
+
+const wireNode = (name, cpu, zone) => ({
+  name,
+  node: toBytes({ apiVersion: "v1", kind: "Node", metadata: { name, labels: { zone } } }),
+  allocatable: [
+    { name: "cpu", milli: BigInt(cpu) },
+    { name: "memory", milli: BigInt(8 * 1024 ** 3 * 1000) },
+    { name: "pods", milli: 110_000n },
+  ],
+  requested: [{ name: "cpu", milli: 0n }],
+  pods: 0,
+});
+
+test("schedule returns a node name or the reasons it is unschedulable", () => {
+  class FirstFit extends Scheduler {
+    manifest() {
+      return new Manifest("first-fit").scheduler("first-fit");
+    }
+
+    schedule(p, nodes) {
+      const mode = p.metadata.labels?.mode;
+      if (mode === "return") return new Unschedulable("returned");
+      if (mode === "bug") throw new TypeError("zone");
+      const needed = podRequests(p);
+      const node = nodes.find((n) => n.fits(needed) && n.label("zone") === "b");
+      if (node) return node.name;
+      throw new Unschedulable(`${nodes.length} nodes have too little cpu`, "or are in the wrong zone");
+    }
+  }
+  const exports = exportComponent({ scheduler: FirstFit });
+  assert.deepEqual(exports.controller.manifest().roles.scheduler, { name: "first-fit" });
+  const { schedule } = exports.scheduler;
+  const request = (p, ...nodes) => ({ pod: toBytes(p), nodes });
+  assert.equal(schedule(request(pod, wireNode("a1", 4000, "a"), wireNode("b1", 500, "b"), wireNode("b2", 4000, "b"))), "b2");
+  const reasons = (p, ...nodes) => {
+    try {
+      schedule(request(p, ...nodes));
+    } catch (e) {
+      return e.reasons;
+    }
+    assert.fail("schedulable");
+  };
+  assert.deepEqual(reasons(pod, wireNode("b1", 500, "b")), ["1 nodes have too little cpu", "or are in the wrong zone"]);
+  assert.deepEqual(reasons({ ...pod, metadata: { name: "p", labels: { mode: "return" } } }), ["returned"]);
+  assert.deepEqual(reasons({ ...pod, metadata: { name: "p", labels: { mode: "bug" } } }), ["unhandled TypeError: zone"]);
+});

@@ -1,0 +1,198 @@
+"""Custom schedulers: pick the Node a pending Pod runs on.
+
+Declare the scheduler name with :meth:`Manifest.scheduler
+<capstan_guest.Manifest.scheduler>`, subclass :class:`Scheduler`, and export
+it with ``scheduler=``. The host watches the Pods that name the scheduler
+in ``spec.schedulerName`` and have no Node, keeps an account of every Node,
+calls :meth:`Scheduler.schedule` once per attempt, binds the Pod, records
+the ``Scheduled`` / ``FailedScheduling`` Events and retries with backoff::
+
+    class FirstFit(capstan.Scheduler):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("first-fit").scheduler("first-fit")
+
+        def schedule(self, pod: dict, nodes: list[capstan.NodeInfo]) -> str:
+            needed = capstan.pod_requests(pod)
+            for node in nodes:
+                if node.fits(needed):
+                    return node.name
+            raise capstan.Unschedulable(f"{len(nodes)} nodes have too little room")
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import traceback
+from typing import Any, Dict, Iterable, List, Optional, Type, Union
+
+from componentize_py_types import Err
+from wit_world.imports import types as _wit
+
+from .component import Component
+from .log import log
+
+Resources = Dict[str, int]
+"""Resource amounts by name (``cpu``, ``memory``, ``pods``, ...), in
+milli-units: CPU in millicores, memory in thousandths of a byte."""
+
+
+class NodeInfo:
+    """A candidate Node and what the host knows of it."""
+
+    def __init__(
+        self,
+        name: str,
+        node: Dict[str, Any],
+        allocatable: Resources,
+        requested: Resources,
+        pods: int = 0,
+    ) -> None:
+        self.name = name
+        """The Node's name."""
+        self.node = node
+        """The Node (a dict): labels, taints, conditions."""
+        self.allocatable = allocatable
+        """Allocatable resources, in milli-units."""
+        self.requested = requested
+        """Requested by the Pods bound there (assumed ones included)."""
+        self.pods = pods
+        """How many Pods are bound there."""
+
+    def free(self, resource: str) -> int:
+        """What is left of ``resource`` (allocatable minus requested), in
+        milli-units; a resource the Node does not list has none."""
+        return self.allocatable.get(resource, 0) - self.requested.get(resource, 0)
+
+    def fits(self, needed: Resources) -> bool:
+        """True if every resource ``needed`` lists fits in what is free."""
+        return all(amount <= 0 or self.free(name) >= amount for name, amount in needed.items())
+
+    def label(self, key: str) -> Optional[str]:
+        """The value of a label of the Node."""
+        return ((self.node.get("metadata") or {}).get("labels") or {}).get(key)
+
+    @staticmethod
+    def _from_wit(n: _wit.NodeInfo) -> "NodeInfo":
+        return NodeInfo(
+            name=n.name,
+            node=json.loads(n.node),
+            allocatable={r.name: r.milli for r in n.allocatable},
+            requested={r.name: r.milli for r in n.requested},
+            pods=n.pods,
+        )
+
+
+class Unschedulable(Exception):
+    """Why a Pod fits no Node now: raise it (or return it) from
+    :meth:`Scheduler.schedule`. The host joins the reasons into the
+    ``FailedScheduling`` Event and the ``PodScheduled`` condition, and tries
+    again later and when Nodes change::
+
+        raise Unschedulable("2 nodes have too little cpu", "1 node is cordoned")
+    """
+
+    def __init__(self, *reasons: str) -> None:
+        super().__init__("; ".join(reasons))
+        self.reasons: List[str] = list(reasons)
+        """One reason per kind of misfit."""
+
+    def _into_wit(self) -> _wit.Unschedulable:
+        return _wit.Unschedulable(reasons=list(self.reasons))
+
+
+class Scheduler(Component):
+    """A scheduling policy. A fresh instance is made for every call."""
+
+    def schedule(self, pod: Dict[str, Any], nodes: List[NodeInfo]) -> Union[str, Unschedulable]:
+        """Picks the Node for ``pod`` among ``nodes`` (every Node the host
+        knows, in name order) and returns its name; raises or returns
+        :class:`Unschedulable` when the Pod fits nowhere now."""
+        raise NotImplementedError("a scheduler must define schedule()")
+
+
+_SUFFIXES = {"": 0, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([a-zA-Z]*|[eE][+-]?[0-9]+)$")
+
+
+def parse_quantity(s: str) -> Optional[int]:
+    """Parses a Kubernetes quantity (``500m``, ``2``, ``1.5``, ``128Mi``,
+    ``1G``, ``1e3``) into milli-units, rounding up like ``MilliValue``.
+    ``None`` when it is not a quantity or does not fit in 64 bits."""
+    m = _QUANTITY.match(str(s).strip())
+    if m is None:
+        return None
+    number, suffix = m.groups()
+    try:
+        value = float(number)
+    except ValueError:
+        return None
+    if suffix in _BINARY:
+        milli = value * 1024 ** _BINARY[suffix] * 1000
+    elif suffix in _SUFFIXES:
+        milli = value * 10.0 ** (_SUFFIXES[suffix] + 3)
+    elif suffix[:1] in ("e", "E"):
+        milli = value * 10.0 ** (int(suffix[1:]) + 3)
+    else:
+        return None
+    if not math.isfinite(milli) or abs(milli) >= 9.2e18:
+        return None
+    return math.ceil(round(milli, 6))
+
+
+def _requests(container: Dict[str, Any]) -> Resources:
+    requests = (container.get("resources") or {}).get("requests") or {}
+    return {name: parse_quantity(q) or 0 for name, q in requests.items()}
+
+
+def pod_requests(pod: Dict[str, Any]) -> Resources:
+    """What a Pod requests: the sum over its containers, or the largest of
+    its init containers where that is more (as kube-scheduler counts), plus
+    its overhead; ``pods`` is always 1000 (one Pod)."""
+    total: Resources = {}
+    spec = pod.get("spec")
+    if not spec:
+        return total
+    for c in spec.get("containers") or []:
+        for name, amount in _requests(c).items():
+            total[name] = total.get(name, 0) + amount
+    for c in spec.get("initContainers") or []:
+        for name, amount in _requests(c).items():
+            total[name] = max(total.get(name, 0), amount)
+    for name, q in (spec.get("overhead") or {}).items():
+        total[name] = total.get(name, 0) + (parse_quantity(q) or 0)
+    total["pods"] = 1000
+    return total
+
+
+def _unschedulable(reasons: Iterable[str]) -> Err[_wit.Unschedulable]:
+    return Err(_wit.Unschedulable(reasons=list(reasons)))
+
+
+def run_schedule(scheduler: Type[Scheduler], request: _wit.ScheduleRequest) -> str:
+    """Decodes the Pod and the Nodes and calls ``schedule``; raises ``Err``
+    with the reasons a Pod is unschedulable (an exception is one)."""
+    try:
+        pod = json.loads(request.pod)
+    except ValueError as e:
+        raise _unschedulable([f"the Pod does not decode: {e}"]) from None
+    nodes: List[NodeInfo] = []
+    for n in request.nodes:
+        try:
+            nodes.append(NodeInfo._from_wit(n))
+        except ValueError as e:
+            raise _unschedulable([f"Node {n.name} does not decode: {e}"]) from None
+    try:
+        picked = scheduler().schedule(pod, nodes)
+    except Unschedulable as e:
+        raise Err(e._into_wit()) from None
+    except Exception as e:  # noqa: BLE001 - a bug in the scheduler must not trap the host call
+        log.error("unhandled exception in schedule", error=repr(e), traceback=traceback.format_exc())
+        raise _unschedulable([f"unhandled {type(e).__name__}: {e}"]) from None
+    if isinstance(picked, Unschedulable):
+        raise Err(picked._into_wit())
+    if not isinstance(picked, str) or not picked:
+        raise _unschedulable([f"schedule returned {picked!r}, not a Node name"])
+    return picked

@@ -1,0 +1,341 @@
+"""Unit tests of the roles besides reconcile: the component manifest,
+admission, conversion and scheduling, and the "not served" defaults."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List
+
+import pytest
+
+POD: Dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web", "namespace": "demo"},
+    "spec": {
+        "containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+            {"name": "b", "resources": {"requests": {"cpu": "250m"}}},
+        ],
+        "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}}}],
+        "overhead": {"memory": "1Mi"},
+    },
+}
+
+
+def _admission_request(webhook_type: str, obj: Any, operation: str = "CREATE", old: Any = None) -> Any:
+    from wit_world.imports import types
+
+    return types.AdmissionRequest(
+        webhook="check.greetings.example.com",
+        webhook_type=types.WebhookType[webhook_type],
+        uid="u-1",
+        kind=types.GroupVersionKind(group="example.com", version="v1", kind="Greeting"),
+        sub_resource=None,
+        name="hi",
+        namespace="demo",
+        operation=types.Operation[operation],
+        object=None if obj is None else (obj if isinstance(obj, bytes) else json.dumps(obj).encode()),
+        old_object=None if old is None else json.dumps(old).encode(),
+        user_info=types.UserInfo(username="ada", uid="1", groups=["devs"]),
+        dry_run=False,
+    )
+
+
+def _greeting(replicas: Any = None) -> Dict[str, Any]:
+    spec: Dict[str, Any] = {"message": "hello"}
+    if replicas is not None:
+        spec["replicas"] = replicas
+    return {"apiVersion": "example.com/v1", "kind": "Greeting", "metadata": {"name": "hi"}, "spec": spec}
+
+
+def _hooks() -> Any:
+    import capstan_guest as capstan
+
+    class Hooks(capstan.Admission):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("hooks").webhook(
+                capstan.Webhook.validating("check.greetings.example.com").kind("example.com/v1", "Greeting")
+            )
+
+        def validate(self, request: capstan.AdmissionRequest) -> capstan.Verdict:
+            assert request.user_info.username == "ada" and request.operation == capstan.Operation.CREATE
+            if request.object["spec"].get("replicas", 1) > 10:
+                return capstan.Verdict.deny("spec.replicas must be at most 10").code(422)
+            return capstan.Verdict.allow().warn("looks fine")
+
+        def mutate(self, request: capstan.AdmissionRequest, obj: Dict[str, Any]) -> capstan.Verdict:
+            if obj["spec"].get("replicas") == "boom":
+                raise RuntimeError("a bug")
+            obj["spec"].setdefault("replicas", 1)
+            return capstan.Verdict.allow()
+
+    return Hooks
+
+
+def test_a_controller_alone_serves_reconcile_only_and_the_other_roles_answer_not_served() -> None:
+    import capstan_guest as capstan
+    from componentize_py_types import Err
+    from wit_world.imports import types
+
+    class Greeter(capstan.Controller):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("greeter").primary("example.com/v1", "Greeting")
+
+    exports = capstan.export(Greeter)
+    manifest = exports.Controller().manifest()
+    assert manifest.controller.name == "greeter"
+    assert manifest.roles == types.Roles(reconcile=True, admission=[], conversion=[], scheduler=None)
+    response = exports.Admission().review(_admission_request("VALIDATING", _greeting()))
+    assert (response.allowed, response.code) == (False, 500)
+    assert response.message == "this component does not serve admission"
+    with pytest.raises(Err) as converted:
+        exports.Conversion().convert(types.ConversionRequest(desired_api_version="example.com/v1", objects=[]))
+    assert converted.value.value == "this component does not serve conversion"
+    with pytest.raises(Err) as scheduled:
+        exports.Scheduler().schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[]))
+    assert scheduled.value.value.reasons == ["this component does not serve scheduling"]
+
+
+def test_a_component_without_a_controller_takes_its_manifest_from_the_first_role() -> None:
+    import capstan_guest as capstan
+    from componentize_py_types import Err
+    from wit_world.imports import types
+
+    exports = capstan.export(admission=_hooks())
+    manifest = exports.Controller().manifest()
+    assert not manifest.roles.reconcile
+    assert (manifest.controller.primary.group, manifest.controller.primary.kind) == ("example.com", "Greeting")
+    webhook = manifest.roles.admission[0]
+    assert webhook.webhook_type == types.WebhookType.VALIDATING
+    assert webhook.operations == [types.Operation.CREATE, types.Operation.UPDATE]
+    assert webhook.failure_policy == types.FailurePolicy.FAIL
+    request = types.ReconcileRequest(event=types.EventKind.ADDED, object=b"{}", failed_children=[])
+    with pytest.raises(Err) as failed:
+        exports.Controller().reconcile(request)
+    assert failed.value.value.kind == types.FailureKind.TERMINAL
+    assert failed.value.value.message == "this component does not serve reconcile"
+    with pytest.raises(TypeError):
+        capstan.export()
+    with pytest.raises(TypeError):
+        capstan.export(admission=int)  # type: ignore[arg-type]
+
+
+def test_the_manifest_declares_webhooks_conversions_and_a_scheduler_and_fills_the_primary() -> None:
+    import capstan_guest as capstan
+    from wit_world.imports import types
+
+    webhook = (
+        capstan.Webhook.mutating("default.greetings.example.com")
+        .kind("example.com/v1", "Greeting")
+        .operations(capstan.Operation.CREATE)
+        .ignore_failures()
+        .timeout_seconds(5)
+        .side_effects_on_dry_run()
+        .object_selector({"matchLabels": {"app": "web"}})
+    )
+    w = capstan.Manifest("m").webhook(webhook)._into_component(False).roles.admission[0]
+    assert (w.webhook_type, w.operations, w.failure_policy) == (
+        types.WebhookType.MUTATING,
+        [types.Operation.CREATE],
+        types.FailurePolicy.IGNORE,
+    )
+    assert (w.timeout_seconds, w.side_effects) == (5, types.SideEffects.NONE_ON_DRY_RUN)
+    assert json.loads(w.object_selector) == {"matchLabels": {"app": "web"}} and w.namespace_selector is None
+
+    scheduling = capstan.Manifest("s").scheduler("zone-spread")._into_component(False)
+    assert scheduling.roles.scheduler == types.SchedulerManifest(name="zone-spread")
+    assert (scheduling.controller.primary.version, scheduling.controller.primary.kind) == ("v1", "Pod")
+
+    crd = {"spec": {"names": {"kind": "Greeting"}, "versions": [{"name": "v1alpha1"}, {"name": "v1"}]}}
+    converting = capstan.Manifest("c").crd(crd).converts("example.com/v1", "Greeting")._into_component(True)
+    assert converting.roles.conversion == [types.GroupKind(group="example.com", kind="Greeting")]
+    primary = converting.controller.primary
+    assert (primary.group, primary.version, primary.kind) == ("example.com", "v1alpha1", "Greeting")
+    assert converting.roles.reconcile
+
+    explicit = capstan.Manifest("e").primary("apps/v1", "Deployment").scheduler("x")._into_component(True)
+    assert explicit.controller.primary.kind == "Deployment"
+
+
+def test_validate_returns_the_verdict_with_its_code_and_warnings(host: Any) -> None:
+    import capstan_guest as capstan
+
+    review = capstan.export(admission=_hooks()).Admission().review
+    allowed = review(_admission_request("VALIDATING", _greeting(3)))
+    assert (allowed.allowed, allowed.warnings, allowed.patched) == (True, ["looks fine"], None)
+    denied = review(_admission_request("VALIDATING", _greeting(11)))
+    assert (denied.allowed, denied.code, denied.message) == (False, 422, "spec.replicas must be at most 10")
+
+
+def test_mutate_changes_the_object_in_place_and_the_answer_carries_it(host: Any) -> None:
+    import capstan_guest as capstan
+
+    review = capstan.export(admission=_hooks()).Admission().review
+    response = review(_admission_request("MUTATING", _greeting()))
+    assert response.allowed
+    assert json.loads(response.patched)["spec"] == {"message": "hello", "replicas": 1}
+    deleted = review(_admission_request("MUTATING", None, operation="DELETE", old=_greeting()))
+    assert deleted.allowed and deleted.patched is None
+
+
+def test_a_request_that_does_not_decode_is_denied_400_and_an_exception_500(host: Any) -> None:
+    import capstan_guest as capstan
+
+    review = capstan.export(admission=_hooks()).Admission().review
+    bad = review(_admission_request("VALIDATING", b"not json"))
+    assert (bad.allowed, bad.code) == (False, 400)
+    assert bad.message is not None and bad.message.startswith("object is not valid JSON")
+    bug = review(_admission_request("MUTATING", _greeting("boom")))
+    assert (bug.allowed, bug.code, bug.message, bug.patched) == (False, 500, "unhandled RuntimeError: a bug", None)
+    assert any(call[0] == "log.log" for call in host.calls)
+
+
+def _up(obj: Dict[str, Any]) -> Dict[str, Any]:
+    spec = obj.pop("spec")
+    obj["spec"] = {"greeting": spec["message"]}
+    return obj
+
+
+def _down(obj: Dict[str, Any]) -> Dict[str, Any]:
+    spec = obj.pop("spec")
+    obj["spec"] = {"message": spec["greeting"]}
+    return obj
+
+
+def test_between_converts_up_and_down_and_keeps_the_metadata() -> None:
+    import capstan_guest as capstan
+
+    old = {"apiVersion": "example.com/v1alpha1", "kind": "Greeting", "metadata": {"name": "hi"}}
+    old["spec"] = {"message": "x"}
+    versions = {"old": "example.com/v1alpha1", "new": "example.com/v1"}
+    new = capstan.between(old, "example.com/v1", _up, _down, **versions)
+    assert new == {**old, "apiVersion": "example.com/v1", "spec": {"greeting": "x"}}
+    assert old["spec"] == {"message": "x"}, "the input is not changed"
+    assert capstan.between(new, "example.com/v1alpha1", _up, _down, **versions) == old
+    assert capstan.between(old, "example.com/v1alpha1", _up, _down, **versions) is old
+    with pytest.raises(ValueError, match="cannot convert example.com/v1alpha1 to example.com/v2"):
+        capstan.between(old, "example.com/v2", _up, _down, **versions)
+
+
+def test_convert_answers_every_object_in_order_or_one_message() -> None:
+    import capstan_guest as capstan
+    from componentize_py_types import Err
+    from wit_world.imports import types
+
+    class Versions(capstan.Conversion):
+        def convert(self, obj: Dict[str, Any], desired_api_version: str) -> Dict[str, Any]:
+            if obj.get("spec", {}).get("message") == "wrong":
+                return {**obj, "apiVersion": "example.com/v9"}
+            versions = {"old": "example.com/v1alpha1", "new": "example.com/v1"}
+            return capstan.between(obj, desired_api_version, _up, _down, **versions)
+
+    convert = capstan.export(conversion=Versions).Conversion().convert
+
+    def request(*objects: Any) -> Any:
+        data = [o if isinstance(o, bytes) else json.dumps(o).encode() for o in objects]
+        return types.ConversionRequest(desired_api_version="example.com/v1", objects=data)
+
+    a = {"apiVersion": "example.com/v1alpha1", "kind": "Greeting", "metadata": {"name": "a"}, "spec": {"message": "1"}}
+    b = {"apiVersion": "example.com/v1", "kind": "Greeting", "metadata": {"name": "b"}, "spec": {"greeting": "2"}}
+    out = [json.loads(o) for o in convert(request(a, b))]
+    assert [(o["metadata"]["name"], o["spec"]) for o in out] == [("a", {"greeting": "1"}), ("b", {"greeting": "2"})]
+    with pytest.raises(Err) as not_json:
+        convert(request(a, b"{"))
+    assert not_json.value.value.startswith("objects[1] is not JSON")
+    with pytest.raises(Err) as unknown:
+        convert(request({**a, "apiVersion": "example.com/v0"}))
+    assert unknown.value.value.startswith("cannot convert example.com/v0")
+    with pytest.raises(Err) as wrong:
+        convert(request({**a, "spec": {"message": "wrong"}}))
+    assert wrong.value.value == "objects[0] came back as 'example.com/v9', not 'example.com/v1'"
+
+
+def test_quantities_parse_to_milli_units() -> None:
+    from capstan_guest import parse_quantity
+
+    assert parse_quantity("500m") == 500
+    assert parse_quantity("2") == 2000
+    assert parse_quantity("1.5") == 1500
+    assert parse_quantity("0.1") == 100
+    assert parse_quantity("1Ki") == 1_024_000
+    assert parse_quantity("128Mi") == 128 * 1024 * 1024 * 1000
+    assert parse_quantity("1G") == 1_000_000_000_000
+    assert parse_quantity("1e3") == 1_000_000
+    assert parse_quantity("0.1m") == 1
+    assert parse_quantity("lots") is None
+    assert parse_quantity("1Qi") is None
+
+
+def test_pod_requests_sum_containers_take_the_largest_init_container_and_add_overhead() -> None:
+    from capstan_guest import pod_requests
+
+    assert pod_requests(POD) == {"cpu": 1000, "memory": 1024**3 * 1000 + 1024**2 * 1000, "pods": 1000}
+    assert pod_requests({"kind": "Pod"}) == {}
+
+
+def test_node_info_tells_what_is_free_what_fits_and_its_labels() -> None:
+    from capstan_guest import NodeInfo
+
+    node = NodeInfo("n1", {"metadata": {"labels": {"zone": "a"}}}, {"cpu": 2000, "pods": 110_000}, {"cpu": 1500})
+    assert (node.free("cpu"), node.free("memory"), node.free("pods")) == (500, 0, 110_000)
+    assert node.fits({"cpu": 500, "pods": 1000}) and not node.fits({"cpu": 501})
+    assert node.fits({"memory": 0})
+    assert (node.label("zone"), node.label("rack"), NodeInfo("n2", {}, {}, {}).label("zone")) == ("a", None, None)
+
+
+def _node(name: str, cpu: int, zone: str) -> Any:
+    from wit_world.imports import types
+
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"zone": zone}}}
+    return types.NodeInfo(
+        name=name,
+        node=json.dumps(node).encode(),
+        allocatable=[
+            types.ResourceAmount(name="cpu", milli=cpu),
+            types.ResourceAmount(name="memory", milli=8 * 1024**3 * 1000),
+            types.ResourceAmount(name="pods", milli=110_000),
+        ],
+        requested=[types.ResourceAmount(name="cpu", milli=0)],
+        pods=0,
+    )
+
+
+def test_schedule_returns_a_node_name_or_the_reasons_it_is_unschedulable(host: Any) -> None:
+    import capstan_guest as capstan
+    from componentize_py_types import Err
+    from wit_world.imports import types
+
+    class FirstFit(capstan.Scheduler):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("first-fit").scheduler("first-fit")
+
+        def schedule(self, pod: Dict[str, Any], nodes: List[capstan.NodeInfo]) -> Any:
+            mode = pod["metadata"].get("labels", {}).get("mode")
+            if mode == "return":
+                return capstan.Unschedulable("returned")
+            if mode == "bug":
+                raise KeyError("zone")
+            needed = capstan.pod_requests(pod)
+            for node in nodes:
+                if node.fits(needed) and node.label("zone") == "b":
+                    return node.name
+            raise capstan.Unschedulable(f"{len(nodes)} nodes have too little cpu", "or are in the wrong zone")
+
+    exports = capstan.export(scheduler=FirstFit)
+    assert exports.Controller().manifest().roles.scheduler == types.SchedulerManifest(name="first-fit")
+    schedule = exports.Scheduler().schedule
+
+    def request(pod: Dict[str, Any], *nodes: Any) -> Any:
+        return types.ScheduleRequest(pod=json.dumps(pod).encode(), nodes=list(nodes))
+
+    assert schedule(request(POD, _node("a1", 4000, "a"), _node("b1", 500, "b"), _node("b2", 4000, "b"))) == "b2"
+    with pytest.raises(Err) as raised:
+        schedule(request(POD, _node("b1", 500, "b")))
+    assert raised.value.value.reasons == ["1 nodes have too little cpu", "or are in the wrong zone"]
+    with pytest.raises(Err) as returned:
+        schedule(request({**POD, "metadata": {"name": "p", "labels": {"mode": "return"}}}))
+    assert returned.value.value.reasons == ["returned"]
+    with pytest.raises(Err) as bug:
+        schedule(request({**POD, "metadata": {"name": "p", "labels": {"mode": "bug"}}}))
+    assert bug.value.value.reasons == ["unhandled KeyError: 'zone'"]
