@@ -21,7 +21,9 @@
 //! Writes from `given.yaml`, `apply.yaml` and `delete.yaml` pass through the
 //! admission webhooks the component declares, as on a real API server:
 //! mutating webhooks change what is stored, and a denial keeps the object
-//! out and counts as the step's error (expect it with `error.txt`).
+//! out and counts as the step's error (expect it with `error.txt`). A
+//! scheduler the component declares makes one attempt per pending Pod that
+//! names it after each step settles (see [`MockHost::schedule_pending`]).
 //!
 //! After `given.yaml` and after each step, the mock host runs until idle
 //! (requeues and retries due later are not run). In subset matches, maps
@@ -261,7 +263,18 @@ async fn apply(host: &MockHost, object: Value, from: Start, denials: &mut Vec<St
             Ok(())
         }
         None if from == Start::Given => cluster.seed(object).map(drop),
-        None => cluster.create(object).await.map(drop),
+        None => {
+            // Created, then its status written, as a client would.
+            let status = object.get("status").cloned();
+            cluster.create(object).await?;
+            match status {
+                Some(status) => {
+                    let patch = Patch::Merge(serde_json::json!({"status": status}));
+                    cluster.patch(&r, patch, Subresource::Status).await.map(drop)
+                }
+                None => Ok(()),
+            }
+        }
     }
 }
 

@@ -32,6 +32,12 @@
 //! virtual: requeues, resyncs and backoff after errors are due at a later
 //! virtual instant, which [`MockHost::advance`] reaches;
 //! [`MockHost::run_until_idle`] only processes what is due now.
+//!
+//! Components that serve other roles are driven too: declared admission
+//! webhooks run on the writes a test makes ([`MockHost::admit`]),
+//! conversions are asked with [`MockHost::convert`], and once the
+//! reconciles of a run settle, every pending Pod that names a loaded
+//! scheduler gets one attempt ([`MockHost::schedule_pending`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -53,7 +59,9 @@ use crate::reconciler::{Action, EventKind, Reconciler, Report};
 use crate::runtime::Runtime;
 
 mod roles;
+mod scheduling;
 pub use roles::{Admission, label_selector_matches};
+pub use scheduling::Attempt;
 
 /// How many times one `run_until_idle` may reconcile the same object
 /// before it reports a reconcile loop, however fast the reconciles are. In
@@ -221,6 +229,8 @@ impl LoopDetector {
 pub struct Run {
     /// In order.
     pub steps: Vec<Step>,
+    /// The scheduling attempts of the loaded schedulers, in order.
+    pub attempts: Vec<Attempt>,
 }
 
 impl Run {
@@ -421,9 +431,23 @@ impl MockHost {
     pub async fn run_until_idle(&mut self) -> Result<Run, Error> {
         let mut run = Run::default();
         let mut loops = LoopDetector::new(std::time::Instant::now());
+        let mut scheduled = false;
         loop {
             self.collect_changes().await?;
-            let Some((index, r)) = self.queue.pop_front() else { break };
+            let Some((index, r)) = self.queue.pop_front() else {
+                // Settled: one scheduling round, then what it changed.
+                if scheduled {
+                    break;
+                }
+                scheduled = true;
+                let attempts = self.schedule_pending().await?;
+                let any = !attempts.is_empty();
+                run.attempts.extend(attempts);
+                if any {
+                    continue;
+                }
+                break;
+            };
             self.queued.remove(&(index, r.clone()));
             if let Some((objects, elapsed)) = loops.record(index, &r, std::time::Instant::now()) {
                 return Err(Error::NoSettle {

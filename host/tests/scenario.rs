@@ -139,3 +139,14 @@ async fn a_denied_write_is_an_error_and_a_wrong_conversion_a_mismatch() {
     let wrong = &results[1].mismatches;
     assert!(wrong.iter().any(|m| m.contains("at .spec.greeting.text: expected \"bye\", got \"hi\"")), "{wrong:#?}");
 }
+
+#[tokio::test]
+async fn scheduler_scenarios_bind_report_and_retry_on_the_mock_host() {
+    let scheduler = find_component("zone-scheduler").unwrap_or_else(|e| panic!("{e}"));
+    let dir = repo().join("examples/zone-scheduler/scenarios");
+    let results = scenario::run_all(&scheduler, &dir).await.expect("runs");
+    assert_eq!(results.len(), 1);
+    for case in &results {
+        assert!(case.passed(), "{}: {:#?}", case.name, case.mismatches);
+    }
+}
