@@ -308,6 +308,20 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
         "finalizer": manifest.finalizer,
         "resyncSeconds": manifest.resync.map(|d| d.as_secs()),
         "maxConcurrency": manifest.max_concurrency,
+        "roles": {
+            "reconcile": manifest.roles.reconcile,
+            "admission": manifest.roles.admission.iter().map(|w| json!({
+                "name": w.name,
+                "type": if w.mutating { "mutating" } else { "validating" },
+                "kinds": w.kinds.iter().map(&kind).collect::<Vec<_>>(),
+                "operations": w.operations.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+                "failurePolicy": w.failure_policy(),
+                "timeoutSeconds": w.timeout.as_secs(),
+                "sideEffects": w.side_effects(),
+            })).collect::<Vec<_>>(),
+            "conversion": manifest.roles.conversion.iter().map(|gk| json!({"group": gk.group, "kind": gk.kind})).collect::<Vec<_>>(),
+            "scheduler": manifest.roles.scheduler,
+        },
         "crds": manifest.crds.iter().filter_map(|c| crate::object::meta_str(c, "name")).collect::<Vec<_>>(),
         "grants": grants.rules().iter().map(|r| json!({
             "group": r.group,

@@ -69,6 +69,31 @@ fn capstan_inspect_prints_the_manifest() {
     assert_eq!(doc["primary"]["kind"], "Greeting");
     assert_eq!(doc["finalizer"], "examples.capstan.dev/greeter-cleanup");
     assert_eq!(doc["crds"][0], "greetings.examples.capstan.dev");
+    assert_eq!(doc["roles"]["reconcile"], true);
+    assert_eq!(doc["roles"]["admission"], serde_json::json!([]));
+}
+
+#[test]
+fn capstan_inspect_shows_the_roles_a_component_serves() {
+    let inspect = |component: PathBuf| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(["inspect", "--output", "json"])
+            .arg(component)
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let webhooks = inspect(greeter_webhooks());
+    let roles = &webhooks["roles"];
+    assert_eq!(roles["reconcile"], false);
+    assert_eq!(roles["admission"][0]["name"], "validate.greetings.webhooks.examples.capstan.dev");
+    assert_eq!(roles["admission"][0]["operations"], serde_json::json!(["CREATE", "UPDATE"]));
+    assert_eq!(roles["admission"][2]["type"], "mutating");
+    assert_eq!(roles["conversion"][0]["kind"], "Greeting");
+    let scheduler = inspect(find_component("zone-scheduler").unwrap_or_else(|e| panic!("{e}")));
+    assert_eq!(scheduler["roles"]["scheduler"], "zone-spread");
+    assert_eq!(scheduler["primary"]["kind"], "Pod");
 }
 
 #[test]
