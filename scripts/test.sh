@@ -14,6 +14,17 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 started=$SECONDS
 step() { printf '\n== %s (%ss)\n' "$*" "$((SECONDS - started))" >&2; }
 
+# Every fresh clone builds the workspace's crates under new hashes (their
+# path is part of them), so the shared target directory keeps growing, by
+# about 2 GB a run. Artifacts of this workspace's crates not touched for a
+# day belong to clones long gone.
+if [[ -d $CARGO_TARGET_DIR/debug/deps ]]; then
+  # Test binaries are the only executables there (proc macros are .so).
+  find "$CARGO_TARGET_DIR/debug/deps" -maxdepth 1 -type f -mtime +0 \( \( -executable ! -name '*.so' \) \
+    -o -name 'libcapstan_*' -o -name 'libgreeter*' -o -name 'libtenant-*' -o -name 'libzone_scheduler-*' \) -delete
+  find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -mtime +0 -exec rm -rf {} + 2>/dev/null || true
+fi
+
 step "toolchain"
 installed=$(rustup target list --installed)
 grep -qx wasm32-wasip2 <<<"$installed" || rustup target add wasm32-wasip2
