@@ -61,8 +61,6 @@ use crate::bindings::capstan::operator::types as wit;
 use crate::cluster::kube::{KubeCluster, map_error};
 use crate::cluster::{self, Cluster, EventRecord, Patch, Subresource};
 use crate::controller::{Backoff, DRAIN_TIMEOUT, State};
-use crate::grants::Grants;
-use crate::imports::Caller;
 use crate::informer::WatchBackoff;
 use crate::leader::Leadership;
 use crate::metrics::metrics;
@@ -639,16 +637,11 @@ impl Parts {
             let json = serde_json::to_vec(&*pod).expect("a Pod always serializes");
             (pod, wit::ScheduleRequest { pod: json, nodes })
         };
-        let component = self.reconciler.component();
-        let manifest = &component.manifest;
+        // The version in use with the grants the reconciler keeps for it,
+        // on behalf of the Pod being scheduled.
+        let (component, mut caller) = self.reconciler.role_caller();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let caller = Caller {
-            controller: manifest.name.as_str().into(),
-            field_manager: manifest.field_manager().into(),
-            grants: Arc::new(Grants::from_manifest(manifest).within(&self.setup.namespaces)),
-            cluster: Arc::clone(&self.setup.backend),
-            reconciling: Some((r.clone(), Some(uid.clone()))),
-        };
+        caller.reconciling = Some((r.clone(), Some(uid.clone())));
         let invocation = self.setup.runtime.schedule(&component.pre, caller, request).await;
         let failure = match invocation.result {
             Ok(Ok(node)) => {
