@@ -923,7 +923,8 @@ impl Shared {
                 let reconciles = controller.is_none_or(|c| c.reconciler().component().manifest.roles.reconcile);
                 let (state, waiting_for) = match controller.map(|c| c.state()) {
                     None if slot.version.is_some() => ("serving", Vec::new()),
-                    Some(State::Running) if !reconciles => ("serving", Vec::new()),
+                    // No reconcile loop: nothing to wait for or sync.
+                    Some(state) if !reconciles && state != State::Stopped => ("serving", Vec::new()),
                     None => ("rejected", Vec::new()),
                     Some(State::Running) => ("running", Vec::new()),
                     Some(State::Standby) => ("standby", Vec::new()),
