@@ -129,6 +129,12 @@ pub struct RunArgs {
     /// `https://127.0.0.1:<port of --webhook-listen>`.
     #[arg(long, value_name = "URL", requires = "webhook_listen")]
     pub webhook_url: Option<String>,
+    /// The Service the API server calls the webhooks through, as
+    /// `NAMESPACE/NAME[:PORT]` (port 443 unless given): the host runs in a
+    /// Pod behind it. The self-made certificate then names
+    /// `NAME.NAMESPACE.svc`. `capstan gen manifest` sets this.
+    #[arg(long, value_name = "NAMESPACE/NAME[:PORT]", requires = "webhook_listen", conflicts_with = "webhook_url")]
+    pub webhook_service: Option<crate::webhook::ServiceRef>,
     /// Apply a Validating- and MutatingWebhookConfiguration per component
     /// that declares webhooks, and the conversion stanza of the CRDs it
     /// converts, with the caBundle of the serving certificate.
@@ -574,23 +580,35 @@ struct Webhooks {
 /// Starts serving webhooks if `--webhook-listen` asks, before the host
 /// starts (so that configurations it installs point at a server).
 async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
-    use crate::webhook::{Install, Registry, tls::Certs};
+    use crate::webhook::{Endpoint, Install, Registry, tls::Certs};
     let Some(listen) = args.webhook_listen else { return Ok(None) };
-    let url = args.webhook_url.clone().unwrap_or_else(|| format!("https://127.0.0.1:{}", listen.port()));
+    let endpoint = match (&args.webhook_service, &args.webhook_url) {
+        (Some(service), _) => Endpoint::Service(service.clone()),
+        (None, Some(url)) => Endpoint::Url(url.clone()),
+        (None, None) => Endpoint::Url(format!("https://127.0.0.1:{}", listen.port())),
+    };
     let certs = match &args.webhook_cert_dir {
         Some(dir) => Certs::from_dir(dir)?,
         None => {
             let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
-            let host = url.split("://").nth(1).unwrap_or(&url).split(['/', ':']).next().unwrap_or_default();
-            if !host.is_empty() && !names.iter().any(|n| n == host) {
-                names.push(host.to_owned());
+            let extra = match &endpoint {
+                Endpoint::Service(service) => service.dns_names(),
+                Endpoint::Url(url) => {
+                    let host = url.split("://").nth(1).unwrap_or(url).split(['/', ':']).next().unwrap_or_default();
+                    vec![host.to_owned()]
+                }
+            };
+            for name in extra {
+                if !name.is_empty() && !names.contains(&name) {
+                    names.push(name);
+                }
             }
             Certs::self_managed(&names)?
         }
     };
     let certs = std::sync::Arc::new(certs);
     let watch = certs.watch()?;
-    let install = args.install_webhooks.then(|| Install { url, ca_bundle: certs.ca_bundle() });
+    let install = args.install_webhooks.then(|| Install { endpoint, ca_bundle: certs.ca_bundle() });
     let registry = std::sync::Arc::new(Registry::new().installing(install));
     let server = crate::webhook::serve(listen, std::sync::Arc::clone(&certs), std::sync::Arc::clone(&registry))
         .await
@@ -743,6 +761,34 @@ mod tests {
             let err = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(alone)).expect_err("refused");
             assert!(err.to_string().contains("--webhook-listen"), "{alone:?}: {err}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_webhook_service_is_installed_as_a_service_reference_with_a_certificate_for_its_name() {
+        let args =
+            run_args(&["--webhook-listen", "127.0.0.1:0", "--webhook-service", "ops/hooks:8443", "--install-webhooks"]);
+        let service = args.webhook_service.clone().expect("parsed");
+        assert_eq!((service.namespace.as_str(), service.name.as_str(), service.port), ("ops", "hooks", 8443));
+        let webhooks = serve_webhooks(&args).await.expect("served").expect("asked for");
+        let install = webhooks.registry.install_settings().expect("installing");
+        assert_eq!(install.endpoint, crate::webhook::Endpoint::Service(service));
+        webhooks.server.shutdown().await;
+        for bad in ["hooks", "ops/Hooks", "ops/hooks:0", "ops/hooks:http"] {
+            let err = Cli::try_parse_from([
+                "capstan",
+                "run",
+                "c.wasm",
+                "--webhook-listen",
+                "127.0.0.1:0",
+                "--webhook-service",
+                bad,
+            ])
+            .expect_err(bad);
+            assert!(err.to_string().contains("--webhook-service"), "{bad}: {err}");
+        }
+        let both = ["--webhook-listen", "127.0.0.1:0", "--webhook-service", "ops/hooks", "--webhook-url", "https://h"];
+        let err = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(&both)).expect_err("conflict");
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
     }
 
     #[tokio::test]

@@ -32,6 +32,8 @@
 //! | Role + binding | `capstan-<controller>` | in each namespace a permission is limited to, and each watched namespace |
 //! | ConfigMap | `capstan-components` | the components, `<controller>.wasm` each, at most 1 MiB in all |
 //! | Deployment | `capstan` | one replica of `capstan run --components /components` |
+//! | Service | `capstan-webhooks` | only with webhooks: port 443 to the host's port 9443 |
+//! | Validating/MutatingWebhookConfiguration | `capstan-<controller>` | only with webhooks; the host fills in the `caBundle` |
 //!
 //! # RBAC
 //!
@@ -77,6 +79,7 @@ mod kustomize;
 pub mod names;
 mod rbac;
 mod resources;
+mod webhooks;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -87,6 +90,7 @@ pub use deployment::{CACHE_DIR, COMPONENTS_DIR, CONFIG_MAP_LIMIT, HEALTH_PORT, R
 pub(crate) use rbac::component_rules;
 pub use resources::PluralOverride;
 pub(crate) use resources::Resources;
+pub use webhooks::WEBHOOK_PORT;
 
 #[cfg(doc)]
 use crate::grants::Grants;
@@ -431,13 +435,32 @@ struct Parts {
     component_rbac: Vec<File>,
     config_map: Option<File>,
     deployment: Option<File>,
+    webhooks: Option<File>,
 }
 
 impl Parts {
     fn new(components: &[Component], options: &Options) -> Result<Self> {
         options.validate()?;
-        let crds = check_components(components)?;
+        let mut crds = check_components(components)?;
         let resources = Resources::new(crds.values(), &options.plurals);
+        // Webhooks are served by the host in the cluster, behind a Service:
+        // without the Deployment there is nothing to point them at.
+        let serve_webhooks = !options.skip_deployment && components.iter().any(|c| webhooks::serves(&c.manifest));
+        let webhooks = if serve_webhooks {
+            let mut objects = vec![webhooks::service(options)];
+            for c in components {
+                let (configurations, conversions) = webhooks::objects(c, &resources, options)?;
+                objects.extend(configurations);
+                for (name, conversion) in conversions {
+                    if let Some(crd) = crds.get_mut(&name) {
+                        crd["spec"]["conversion"] = conversion;
+                    }
+                }
+            }
+            Some(File::new("webhooks.yaml", objects))
+        } else {
+            None
+        };
         let crd_files = crds.into_iter().map(|(name, crd)| File::new(format!("crd-{name}.yaml"), vec![crd])).collect();
         let component_rbac = components
             .iter()
@@ -458,7 +481,10 @@ impl Parts {
         let deployment = if options.skip_deployment {
             None
         } else {
-            Some(File::new("deployment.yaml", vec![deployment::deployment(options, deliver_config_map)?]))
+            Some(File::new(
+                "deployment.yaml",
+                vec![deployment::deployment(options, deliver_config_map, serve_webhooks)?],
+            ))
         };
         Ok(Self {
             namespace: File::new("namespace.yaml", vec![deployment::namespace(options)?]),
@@ -467,6 +493,7 @@ impl Parts {
             component_rbac,
             config_map,
             deployment,
+            webhooks,
         })
     }
 
@@ -477,6 +504,7 @@ impl Parts {
         files.extend(self.component_rbac);
         files.extend(self.config_map);
         files.extend(self.deployment);
+        files.extend(self.webhooks);
         files
     }
 }
@@ -531,9 +559,17 @@ pub fn kustomize(components: &[Component], options: &Options, base: Option<&str>
         Some(base) => {
             let patch = (!options.skip_deployment).then(|| {
                 let with_config_map = parts.config_map.is_some();
-                File::new("deployment-patch.yaml", vec![deployment::deployment_patch(options, with_config_map)])
+                let with_webhooks = parts.webhooks.is_some();
+                let patch = deployment::deployment_patch(options, with_config_map, with_webhooks);
+                File::new("deployment-patch.yaml", vec![patch])
             });
-            let resources = parts.crds.into_iter().chain(parts.component_rbac).chain(parts.config_map).collect();
+            let resources = parts
+                .crds
+                .into_iter()
+                .chain(parts.component_rbac)
+                .chain(parts.config_map)
+                .chain(parts.webhooks)
+                .collect();
             kustomize::overlay(base, resources, patch)
         }
     })
@@ -660,6 +696,103 @@ mod tests {
                 "Deployment/capstan",
             ]
         );
+    }
+
+    /// The greeter, serving a validating and a defaulting webhook on
+    /// Greetings and converting them.
+    fn webhook_component() -> Component {
+        let webhook = |name: &str, mutating: bool| crate::manifest::AdmissionWebhook {
+            name: name.into(),
+            mutating,
+            kinds: vec![Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting")],
+            operations: vec![crate::manifest::Operation::Create],
+            ignore_failures: false,
+            timeout: std::time::Duration::from_secs(5),
+            side_effects_on_dry_run: false,
+            namespace_selector: None,
+            object_selector: None,
+        };
+        let mut c = component("greeter", vec![crd("greetings", "Greeting")]);
+        c.manifest.roles.admission =
+            vec![webhook("validate.examples.capstan.dev", false), webhook("default.examples.capstan.dev", true)];
+        c.manifest.roles.conversion =
+            vec![crate::manifest::GroupKind { group: "examples.capstan.dev".into(), kind: "Greeting".into() }];
+        c
+    }
+
+    #[test]
+    fn webhooks_are_served_behind_a_service_the_host_fills_the_ca_bundle_of() {
+        let objects = manifest(&[webhook_component()], &Options::default()).expect("generates");
+        let names = kinds(&objects);
+        assert_eq!(
+            names[names.len() - 4..],
+            [
+                "Deployment/capstan",
+                "Service/capstan-webhooks",
+                "ValidatingWebhookConfiguration/capstan-greeter",
+                "MutatingWebhookConfiguration/capstan-greeter",
+            ]
+        );
+        let find = |kind: &str| objects.iter().find(|o| o["kind"] == kind).expect(kind);
+        let validating = &find("ValidatingWebhookConfiguration")["webhooks"][0];
+        assert_eq!(
+            validating["clientConfig"],
+            json!({"service": {"namespace": "capstan-system", "name": "capstan-webhooks", "port": 443,
+                               "path": "/admission/greeter/validate.examples.capstan.dev"}}),
+            "no caBundle: the host writes it"
+        );
+        assert_eq!(validating["rules"][0]["resources"], json!(["greetings"]));
+        let conversion = &find("CustomResourceDefinition")["spec"]["conversion"];
+        assert_eq!(conversion["strategy"], "Webhook");
+        assert_eq!(conversion["webhook"]["clientConfig"]["service"]["path"], "/convert/greeter");
+        let service = find("Service");
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "webhooks");
+        assert_eq!(service["spec"]["selector"], json!({"app.kubernetes.io/name": "capstan"}));
+        let container = &find("Deployment")["spec"]["template"]["spec"]["containers"][0];
+        let args: Vec<&str> = container["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
+        assert!(
+            args.windows(2).any(|w| w == ["--webhook-service", "capstan-system/capstan-webhooks:443"])
+                && args.windows(2).any(|w| w == ["--webhook-listen", "0.0.0.0:9443"])
+                && args.contains(&"--install-webhooks"),
+            "{args:?}"
+        );
+        assert_eq!(container["ports"][1], json!({"name": "webhooks", "containerPort": 9443, "protocol": "TCP"}));
+        // RBAC: patch of its own configurations and CRD by name, no create.
+        let role = objects.iter().find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "capstan-greeter");
+        let rules = role.expect("the greeter's role")["rules"].as_array().expect("rules").clone();
+        let on = |resource: &str| -> Vec<Value> {
+            rules.iter().filter(|r| r["resources"][0] == resource).cloned().collect()
+        };
+        for resource in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
+            assert_eq!(
+                on(resource),
+                [json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": [resource],
+                                               "resourceNames": ["capstan-greeter"], "verbs": ["patch"]})]
+            );
+        }
+        assert_eq!(on("customresourcedefinitions")[0]["resourceNames"], json!(["greetings.examples.capstan.dev"]));
+    }
+
+    #[test]
+    fn without_the_deployment_the_host_creates_the_webhook_configurations_itself() {
+        let objects = rbac(&[webhook_component()], &Options::default()).expect("generates");
+        assert!(kinds(&objects).iter().all(|k| !k.contains("Webhook") && !k.starts_with("Service/")));
+        let role = objects.iter().find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "capstan-greeter");
+        let rules = role.expect("the greeter's role")["rules"].as_array().expect("rules").clone();
+        let create = rules.iter().filter(|r| r["verbs"] == json!(["create"]) && r["resourceNames"].is_null());
+        let resources: Vec<&Value> = create.map(|r| &r["resources"][0]).collect();
+        assert_eq!(resources, ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"]);
+    }
+
+    #[test]
+    fn a_kustomize_overlay_adds_the_webhooks_and_patches_the_command_line() {
+        let files = kustomize(&[webhook_component()], &Options::default(), Some("../base")).expect("generates");
+        let paths: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
+        assert!(paths.contains(&"webhooks.yaml".to_owned()), "{paths:?}");
+        let patch = files.iter().find(|f| f.path == Path::new("deployment-patch.yaml")).expect("a patch");
+        let container = &patch.objects[0]["spec"]["template"]["spec"]["containers"][0];
+        assert!(container["args"].as_array().expect("args").contains(&json!("--install-webhooks")));
+        assert_eq!(container["ports"][1]["name"], "webhooks");
     }
 
     #[test]

@@ -178,13 +178,68 @@ impl std::fmt::Debug for Served {
 }
 
 /// Where to reach the host's webhooks from the API server, for
-/// `--install-webhooks`.
+/// `--install-webhooks` and the manifests `capstan gen` writes.
 #[derive(Clone, Debug)]
 pub struct Install {
-    /// Base URL, e.g. `https://127.0.0.1:9443` (no trailing slash).
-    pub url: String,
-    /// PEM CA bundle the API server trusts the serving certificate with.
+    /// Where the API server sends the calls.
+    pub endpoint: Endpoint,
+    /// PEM CA bundle the API server trusts the serving certificate with;
+    /// empty leaves `caBundle` out (it is filled in later, by the host or
+    /// by cert-manager).
     pub ca_bundle: Vec<u8>,
+}
+
+/// How the API server reaches the webhooks: the `clientConfig` of each
+/// webhook configuration and conversion stanza.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A base URL, e.g. `https://127.0.0.1:9443` (`clientConfig.url`): a
+    /// host outside the cluster.
+    Url(String),
+    /// A Service in the cluster (`clientConfig.service`): the host in a
+    /// Pod behind it.
+    Service(ServiceRef),
+}
+
+/// A Service in front of the host: `NAMESPACE/NAME[:PORT]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its port (443 unless given).
+    pub port: u16,
+}
+
+impl ServiceRef {
+    /// The DNS names the serving certificate must carry for the API server
+    /// to reach the host through this Service.
+    pub fn dns_names(&self) -> Vec<String> {
+        let short = format!("{}.{}.svc", self.name, self.namespace);
+        vec![format!("{short}.cluster.local"), short]
+    }
+}
+
+impl std::str::FromStr for ServiceRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not NAMESPACE/NAME[:PORT]");
+        let (namespace, rest) = s.split_once('/').ok_or_else(bad)?;
+        let (name, port) = match rest.split_once(':') {
+            Some((name, port)) => (name, port.parse::<u16>().map_err(|_| bad())?),
+            None => (rest, 443),
+        };
+        for (what, value) in [("namespace", namespace), ("name", name)] {
+            crate::generate::names::check(format!("service {what}"), value, crate::generate::names::Rule::Dns1123Label)
+                .map_err(|e| format!("{s:?}: {e}"))?;
+        }
+        if port == 0 {
+            return Err(bad());
+        }
+        Ok(Self { namespace: namespace.to_owned(), name: name.to_owned(), port })
+    }
 }
 
 /// The components that serve webhooks, by name: the host publishes each

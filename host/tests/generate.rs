@@ -353,7 +353,7 @@ fn the_committed_deploy_folder_is_up_to_date() {
         .status()
         .expect("the script runs");
     assert!(status.success());
-    for generated in ["base", "examples/greeter"] {
+    for generated in ["base", "examples/greeter", "examples/greeter-webhooks"] {
         let fresh = tree(&out_dir.join(generated));
         let committed = tree(&repo().join("deploy").join(generated));
         assert!(!fresh.is_empty());

@@ -10,6 +10,7 @@
 //! suites and stays.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -434,9 +435,9 @@ async fn the_host_running_as_the_generated_service_account_converges_the_greeter
     ns.cleanup().await
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_committed_greeter_overlay_renders_with_kustomize() -> Result<()> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/greeter");
+/// The objects `kubectl kustomize` renders from `deploy/examples/<example>`.
+async fn render_overlay(example: &str) -> Result<Vec<Value>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples").join(example);
     let out = tokio::process::Command::new("kubectl")
         .arg("kustomize")
         .arg(&dir)
@@ -445,9 +446,14 @@ async fn the_committed_greeter_overlay_renders_with_kustomize() -> Result<()> {
         .context("running kubectl kustomize")?;
     ensure!(out.status.success(), "kubectl kustomize failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|doc| serde::Deserialize::deserialize(doc).map_err(anyhow::Error::from))
-        .collect::<Result<_>>()?;
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_committed_greeter_overlay_renders_with_kustomize() -> Result<()> {
+    let objects = render_overlay("greeter").await?;
     let names: Vec<String> = objects
         .iter()
         .map(|o| format!("{}/{}", o["kind"].as_str().unwrap_or("?"), o["metadata"]["name"].as_str().unwrap_or("?")))
@@ -466,6 +472,29 @@ async fn the_committed_greeter_overlay_renders_with_kustomize() -> Result<()> {
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").context("no Deployment")?;
     let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"].as_str().context("no image")?;
     ensure!(image.starts_with("ghcr.io/capstan-dev/capstan-greeter:"), "the overlay's image: {image}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_committed_webhooks_overlay_renders_the_service_the_configurations_and_the_host_flags() -> Result<()> {
+    let objects = render_overlay("greeter-webhooks").await?;
+    let find = |kind: &str| objects.iter().find(|o| o["kind"] == kind).with_context(|| format!("no {kind}"));
+    let service = find("Service")?;
+    ensure!(service["metadata"]["name"] == "capstan-webhooks", "{service}");
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        let config = find(kind)?;
+        let target = &config["webhooks"][0]["clientConfig"]["service"];
+        ensure!(target["name"] == "capstan-webhooks" && target["namespace"] == "capstan-system", "{config}");
+    }
+    let crd = find("CustomResourceDefinition")?;
+    ensure!(crd["spec"]["conversion"]["strategy"] == "Webhook", "{crd}");
+    let container = &find("Deployment")?["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"].as_array().context("args")?.iter().filter_map(Value::as_str).collect();
+    ensure!(args.contains(&"--install-webhooks") && args.contains(&"--leader-elect"), "{args:?}");
+    let mut ports: Vec<&str> =
+        container["ports"].as_array().context("ports")?.iter().filter_map(|p| p["name"].as_str()).collect();
+    ports.sort_unstable();
+    ensure!(ports == ["http", "webhooks"], "the base's port is kept and the webhooks' added: {ports:?}");
     Ok(())
 }
 
@@ -651,5 +680,101 @@ async fn components_delivered_by_config_map_run_and_a_new_config_map_hot_loads()
     wait_for(TIMEOUT, || async { api.get_opt("hello").await.ok().and_then(|g| g.is_none().then_some(())) }).await?;
     host.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its_account_fills_in_the_ca_bundle()
+-> Result<()> {
+    use base64::Engine as _;
+    use capstan_host::webhook::tls::Certs;
+    use capstan_host::webhook::{Endpoint, Install, Registry, ServiceRef};
+    let ns = TestNamespace::new("gen-hooks").await?;
+    let plane = ControlPlane::shared().await?;
+    let admin = ns.client();
+    let hooks = built_component("greeter-webhooks").await?;
+    let options = Options::default().namespace(ns.name()).name(ns.name());
+    // What needs no kubelet: CRD, RBAC, Service and the webhook
+    // configurations (the namespace exists; no Deployment, no ConfigMap).
+    let files = generate::files(std::slice::from_ref(&hooks), &options)?;
+    let objects: Vec<Value> = files
+        .into_iter()
+        .filter(|f| !["namespace.yaml", "deployment.yaml", "components.yaml"].contains(&&*f.path.to_string_lossy()))
+        .flat_map(|f| f.objects)
+        .collect();
+    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in ["Service", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        ensure!(kinds.contains(&kind), "no {kind} generated: {kinds:?}");
+    }
+    let file = std::env::temp_dir().join(format!("{}-webhooks.yaml", ns.name()));
+    std::fs::write(&file, generate::to_yaml(&objects, "test")?)?;
+    let file = file.to_string_lossy().into_owned();
+    // Plain client-side `kubectl apply`, as a user would.
+    kubectl(plane, &["apply", "-f", &file]).await?;
+    let crd_name = "greetings.webhooks.examples.capstan.dev";
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let crd = crds.get(crd_name).await?;
+    let conversion = crd.spec.conversion.as_ref().context("no conversion stanza")?;
+    assert_eq!(conversion.strategy, "Webhook");
+    let service = conversion.webhook.as_ref().and_then(|w| w.client_config.as_ref()).and_then(|c| c.service.as_ref());
+    assert_eq!(
+        service.map(|s| (s.namespace.as_str(), s.path.as_deref())),
+        Some((ns.name(), Some("/convert/greeter-webhooks")))
+    );
+
+    // The host, as the generated ServiceAccount, serving behind the
+    // Service: it makes a CA for the Service's name and patches its
+    // caBundle into what `kubectl apply` created, with no more RBAC than
+    // generated.
+    let token = token_for_service_account(&admin, ns.name(), ns.name()).await?;
+    let sa = plane.client_with_token(&token)?;
+    let service = ServiceRef { namespace: ns.name().to_owned(), name: format!("{}-webhooks", ns.name()), port: 443 };
+    let certs = Arc::new(Certs::self_managed(&service.dns_names())?);
+    let ca = base64::engine::general_purpose::STANDARD.encode(certs.ca_bundle());
+    let install = Install { endpoint: Endpoint::Service(service), ca_bundle: certs.ca_bundle() };
+    let registry = Arc::new(Registry::new().installing(Some(install)));
+    let server = capstan_host::webhook::serve(([127, 0, 0, 1], 0).into(), certs, Arc::clone(&registry)).await?;
+    let host = wait_for(TIMEOUT, || {
+        let (sa, registry) = (sa.clone(), Arc::clone(&registry));
+        async move {
+            let path = find_component("greeter-webhooks").ok()?;
+            let host = HostBuilder::new(sa).check_permissions(true).webhooks(Some(registry)).component(path);
+            host.start().await.inspect_err(|e| eprintln!("not yet: {e}")).ok()
+        }
+    })
+    .await
+    .context("the host did not start with the generated RBAC")?;
+    let configurations = [
+        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
+        ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations"),
+    ];
+    for (group, version, kind, plural) in configurations {
+        let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let api: Api<DynamicObject> = Api::all_with(admin.clone(), &resource);
+        let filled = wait_for(TIMEOUT, || async {
+            let c = api.get("capstan-greeter-webhooks").await.ok()?;
+            let hooks = c.data["webhooks"].as_array()?.clone();
+            hooks.iter().all(|h| h["clientConfig"]["caBundle"] == json!(ca)).then_some(hooks)
+        })
+        .await
+        .with_context(|| format!("the host did not fill in the caBundle of the {kind}"))?;
+        for hook in filled {
+            assert_eq!(hook["clientConfig"]["service"]["name"], json!(format!("{}-webhooks", ns.name())), "{hook}");
+            assert!(hook["clientConfig"]["url"].is_null(), "still behind the Service: {hook}");
+        }
+    }
+    wait_for(TIMEOUT, || async {
+        let crd = crds.get(crd_name).await.ok()?;
+        let config = crd.spec.conversion?.webhook?.client_config?;
+        (config.ca_bundle.map(|b| base64::engine::general_purpose::STANDARD.encode(b.0)) == Some(ca.clone()))
+            .then_some(())
+    })
+    .await
+    .context("the host did not fill in the caBundle of the CRD's conversion")?;
+
+    host.shutdown().await;
+    server.shutdown().await;
+    kubectl(plane, &["delete", "-f", &file, "--ignore-not-found", "--wait=false"]).await?;
+    std::fs::remove_file(&file)?;
     ns.cleanup().await
 }

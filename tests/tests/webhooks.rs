@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, ensure};
 use capstan_host::host::{Change, HostBuilder};
 use capstan_host::testing::find_component;
 use capstan_host::webhook::tls::Certs;
-use capstan_host::webhook::{self, Install, Registry};
+use capstan_host::webhook::{self, Endpoint, Install, Registry};
 use capstan_tests::{ControlPlane, TestNamespace, free_port, wait_for};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -63,7 +63,8 @@ async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert()
     let ns = TestNamespace::new("webhooks").await?;
     let port = free_port()?;
     let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()])?);
-    let install = Install { url: format!("https://127.0.0.1:{port}"), ca_bundle: certs.ca_bundle() };
+    let install =
+        Install { endpoint: Endpoint::Url(format!("https://127.0.0.1:{port}")), ca_bundle: certs.ca_bundle() };
     let registry = Arc::new(Registry::new().installing(Some(install)));
     let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry)).await?;
     let built = find_component("greeter-webhooks").map_err(anyhow::Error::msg)?;

@@ -127,7 +127,7 @@ fn components_volume(options: &Options) -> (Volume, VolumeMount) {
 /// The host's command line: `run --components /components --leader-elect`,
 /// `--install-crds` when the host is to install the CRDs itself, and
 /// `--namespace <ns>` for each watched namespace.
-fn args(options: &Options) -> Vec<String> {
+fn args(options: &Options, with_webhooks: bool) -> Vec<String> {
     let mut args =
         vec!["run".to_owned(), "--components".to_owned(), COMPONENTS_DIR.to_owned(), "--leader-elect".to_owned()];
     if options.install_crds {
@@ -136,7 +136,26 @@ fn args(options: &Options) -> Vec<String> {
     for ns in &options.watch_namespaces {
         args.extend(["--namespace".to_owned(), ns.clone()]);
     }
+    if with_webhooks {
+        args.extend(super::webhooks::args(options));
+    }
     args
+}
+
+/// The container's ports: health and metrics (`http`), and with webhooks
+/// the `webhooks` port the Service targets.
+fn ports(with_webhooks: bool) -> Vec<ContainerPort> {
+    let port = |name: &str, port: i32| ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: port,
+        protocol: Some("TCP".to_owned()),
+        ..ContainerPort::default()
+    };
+    let mut ports = vec![port("http", HEALTH_PORT)];
+    if with_webhooks {
+        ports.push(port("webhooks", i32::from(super::WEBHOOK_PORT)));
+    }
+    ports
 }
 
 /// An environment variable from the downward API.
@@ -165,7 +184,7 @@ fn downward(name: &str, field_path: &str) -> EnvVar {
 ///
 /// With leader election, a rolling update is safe: the new replica stands
 /// by until the old one releases its Leases as it stops.
-pub(crate) fn deployment(options: &Options, with_config_map: bool) -> Result<Value, Error> {
+pub(crate) fn deployment(options: &Options, with_config_map: bool, with_webhooks: bool) -> Result<Value, Error> {
     let labels = options.labels(None);
     let selector = BTreeMap::from([("app.kubernetes.io/name".to_owned(), options.name.clone())]);
     let mut volumes = vec![Volume {
@@ -187,18 +206,13 @@ pub(crate) fn deployment(options: &Options, with_config_map: bool) -> Result<Val
         name: "capstan".to_owned(),
         image: Some(options.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        args: Some(args(options)),
+        args: Some(args(options, with_webhooks)),
         env: Some(vec![
             EnvVar { name: "CAPSTAN_CACHE".to_owned(), value: Some(CACHE_DIR.to_owned()), ..EnvVar::default() },
             downward("POD_NAME", "metadata.name"),
             downward("POD_NAMESPACE", "metadata.namespace"),
         ]),
-        ports: Some(vec![ContainerPort {
-            name: Some("http".to_owned()),
-            container_port: HEALTH_PORT,
-            protocol: Some("TCP".to_owned()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(ports(with_webhooks)),
         liveness_probe: Some(probe("/healthz", 15, 20)),
         readiness_probe: Some(probe("/readyz", 5, 10)),
         resources: Some(ResourceRequirements {
@@ -257,9 +271,15 @@ pub(crate) fn deployment(options: &Options, with_config_map: bool) -> Result<Val
 }
 
 /// A strategic-merge patch for a kustomize overlay: sets the image and,
-/// `with_config_map`, mounts the components ConfigMap.
-pub(crate) fn deployment_patch(options: &Options, with_config_map: bool) -> Value {
+/// `with_config_map`, mounts the components ConfigMap; `with_webhooks`,
+/// sets the command line (a list the patch replaces) and adds the
+/// `webhooks` port.
+pub(crate) fn deployment_patch(options: &Options, with_config_map: bool, with_webhooks: bool) -> Value {
     let mut container = json!({"name": "capstan", "image": options.image});
+    if with_webhooks {
+        container["args"] = json!(args(options, true));
+        container["ports"] = json!(ports(true));
+    }
     let mut spec = json!({});
     if with_config_map {
         let (volume, mount) = components_volume(options);
@@ -342,7 +362,7 @@ mod tests {
 
     #[test]
     fn the_deployment_runs_as_a_non_root_user_with_a_read_only_root() {
-        let d = deployment(&Options::default(), true).expect("serialises");
+        let d = deployment(&Options::default(), true, false).expect("serialises");
         let pod = d.pointer("/spec/template/spec").expect("pod spec");
         assert_eq!(pod["securityContext"]["runAsUser"], 65532);
         assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
@@ -356,7 +376,7 @@ mod tests {
         assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
         assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http");
         assert_eq!(pod["volumes"][1]["configMap"]["name"], "capstan-components");
-        let without = deployment(&Options::default(), false).expect("serialises");
+        let without = deployment(&Options::default(), false, false).expect("serialises");
         assert_eq!(without.pointer("/spec/template/spec/volumes").and_then(Value::as_array).map(Vec::len), Some(1));
     }
 }

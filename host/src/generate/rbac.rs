@@ -321,8 +321,13 @@ pub(crate) fn component_objects(
     resources: &Resources,
     options: &Options,
 ) -> Result<Vec<Value>, Error> {
-    let rules =
-        component_rules(component, resources, options.install_crds)?.within(&options.watch_namespaces, resources);
+    let mut rules = component_rules(component, resources, options.install_crds)?;
+    if super::webhooks::serves(&component.manifest) {
+        // Without the Deployment, the host runs outside the cluster and
+        // creates the configurations itself.
+        rules.cluster.extend(&super::webhooks::rules(&component.manifest, options.skip_deployment));
+    }
+    let rules = rules.within(&options.watch_namespaces, resources);
     let name = options.component_object_name(&component.manifest.name)?;
     let labels = options.labels(Some(&component.manifest.name));
     let mut out = Vec::new();

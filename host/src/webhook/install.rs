@@ -13,13 +13,16 @@
 //! Configurations of webhooks a later version no longer declares are not
 //! deleted; the caBundle is the one known when the component loads (a
 //! rotated CA in `--webhook-cert-dir` is written at the next load).
+//!
+//! `capstan gen` writes the same objects ([`objects`]) with a Service
+//! endpoint and no caBundle, which the host then fills in.
 
 use std::collections::HashMap;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::{Error, Install};
+use super::{Endpoint, Error, Install};
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{Cluster, Patch, Subresource};
 use crate::manifest::{AdmissionWebhook, Manifest};
@@ -28,8 +31,14 @@ use crate::object::{Gvk, ObjectRef};
 /// Field manager of the webhook configurations and conversion stanzas.
 pub const FIELD_MANAGER: &str = "capstan-webhooks";
 
+/// The name of the webhook configurations of `manifest`:
+/// `capstan-<component>`.
+pub(crate) fn configuration_name(manifest: &Manifest) -> String {
+    format!("capstan-{}", manifest.name)
+}
+
 /// The CRD of the manifest that defines `group` and `kind`.
-fn crd_of<'a>(manifest: &'a Manifest, group: &str, kind: &str) -> Option<&'a Value> {
+pub(crate) fn crd_of<'a>(manifest: &'a Manifest, group: &str, kind: &str) -> Option<&'a Value> {
     manifest.crds.iter().find(|c| {
         c.pointer("/spec/group").and_then(Value::as_str) == Some(group)
             && c.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
@@ -96,10 +105,16 @@ fn entry(manifest: &Manifest, webhook: &AdmissionWebhook, install: &Install, plu
 }
 
 fn client_config(install: &Install, path: &str) -> Value {
-    json!({
-        "url": format!("{}{path}", install.url.trim_end_matches('/')),
-        "caBundle": base64::engine::general_purpose::STANDARD.encode(&install.ca_bundle),
-    })
+    let mut config = match &install.endpoint {
+        Endpoint::Url(url) => json!({"url": format!("{}{path}", url.trim_end_matches('/'))}),
+        Endpoint::Service(s) => {
+            json!({"service": {"namespace": s.namespace, "name": s.name, "port": s.port, "path": path}})
+        }
+    };
+    if !install.ca_bundle.is_empty() {
+        config["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(&install.ca_bundle));
+    }
+    config
 }
 
 async fn apply(cluster: &KubeCluster, object: Value) -> Result<(), Error> {
@@ -132,7 +147,7 @@ pub fn objects(manifest: &Manifest, install: &Install, plurals: &HashMap<Gvk, St
         objects.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": kind,
-            "metadata": {"name": format!("capstan-{}", manifest.name), "labels": {"app.kubernetes.io/managed-by": "capstan"}},
+            "metadata": {"name": configuration_name(manifest), "labels": {"app.kubernetes.io/managed-by": "capstan"}},
             "webhooks": webhooks,
         }));
     }
@@ -215,7 +230,7 @@ mod tests {
 
     #[test]
     fn each_webhook_points_at_its_route_with_the_ca_bundle() {
-        let install = Install { url: "https://127.0.0.1:9443/".into(), ca_bundle: b"PEM".to_vec() };
+        let install = Install { endpoint: Endpoint::Url("https://127.0.0.1:9443/".into()), ca_bundle: b"PEM".to_vec() };
         let plurals = HashMap::from([(Gvk::new("example.com", "v1", "Greeting"), "greetings".to_owned())]);
         let objects = objects(&manifest(), &install, &plurals);
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
