@@ -57,6 +57,44 @@ fn refusal<T: std::fmt::Debug>(result: kube::Result<T>) -> Result<String> {
     }
 }
 
+/// Writes into `dir` a serving certificate for 127.0.0.1 (`tls.crt`,
+/// `tls.key`) signed by a new CA, the way cert-manager renews a Secret
+/// (each file replaced whole); returns the CA's PEM.
+fn write_signed_pair(dir: &std::path::Path) -> Result<String> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key)?.pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])?.signed_by(&key, &issuer)?;
+    for (name, pem) in [("tls.key", key.serialize_pem()), ("tls.crt", cert.pem())] {
+        std::fs::write(dir.join(format!("{name}.new")), pem)?;
+        std::fs::rename(dir.join(format!("{name}.new")), dir.join(name))?;
+    }
+    Ok(ca_pem)
+}
+
+/// Points every webhook of the validating configuration at `url`, trusting
+/// `ca` only.
+async fn point_validating_at(api: &Api<ValidatingWebhookConfiguration>, url: &str, ca: &str) -> Result<()> {
+    use base64::Engine as _;
+    let current = api.get(CONFIGURATION).await?;
+    let count = current.webhooks.as_ref().map_or(0, Vec::len);
+    let ops: Vec<Value> = (0..count)
+        .map(|i| {
+            json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig"), "value": {
+                "url": format!("{url}/admission/greeter-webhooks/{}", current.webhooks.as_ref().map(|w| w[i].name.clone()).unwrap_or_default()),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
+            }})
+        })
+        .collect();
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
+    api.patch(CONFIGURATION, &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert() -> Result<()> {
     ControlPlane::shared().await?;
@@ -183,17 +221,118 @@ async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert()
     assert!(created.load(Ordering::Relaxed) > 0, "requests ran during the swaps");
     assert_eq!(host.status()[0].swaps, 3);
 
-    // The configurations point at this process: remove them before it goes.
-    let client = ns.client();
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let installed = validating.get(CONFIGURATION).await?;
+    let installed = Api::<ValidatingWebhookConfiguration>::all(ns.client()).get(CONFIGURATION).await?;
     let url = installed.webhooks.as_ref().and_then(|w| w[0].client_config.url.clone()).context("a url")?;
     assert_eq!(url, format!("https://127.0.0.1:{port}/admission/greeter-webhooks/validate.greetings.{GROUP}"));
+
+    // The stream's Greetings served their purpose.
+    v1alpha1.delete_collection(&DeleteParams::default(), &Default::default()).await?;
+    wait_for(Duration::from_secs(30), || async {
+        v1alpha1.list(&Default::default()).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
+    })
+    .await?;
+    for (name, spec) in [("one", json!({"message": "one"})), ("two", json!({"message": "two", "replicas": 2}))] {
+        v1alpha1.create(&post, &greeting(name, spec, json!({}))?).await?;
+    }
+    v1.create(&post, &written).await?;
+
+    // A storage-version change: v1 becomes the storage version; every
+    // object, stored as v1alpha1 or v1, stays readable as both; each is
+    // rewritten (stored as v1 through the conversion webhook) and v1alpha1
+    // leaves `storedVersions`, and all stay readable.
+    let crds: Api<CustomResourceDefinition> = Api::all(ns.client());
+    let crd_name = format!("greetings.{GROUP}");
+    let crd = crds.get(&crd_name).await?;
+    let ops: Vec<Value> = crd
+        .spec
+        .versions
+        .iter()
+        .enumerate()
+        .map(|(i, v)| json!({"op": "replace", "path": format!("/spec/versions/{i}/storage"), "value": v.name == "v1"}))
+        .collect();
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
+    crds.patch(&crd_name, &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
+    let stored = wait_for(Duration::from_secs(30), || async {
+        let crd = crds.get(&crd_name).await.ok()?;
+        let versions = crd.status?.stored_versions?;
+        (versions.contains(&"v1".to_owned())).then_some(versions)
+    })
+    .await?;
+    assert_eq!(stored, ["v1alpha1", "v1"]);
+    let readable = |names: Vec<String>| {
+        let (v1alpha1, v1) = (v1alpha1.clone(), v1.clone());
+        async move {
+            for name in names {
+                let old = v1alpha1.get(&name).await.with_context(|| format!("{name} as v1alpha1"))?;
+                let new = v1.get(&name).await.with_context(|| format!("{name} as v1"))?;
+                ensure!(
+                    old.data["spec"]["message"] == new.data["spec"]["greeting"]["text"]
+                        && old.data["spec"]["replicas"] == new.data["spec"]["greeting"]["replicas"],
+                    "{name}: {:?} against {:?}",
+                    old.data,
+                    new.data
+                );
+            }
+            anyhow::Ok(())
+        }
+    };
+    let names: Vec<String> =
+        v1alpha1.list(&Default::default()).await?.items.into_iter().filter_map(|g| g.metadata.name).collect();
+    ensure!(names.len() == 3, "objects to migrate: {names:?}");
+    readable(names.clone()).await?;
+    v1alpha1.create(&post, &greeting("after-storage-change", json!({"message": "new"}), json!({}))?).await?;
+    // The migration a storage-version migrator does: rewrite every object
+    // unchanged, then drop the old version from storedVersions.
+    for name in &names {
+        let object = v1.get(name).await?;
+        v1.replace(name, &post, &object).await.with_context(|| format!("rewriting {name}"))?;
+    }
+    let status = json!({"status": {"storedVersions": ["v1"]}});
+    crds.patch_status(&crd_name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+    let mut all = names;
+    all.push("after-storage-change".to_owned());
+    readable(all).await?;
+
+    // A certificate rotated on disk: a second server with files
+    // (--webhook-cert-dir) serves the validating webhooks. Rotated to a
+    // certificate of a new CA, with the configuration then trusting only
+    // that CA, calls succeed only if the new files serve, with no restart.
+    let client = ns.client();
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let cert_dir = dir.join("certs");
+    std::fs::create_dir_all(&cert_dir)?;
+    let first_ca = write_signed_pair(&cert_dir)?;
+    let file_certs = Arc::new(Certs::from_dir(&cert_dir)?);
+    let _watch = file_certs.watch()?;
+    let file_port = free_port()?;
+    let file_server = webhook::serve(([127, 0, 0, 1], file_port).into(), file_certs, Arc::clone(&registry)).await?;
+    let file_url = format!("https://127.0.0.1:{file_port}");
+    let denied_through = |ca: String| {
+        let (validating, api, file_url) = (validating.clone(), v1alpha1.clone(), file_url.clone());
+        async move {
+            point_validating_at(&validating, &file_url, &ca).await?;
+            // The API server's webhook informer takes the change in its time.
+            wait_for(Duration::from_secs(30), || async {
+                let g = greeting("rotated", json!({"message": "hi", "replicas": 12}), json!({})).ok()?;
+                match api.create(&PostParams::default(), &g).await {
+                    Err(kube::Error::Api(s)) if s.message.contains("must be between 0 and 10") => Some(()),
+                    _ => None,
+                }
+            })
+            .await
+            .context("the file-served webhook did not deny")
+        }
+    };
+    denied_through(first_ca).await?;
+    let second_ca = write_signed_pair(&cert_dir)?;
+    denied_through(second_ca).await.context("after rotating the certificate on disk")?;
+    file_server.shutdown().await;
+
+    // The configurations point at this process: remove them before it goes.
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     validating.delete(CONFIGURATION, &DeleteParams::default()).await?;
     mutating.delete(CONFIGURATION, &DeleteParams::default()).await?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client);
-    crds.delete(&format!("greetings.{GROUP}"), &DeleteParams::default()).await?;
+    crds.delete(&crd_name, &DeleteParams::default()).await?;
     host.shutdown().await;
     server.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
