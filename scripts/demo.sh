@@ -5,6 +5,10 @@
 # kube-controller-manager on loopback, builds the greeter component and the
 # capstan host, runs the greeter with `capstan run`, creates a Greeting, and
 # shows it being reconciled: children, status, Events, an update, a delete.
+# Then a second component, greeter-webhooks, serves admission and conversion
+# webhooks that the API server calls: an invalid Greeting is rejected with
+# the guest's message, one without replicas is stored with the default, and
+# one written as v1alpha1 reads back as v1.
 # Everything it started is stopped at the end (pass --keep to leave the
 # control plane running; then `tests/control-plane/cp.sh down` stops it).
 set -euo pipefail
@@ -31,10 +35,11 @@ k version 2>/dev/null | grep -i server || true
 
 say "build: the greeter component (wasm32-wasip2) and the capstan host"
 rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
-cargo build --quiet --release --target wasm32-wasip2 -p greeter
+cargo build --quiet --release --target wasm32-wasip2 -p greeter -p greeter-webhooks
 cargo build --quiet -p capstan-host
 capstan="$CARGO_TARGET_DIR/debug/capstan"
 greeter="$CARGO_TARGET_DIR/wasm32-wasip2/release/greeter.wasm"
+webhooks="$CARGO_TARGET_DIR/wasm32-wasip2/release/greeter_webhooks.wasm"
 "$capstan" inspect "$greeter" | grep -E "^(name|contract|digest|finalizer|maxConcurrency):"
 
 say "capstan run --install-crds greeter.wasm"
@@ -42,8 +47,15 @@ log=$(mktemp -t capstan-demo.XXXXXX.log)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$capstan" run --install-crds --listen "127.0.0.1:$port" "$greeter" >"$log" 2>&1 &
 host_pid=$!
+hooks_pid=
 cleanup() {
   kill "$host_pid" 2>/dev/null && wait "$host_pid" 2>/dev/null || true
+  if [[ -n $hooks_pid ]]; then
+    kill "$hooks_pid" 2>/dev/null && wait "$hooks_pid" 2>/dev/null || true
+    # The configurations point at the process just stopped.
+    k delete validatingwebhookconfiguration,mutatingwebhookconfiguration capstan-greeter-webhooks \
+      --ignore-not-found >/dev/null 2>&1 || true
+  fi
   if [[ $started_cp == 1 && $keep == 0 ]]; then tests/control-plane/cp.sh down >/dev/null 2>&1 || true; fi
   echo "host log: $log"
 }
@@ -80,5 +92,31 @@ say "delete it: the finalizer runs, the children are garbage collected"
 k -n demo delete greeting hello --wait=true --timeout=60s
 k -n demo get events --field-selector involvedObject.kind=Greeting \
   -o custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message | sed 's/^/  /'
+
+say "admission and conversion webhooks, written as guest logic (greeter-webhooks)"
+hooks_log=$(mktemp -t capstan-demo-webhooks.XXXXXX.log)
+hooks_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+echo "capstan run --install-crds --webhook-listen 127.0.0.1:$hooks_port --install-webhooks greeter-webhooks.wasm"
+"$capstan" run --install-crds --listen 127.0.0.1:0 --webhook-listen "127.0.0.1:$hooks_port" --install-webhooks \
+  "$webhooks" >"$hooks_log" 2>&1 &
+hooks_pid=$!
+hooks_greeting() { # NAME SPEC
+  printf 'apiVersion: webhooks.examples.capstan.dev/v1alpha1\nkind: Greeting\nmetadata: {name: %s, namespace: demo}\nspec: %s\n' "$1" "$2"
+}
+# The API server uses a new webhook configuration once its informer has it:
+# wait until the validating webhook answers.
+for _ in $(seq 1 60); do
+  kill -0 "$hooks_pid" 2>/dev/null || { cat "$hooks_log"; exit 1; }
+  if out=$(hooks_greeting empty '{message: ""}' | k apply --dry-run=server -f - 2>&1); then sleep 0.5; continue; fi
+  grep -q "must not be empty" <<<"$out" && break
+  sleep 0.5
+done
+echo "\$ kubectl apply  # spec: {message: \"\", replicas: 11}"
+hooks_greeting rejected '{message: "", replicas: 11}' | k apply -f - 2>&1 | sed 's/^/  /' || true
+echo "\$ kubectl apply  # spec: {message: \"Hello, webhooks\"} (no replicas)"
+hooks_greeting defaulted '{message: "Hello, webhooks"}' | k apply -f -
+echo "written as v1alpha1, defaulted: $(k -n demo get greetings.v1alpha1.webhooks.examples.capstan.dev defaulted -o jsonpath='{.spec}')"
+echo "read as v1, converted:         $(k -n demo get greetings.v1.webhooks.examples.capstan.dev defaulted -o jsonpath='{.spec}')"
+k -n demo delete greetings.webhooks.examples.capstan.dev defaulted >/dev/null
 
 say "done"
