@@ -34,6 +34,8 @@
 //! | `capstan_scheduler_schedule_attempts_total` | `scheduler`, `result` | scheduling attempts: `scheduled`, `unschedulable`, `error` |
 //! | `capstan_scheduler_attempt_duration_seconds` | `scheduler` | from taking a Pod off the queue to its binding or failure |
 //! | `capstan_scheduler_pending_pods` | `scheduler` | Pods waiting in a scheduler's queue (read at scrape time) |
+//! | `capstan_webhook_requests_total` | `controller`, `webhook`, `code` | admission (`webhook` its name) and conversion (`convert`) requests by HTTP code; `unknown` for names not served |
+//! | `capstan_webhook_request_duration_seconds` | `controller`, `webhook` | the host's time to answer, guest call included |
 //!
 //! A `kind` label is `Kind` for the core group and `Kind.group` otherwise
 //! (`ConfigMap`, `Deployment.apps`), the way `kubectl` names resources.
@@ -234,6 +236,19 @@ struct SchedulerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookLabels {
+    controller: String,
+    webhook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookRequestLabels {
+    controller: String,
+    webhook: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AttemptLabels {
     scheduler: String,
     result: &'static str,
@@ -376,6 +391,8 @@ pub struct Metrics {
     controllers: Family<StateLabels, Gauge>,
     scheduler_attempts: Family<AttemptLabels, Counter>,
     scheduler_attempt_time: Histograms<SchedulerLabels>,
+    webhook_requests: Family<WebhookRequestLabels, Counter>,
+    webhook_time: Histograms<WebhookLabels>,
     states_seen: Mutex<BTreeSet<String>>,
     /// The state of each controller, by name.
     controller_states: Mutex<BTreeMap<String, String>>,
@@ -413,6 +430,8 @@ impl Metrics {
             controllers: Family::default(),
             scheduler_attempts: Family::default(),
             scheduler_attempt_time: Family::new_with_constructor(seconds),
+            webhook_requests: Family::default(),
+            webhook_time: Family::new_with_constructor(seconds),
             states_seen: Mutex::default(),
             controller_states: Mutex::default(),
         };
@@ -469,6 +488,17 @@ impl Metrics {
             "From taking a Pod off a scheduler's queue to its binding or failure",
             Unit::Seconds,
             m.scheduler_attempt_time.clone(),
+        );
+        r.register(
+            "webhook_requests",
+            "Webhook requests by controller, webhook and HTTP code",
+            m.webhook_requests.clone(),
+        );
+        r.register_with_unit(
+            "webhook_request_duration",
+            "Time the host takes to answer a webhook request, guest call included",
+            Unit::Seconds,
+            m.webhook_time.clone(),
         );
         m
     }
@@ -641,6 +671,18 @@ impl Metrics {
         self.scheduler_attempt_time
             .get_or_create(&SchedulerLabels { scheduler: scheduler.to_owned() })
             .observe(duration.as_secs_f64());
+    }
+
+    /// Counts one webhook request answered with HTTP `code` for
+    /// `controller`'s `webhook` (`convert` for conversion), and the time
+    /// it took. Callers pass `unknown` for names the host does not serve,
+    /// so that requests cannot grow the registry.
+    pub fn webhook_served(&self, controller_name: &str, webhook: &str, code: u16, duration: Duration) {
+        let (controller, webhook) = (controller_name.to_owned(), webhook.to_owned());
+        let labels =
+            WebhookRequestLabels { controller: controller.clone(), webhook: webhook.clone(), code: code.to_string() };
+        self.webhook_requests.get_or_create(&labels).inc();
+        self.webhook_time.get_or_create(&WebhookLabels { controller, webhook }).observe(duration.as_secs_f64());
     }
 
     /// Drops the gauges of a controller that is gone (its leader status);

@@ -315,24 +315,50 @@ pub fn router(registry: Arc<Registry>) -> Router {
         .with_state(registry)
 }
 
+/// The metric labels of a request: the names as served, `unknown` for
+/// names this host does not serve (they come from the request).
+fn labels(served: Option<&Served>, webhook: Option<&str>) -> (String, String) {
+    let Some(served) = served else { return ("unknown".to_owned(), "unknown".to_owned()) };
+    let manifest = &served.component.manifest;
+    let webhook = match webhook {
+        None => "convert",
+        Some(name) if manifest.roles.admission.iter().any(|w| w.name == name) => name,
+        Some(_) => "unknown",
+    };
+    (manifest.name.clone(), webhook.to_owned())
+}
+
+/// Answers with `result` and counts the request.
+fn answered(result: Result<Value, Error>, labels: (String, String), started: std::time::Instant) -> Response {
+    let response = respond(result);
+    crate::metrics::metrics().webhook_served(&labels.0, &labels.1, response.status().as_u16(), started.elapsed());
+    response
+}
+
 async fn review(
     State(registry): State<Arc<Registry>>,
     Path((component, webhook)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
-    let result = match registry.get(&component) {
+    let started = std::time::Instant::now();
+    let served = registry.get(&component);
+    let labels = labels(served.as_ref().ok(), Some(&webhook));
+    let result = match served {
         Ok(served) => admission::handle(&served, &webhook, &body).await,
         Err(e) => Err(e),
     };
-    respond(result)
+    answered(result, labels, started)
 }
 
 async fn convert(State(registry): State<Arc<Registry>>, Path(component): Path<String>, body: Bytes) -> Response {
-    let result = match registry.get(&component) {
+    let started = std::time::Instant::now();
+    let served = registry.get(&component);
+    let labels = labels(served.as_ref().ok(), None);
+    let result = match served {
         Ok(served) => conversion::handle(&served, &body).await,
         Err(e) => Err(e),
     };
-    respond(result)
+    answered(result, labels, started)
 }
 
 /// Binds `addr` and serves the webhooks of `registry` over HTTPS with the
@@ -429,6 +455,12 @@ mod tests {
         assert_eq!(body["message"], "no component nobody serves webhooks here");
         let (status, _) = call("/convert/nobody", vec![b' '; MAX_BODY + 1]).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        // Names from the request never become labels.
+        let scrape = crate::metrics::metrics().encode();
+        assert!(
+            scrape.contains(r#"capstan_webhook_requests_total{controller="unknown",webhook="unknown",code="404"}"#)
+        );
+        assert!(!scrape.contains("nobody"), "{scrape}");
     }
 
     #[test]
