@@ -121,6 +121,24 @@ async fn the_javascript_template_passes_its_scenarios() {
     assert_scenarios_pass("template-js", &rendered_template("js").join("scenarios")).await;
 }
 
+#[tokio::test]
+async fn the_python_and_javascript_webhooks_pass_the_rust_webhooks_scenarios() {
+    let scenarios = repo().join("examples/greeter-webhooks/scenarios");
+    for port in ["greeter-webhooks-python", "greeter-webhooks-js"] {
+        assert_scenarios_pass(port, &scenarios).await;
+    }
+}
+
+#[test]
+fn the_python_and_javascript_webhooks_declare_what_the_rust_ones_do() {
+    let rust = inspect("greeter-webhooks");
+    assert_eq!(rust["roles"]["reconcile"], json!(false), "{rust:#}");
+    for port in ["greeter-webhooks-python", "greeter-webhooks-js"] {
+        let doc = numbers_as_floats(&inspect(port));
+        assert_eq!(doc, numbers_as_floats(&rust), "{port}: the whole manifest, roles and grants");
+    }
+}
+
 /// `capstan inspect --output json` of a component, without its digest.
 fn inspect(stem: &str) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_capstan"))

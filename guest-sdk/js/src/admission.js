@@ -172,7 +172,8 @@ export class Verdict {
 /**
  * Admission logic: override the methods the manifest declares webhooks for
  * (both allow by default). A fresh instance is made for every call. An
- * exception is logged and denies the request (code 500).
+ * exception is logged and fails the call (the guest traps): the webhook's
+ * failure policy then decides.
  */
 export class Admission extends Component {
   /** Called for a validating webhook. @param {AdmissionRequest} request @returns {Verdict} */
@@ -233,7 +234,7 @@ function decode(bytes, what) {
 /**
  * Decodes the request, calls `validate` or `mutate` and converts the
  * verdict; a request that does not decode is denied with 400, an exception
- * with 500.
+ * is logged and thrown on (the call traps).
  * @param {new () => Admission} AdmissionClass
  * @param {any} request the WIT `admission-request`
  */
@@ -270,9 +271,11 @@ export function runReview(AdmissionClass, request) {
       patched = toBytes(obj);
     }
   } catch (e) {
-    const name = e instanceof Error ? e.name : typeof e;
+    // A failed call, not an answer: logged, then thrown on, so that the
+    // guest traps, the host answers the API server with an error and the
+    // webhook's failure policy decides (as a panic does in Rust).
     log.error("unhandled exception in admission", { error: String(e), stack: e?.stack ?? "" });
-    return Verdict.deny(`unhandled ${name}: ${e instanceof Error ? e.message : String(e)}`).code(500).wit();
+    throw e;
   }
   if (!(verdict instanceof Verdict)) {
     return Verdict.deny("admission returned something other than a Verdict").code(500).wit();

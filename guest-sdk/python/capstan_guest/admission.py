@@ -231,8 +231,9 @@ class Admission(Component):
     """Admission logic: override the methods the manifest declares webhooks
     for (both allow by default), and export the class with
     ``capstan.export(..., admission=MyHooks)``. A fresh instance is made for
-    every call. An exception is logged and denies the request (code
-    500)."""
+    every call. An exception is logged and fails the call (the guest
+    traps): the webhook's failure policy then decides, ``Fail`` refusing
+    the request, ``Ignore`` letting it through."""
 
     def validate(self, request: AdmissionRequest) -> Verdict:
         """Called for a validating webhook."""
@@ -265,7 +266,7 @@ def _decode(data: Optional[bytes], what: str) -> Optional[Dict[str, Any]]:
 def run_review(admission: Type[Admission], request: _wit.AdmissionRequest) -> _wit.AdmissionResponse:
     """Decodes the request, calls ``validate`` or ``mutate`` and converts
     the verdict; a request that does not decode is denied with 400, an
-    exception with 500."""
+    exception is logged and raised again (the call traps)."""
     try:
         typed = AdmissionRequest(
             webhook=request.webhook,
@@ -292,9 +293,12 @@ def run_review(admission: Type[Admission], request: _wit.AdmissionRequest) -> _w
             obj = json.loads(json.dumps(typed.object))
             verdict = instance.mutate(typed, obj)
             patched = json.dumps(obj).encode()
-    except Exception as e:  # noqa: BLE001 - a bug in a webhook must not trap the host call
+    except Exception as e:
+        # A failed call, not an answer: logged, then it traps, so that the
+        # host answers the API server with an error and the webhook's
+        # failure policy decides (as a panic does in Rust).
         log.error("unhandled exception in admission", error=repr(e), traceback=traceback.format_exc())
-        return Verdict.deny(f"unhandled {type(e).__name__}: {e}").code(500)._into_wit()
+        raise
     if not isinstance(verdict, Verdict):
         return Verdict.deny(f"admission returned {type(verdict).__name__}, not a Verdict").code(500)._into_wit()
     return verdict._into_wit(patched)
