@@ -130,9 +130,13 @@ impl MockHost {
                         Ok(response) => response,
                         Err(_) if webhook.ignore_failures => continue,
                         Err(e) => {
+                            // Worded as kube-apiserver words it.
                             return Ok(Admission::Denied {
                                 webhook: webhook.name.clone(),
-                                message: format!("failed calling webhook {:?}: {e}", webhook.name),
+                                message: format!(
+                                    "failed calling webhook {:?}: failed to call webhook: {e}",
+                                    webhook.name
+                                ),
                                 code: 500,
                             });
                         }
