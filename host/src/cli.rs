@@ -64,6 +64,7 @@ impl Cli {
                 None,
                 Command::Inspect { .. }
                 | Command::Test { .. }
+                | Command::E2e { .. }
                 | Command::Gen(_)
                 | Command::New(_)
                 | Command::Status { .. },
@@ -254,6 +255,28 @@ pub enum Command {
         /// A scenario folder, or a folder of them.
         scenarios: PathBuf,
     },
+    /// Run a component's scenarios (the folders `capstan test` runs) against
+    /// a real cluster: each case in a namespace of its own, the component
+    /// run in process, each step waited for until it holds (see
+    /// `docs/controllers.md`). Exit code 1 when a case fails.
+    E2e {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// A scenario folder, or a folder of them.
+        scenarios: PathBuf,
+        /// How long each step may take to hold, in seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        /// Leave each case's namespace behind.
+        #[arg(long)]
+        keep: bool,
+        /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context (default: the current context).
+        #[arg(long)]
+        context: Option<String>,
+    },
     /// Generate CRDs, RBAC and deployment manifests from components.
     #[command(subcommand)]
     Gen(generate::Command),
@@ -373,20 +396,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let results = scenario::run_all(&component, &scenarios)
                 .await
                 .with_context(|| format!("cannot run scenarios in {}", scenarios.display()))?;
-            let mut failed = 0;
-            for case in &results {
-                if case.passed() {
-                    println!("scenario {} ... ok", case.name);
-                } else {
-                    failed += 1;
-                    println!("scenario {} ... FAILED", case.name);
-                    for m in &case.mismatches {
-                        println!("    {m}");
-                    }
-                }
-            }
-            println!("{} passed, {failed} failed", results.len() - failed);
-            Ok(if failed == 0 { 0 } else { 1 })
+            Ok(report(&results))
+        }
+        Command::E2e { component, scenarios, timeout, keep, kubeconfig, context } => {
+            let client = client(kubeconfig.as_deref(), context).await?;
+            let options = crate::e2e::Options { timeout: std::time::Duration::from_secs(timeout), keep };
+            let results = crate::e2e::run_all(client, &component, &scenarios, &options)
+                .await
+                .with_context(|| format!("cannot run scenarios in {}", scenarios.display()))?;
+            Ok(report(&results))
         }
     }
 }
@@ -441,6 +459,25 @@ pub async fn connect_with_retry(
             }
         }
     }
+}
+
+/// Prints each case's outcome and what did not hold; the exit code: 0 when
+/// every case passed, else 1.
+fn report(results: &[scenario::CaseResult]) -> i32 {
+    let mut failed = 0;
+    for case in results {
+        if case.passed() {
+            println!("scenario {} ... ok", case.name);
+        } else {
+            failed += 1;
+            println!("scenario {} ... FAILED", case.name);
+            for m in &case.mismatches {
+                println!("    {m}");
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", results.len() - failed);
+    i32::from(failed != 0)
 }
 
 /// A client for the cluster the arguments name (nothing is sent yet).

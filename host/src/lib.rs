@@ -31,6 +31,7 @@ pub mod cli;
 pub mod cluster;
 pub mod component;
 pub mod controller;
+pub mod e2e;
 pub mod engine;
 pub mod generate;
 pub mod grants;
