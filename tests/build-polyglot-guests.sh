@@ -8,6 +8,8 @@
 #   greeter-js.wasm                 examples/greeter-js (jco, QuickJS engine)
 #   greeter-js-spidermonkey.wasm    examples/greeter-js (componentize-js, SpiderMonkey)
 #   tenant-js.wasm                  examples/tenant-js (jco, QuickJS engine)
+#   zone-scheduler-python.wasm      examples/zone-scheduler-python (componentize-py)
+#   zone-scheduler-js.wasm          examples/zone-scheduler-js (jco, QuickJS engine)
 #   template-python.wasm            host/templates/python, rendered
 #   template-js.wasm                host/templates/js, rendered
 #   templates/<lang>/               the rendered templates (their scenarios)
@@ -149,6 +151,10 @@ js_key=$(key "$root/examples/greeter-js" "$sdk_js" "$wit")
 build greeter-js "$js_key" js_quickjs "$root/examples/greeter-js/greeter.js"
 build greeter-js-spidermonkey "$js_key" js_spidermonkey "$root/examples/greeter-js/greeter.js"
 build tenant-js "$(key "$root/examples/tenant-js" "$sdk_js" "$wit")" js_quickjs "$root/examples/tenant-js/tenant.js"
+build zone-scheduler-python "$(key "$root/examples/zone-scheduler-python" "$sdk_py" "$wit")" \
+  python_component "$root/examples/zone-scheduler-python" zone_scheduler
+build zone-scheduler-js "$(key "$root/examples/zone-scheduler-js" "$sdk_js" "$wit")" \
+  js_quickjs "$root/examples/zone-scheduler-js/zone-scheduler.js"
 
 # The templates of `capstan new --lang python|js`, rendered with sample
 # values, so that they are built and their scenarios run like the examples.
