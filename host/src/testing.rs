@@ -98,6 +98,16 @@ pub enum Error {
     /// Two components declare the same controller name.
     #[error("a controller named {0} is already loaded")]
     Duplicate(String),
+    /// Two components declare the same scheduler name.
+    #[error("controller {name} declares scheduler {scheduler}, which controller {other} serves already")]
+    DuplicateScheduler {
+        /// The controller that was refused.
+        name: String,
+        /// The scheduler name.
+        scheduler: String,
+        /// The controller that serves it.
+        other: String,
+    },
     /// A seeded object was refused by the mock cluster.
     #[error("cannot seed object: {0}")]
     Seed(#[from] cluster::Error),
@@ -316,12 +326,23 @@ impl MockHost {
     /// # Errors
     ///
     /// [`Error::Component`] if the component is rejected;
-    /// [`Error::Duplicate`] if its controller name is taken.
+    /// [`Error::Duplicate`] if its controller name is taken;
+    /// [`Error::DuplicateScheduler`] if its scheduler name is.
     pub async fn load(&mut self, path: impl AsRef<Path>) -> Result<Arc<Manifest>, Error> {
         let loaded = self.loader.load(path.as_ref()).await?;
         let manifest = Arc::clone(&loaded.manifest);
         if self.controllers.iter().any(|c| c.manifest.name == manifest.name) {
             return Err(Error::Duplicate(manifest.name.clone()));
+        }
+        if let Some(scheduler) = &manifest.roles.scheduler
+            && let Some(other) =
+                self.controllers.iter().find(|c| c.manifest.roles.scheduler.as_ref() == Some(scheduler))
+        {
+            return Err(Error::DuplicateScheduler {
+                name: manifest.name.clone(),
+                scheduler: scheduler.clone(),
+                other: other.manifest.name.clone(),
+            });
         }
         for crd in &manifest.crds {
             self.cluster.register_crd(crd)?;
@@ -564,6 +585,19 @@ mod tests {
             err.to_string(),
             "reconcile loop: controller greeter reconciled v1/ConfigMap ns/a again and again (100 reconciles in \
              20ms) while the cluster kept changing"
+        );
+    }
+
+    #[test]
+    fn the_duplicate_scheduler_error_names_both_controllers() {
+        let err = Error::DuplicateScheduler {
+            name: "scheduler-twin".into(),
+            scheduler: "zone-spread".into(),
+            other: "zone-scheduler".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "controller scheduler-twin declares scheduler zone-spread, which controller zone-scheduler serves already"
         );
     }
 
