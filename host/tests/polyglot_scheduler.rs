@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use capstan_host::cli::manifest_document;
 use capstan_host::scenario;
-use capstan_host::testing::{MockHost, find_component};
+use capstan_host::testing::{MockHost, find_component, warm_compile_cache};
 
 /// The Rust zone scheduler, by component file stem.
 const RUST: &str = "zone-scheduler";
@@ -25,32 +25,11 @@ fn repo() -> PathBuf {
 }
 
 fn component(stem: &str) -> PathBuf {
-    warm_compile_cache();
+    static WARM: OnceLock<()> = OnceLock::new();
+    WARM.get_or_init(|| warm_compile_cache(&[RUST, PORTS[0], PORTS[1]]).unwrap_or_else(|e| panic!("{e}")));
     find_component(stem).unwrap_or_else(|e| {
         panic!("{e} (tests/build-guests.sh builds zone-scheduler, tests/build-polyglot-guests.sh the ports)")
     })
-}
-
-/// Compiles every component once into the compile cache before any test
-/// loads one, so that the tests do not all compile them at once.
-fn warm_compile_cache() {
-    static WARM: OnceLock<()> = OnceLock::new();
-    WARM.get_or_init(|| {
-        // A thread of its own: the tests already run inside a runtime.
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            rt.block_on(async {
-                for stem in [RUST].into_iter().chain(PORTS) {
-                    if let Ok(path) = find_component(stem) {
-                        let mut host = MockHost::new().expect("mock host");
-                        host.load(&path).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
-                    }
-                }
-            });
-        })
-        .join()
-        .expect("the warm-up thread does not panic");
-    });
 }
 
 async fn assert_scenarios_pass(stem: &str) {
