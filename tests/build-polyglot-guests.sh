@@ -10,6 +10,8 @@
 #   greeter-webhooks-python.wasm    examples/greeter-webhooks-python (componentize-py)
 #   greeter-webhooks-js.wasm        examples/greeter-webhooks-js (jco, QuickJS engine)
 #   tenant-js.wasm                  examples/tenant-js (jco, QuickJS engine)
+#   zone-scheduler-python.wasm      examples/zone-scheduler-python (componentize-py)
+#   zone-scheduler-js.wasm          examples/zone-scheduler-js (jco, QuickJS engine)
 #   template-python.wasm            host/templates/python, rendered
 #   template-js.wasm                host/templates/js, rendered
 #   templates/<lang>/               the rendered templates (their scenarios)
@@ -155,6 +157,10 @@ build greeter-webhooks-python "$(key "$root/examples/greeter-webhooks-python" "$
   python_component "$root/examples/greeter-webhooks-python" webhooks
 build greeter-webhooks-js "$(key "$root/examples/greeter-webhooks-js" "$sdk_js" "$wit")" \
   js_quickjs "$root/examples/greeter-webhooks-js/webhooks.js"
+build zone-scheduler-python "$(key "$root/examples/zone-scheduler-python" "$sdk_py" "$wit")" \
+  python_component "$root/examples/zone-scheduler-python" zone_scheduler
+build zone-scheduler-js "$(key "$root/examples/zone-scheduler-js" "$sdk_js" "$wit")" \
+  js_quickjs "$root/examples/zone-scheduler-js/zone-scheduler.js"
 
 # The templates of `capstan new --lang python|js`, rendered with sample
 # values, so that they are built and their scenarios run like the examples.

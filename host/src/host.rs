@@ -74,6 +74,22 @@ pub enum Error {
         /// The file that runs it.
         other: PathBuf,
     },
+    /// Another file already runs a component serving this scheduler name.
+    #[error(
+        "{path}: controller {name} declares scheduler {scheduler}, which controller {other_name} from {other} serves already"
+    )]
+    DuplicateScheduler {
+        /// The rejected file.
+        path: PathBuf,
+        /// Its controller name.
+        name: String,
+        /// The scheduler name both declare.
+        scheduler: String,
+        /// The file whose component serves it.
+        other: PathBuf,
+        /// That component's controller name.
+        other_name: String,
+    },
     /// A new version failed on its canary share.
     #[error("{path}: canary failed: {failure}")]
     Canary {
@@ -156,7 +172,7 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Component(e) => e.reason(),
-            Self::Duplicate { .. } => "duplicate",
+            Self::Duplicate { .. } | Self::DuplicateScheduler { .. } => "duplicate",
             Self::Canary { .. } => "canary",
             Self::Access { .. } | Self::Wildcard { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) | Self::CrdOwned { .. } => "crd",
@@ -571,6 +587,17 @@ impl Shared {
             .map(|s| s.path.clone());
         if let Some(other) = other {
             return Err(Error::Duplicate { path: path.to_owned(), name, other });
+        }
+        if let Some(scheduler) = &loaded.manifest.roles.scheduler {
+            let other = lock(&self.slots).iter().find_map(|s| {
+                let serving = s.controller.as_ref()?.reconciler().component();
+                (s.path != path && serving.manifest.roles.scheduler.as_ref() == Some(scheduler))
+                    .then(|| (s.path.clone(), serving.manifest.name.clone()))
+            });
+            if let Some((other, other_name)) = other {
+                let scheduler = scheduler.clone();
+                return Err(Error::DuplicateScheduler { path: path.to_owned(), name, scheduler, other, other_name });
+            }
         }
         if let Some(p) = loaded.manifest.wildcard_permissions().next().filter(|_| !self.allow_wildcards) {
             let verbs: Vec<&str> = p.verbs.iter().map(|v| v.as_str()).collect();
@@ -1029,6 +1056,16 @@ impl Host {
         self.controllers().into_iter().find(|c| c.name() == name)
     }
 
+    /// The running schedulers, in the order their files were loaded.
+    pub fn schedulers(&self) -> Vec<Arc<Scheduler>> {
+        self.shared.schedulers()
+    }
+
+    /// The scheduler serving scheduler name `name` (`spec.schedulerName`).
+    pub fn scheduler(&self, name: &str) -> Option<Arc<Scheduler>> {
+        self.schedulers().into_iter().find(|s| s.name() == name)
+    }
+
     /// What the status API reports: one entry per component file.
     pub fn status(&self) -> Vec<ComponentStatus> {
         self.shared.status()
@@ -1060,9 +1097,9 @@ impl Host {
     /// # Errors
     ///
     /// A rejected component ([`Error::Component`], [`Error::Duplicate`],
-    /// [`Error::Access`], a CRD that cannot be installed): the version
-    /// running from `path`, if any, keeps serving, and the rejection shows
-    /// in [`status`](Self::status).
+    /// [`Error::DuplicateScheduler`], [`Error::Access`], a CRD that cannot
+    /// be installed): the version running from `path`, if any, keeps
+    /// serving, and the rejection shows in [`status`](Self::status).
     pub async fn load(&self, path: impl AsRef<Path>) -> Result<Change, Error> {
         self.shared.load(path.as_ref()).await
     }
@@ -1095,9 +1132,10 @@ impl Host {
     }
 
     /// Ready when every controller that runs has synced its caches and
-    /// leads or stands by, and every component file the host was given
-    /// runs some version; otherwise, why not (one reason per controller or
-    /// file). A file whose new version was rejected while an older one
+    /// leads or stands by, every scheduler has listed its Pods and Nodes
+    /// once, and every component file the host was given runs some
+    /// version; otherwise, why not (one reason per controller, scheduler
+    /// or file). A file whose new version was rejected while an older one
     /// serves does not make the host unready: what runs, serves. A file
     /// with no version running (rejected since the host started, e.g. a
     /// broken component on disk at a restart) does: a controller that
@@ -1126,7 +1164,35 @@ impl Host {
                     Some(format!("{}: waiting for kinds {}", c.name(), kinds.join(", ")))
                 }
             }))
+            .chain(self.shared.schedulers().iter().filter_map(|s| match s.state() {
+                State::Syncing => Some(format!("scheduler {}: Pod and Node caches not synced yet", s.name())),
+                State::Stopped => Some(format!("scheduler {}: stopped", s.name())),
+                _ => None,
+            }))
             .collect();
         if reasons.is_empty() { Ok(()) } else { Err(reasons) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_messages_name_both_components() {
+        let controller = Error::Duplicate { path: "b.wasm".into(), name: "greeter".into(), other: "a.wasm".into() };
+        assert_eq!(controller.to_string(), "b.wasm: controller greeter already runs from a.wasm");
+        let scheduler = Error::DuplicateScheduler {
+            path: "b.wasm".into(),
+            name: "twin".into(),
+            scheduler: "zone-spread".into(),
+            other: "a.wasm".into(),
+            other_name: "zone-scheduler".into(),
+        };
+        assert_eq!(
+            scheduler.to_string(),
+            "b.wasm: controller twin declares scheduler zone-spread, which controller zone-scheduler from a.wasm serves already"
+        );
+        assert_eq!(scheduler.kind(), "duplicate");
     }
 }

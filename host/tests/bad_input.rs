@@ -133,6 +133,18 @@ async fn invalid_manifest_is_rejected() {
 }
 
 #[tokio::test]
+async fn a_second_component_claiming_a_scheduler_name_is_refused_by_the_mock_host() {
+    let mut host = MockHost::new().expect("mock host");
+    host.load(guest("zone-scheduler")).await.expect("the zone scheduler loads");
+    let err = host.load(guest("scheduler-twin")).await.expect_err("the twin is refused");
+    assert!(
+        matches!(&err, capstan_host::testing::Error::DuplicateScheduler { name, scheduler, other }
+            if name == "scheduler-twin" && scheduler == "zone-spread" && other == "zone-scheduler"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn second_load_comes_from_the_compile_cache() {
     let dir = tempdir();
     let engine = Engine::new(EngineConfig::default()).expect("engine");

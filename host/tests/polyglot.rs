@@ -24,7 +24,7 @@ use capstan_host::manifest::Roles;
 use capstan_host::object::{Gvk, ObjectRef};
 use capstan_host::runtime::Runtime;
 use capstan_host::scenario;
-use capstan_host::testing::{MockHost, default_cache_dir, find_component};
+use capstan_host::testing::{MockHost, default_cache_dir, find_component, warm_compile_cache};
 use serde_json::{Value, json};
 
 /// The ports of the Rust greeter, by component file stem.
@@ -42,32 +42,9 @@ const ALL: [&str; 6] =
     ["greeter", "greeter-python", "greeter-js", "greeter-js-spidermonkey", "template-python", "template-js"];
 
 fn component(stem: &str) -> PathBuf {
-    warm_compile_cache();
-    find_component(stem).unwrap_or_else(|e| panic!("{e} (tests/build-polyglot-guests.sh builds the polyglot ones)"))
-}
-
-/// Compiles every component once into the compile cache before any test
-/// loads one. Without it, on a cold cache, every test compiles the same
-/// large components at the same time (the loader does not share a compile
-/// in progress): 170 s against 75 s here.
-fn warm_compile_cache() {
     static WARM: OnceLock<()> = OnceLock::new();
-    WARM.get_or_init(|| {
-        // A thread of its own: the tests already run inside a runtime.
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            rt.block_on(async {
-                for stem in ALL {
-                    if let Ok(path) = find_component(stem) {
-                        let mut host = MockHost::new().expect("mock host");
-                        host.load(&path).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
-                    }
-                }
-            });
-        })
-        .join()
-        .expect("the compile cache warms up");
-    });
+    WARM.get_or_init(|| warm_compile_cache(&ALL).unwrap_or_else(|e| panic!("{e}")));
+    find_component(stem).unwrap_or_else(|e| panic!("{e} (tests/build-polyglot-guests.sh builds the polyglot ones)"))
 }
 
 async fn assert_scenarios_pass(stem: &str, scenarios: &Path) {

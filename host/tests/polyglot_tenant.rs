@@ -19,7 +19,7 @@ use capstan_host::cli::manifest_document;
 use capstan_host::cluster::{Cluster, Patch, Propagation, Subresource};
 use capstan_host::object::{Gvk, ObjectRef};
 use capstan_host::scenario;
-use capstan_host::testing::{MockHost, Run, find_component};
+use capstan_host::testing::{MockHost, Run, find_component, warm_compile_cache};
 use serde_json::{Value, json};
 
 /// The Rust tenant and its port, by component file stem.
@@ -34,32 +34,11 @@ fn repo() -> PathBuf {
 }
 
 fn component(stem: &str) -> PathBuf {
-    warm_compile_cache();
+    static WARM: OnceLock<()> = OnceLock::new();
+    WARM.get_or_init(|| warm_compile_cache(&[RUST, PORT]).unwrap_or_else(|e| panic!("{e}")));
     find_component(stem).unwrap_or_else(|e| {
         panic!("{e} (tests/build-guests.sh builds tenant, tests/build-polyglot-guests.sh builds tenant-js)")
     })
-}
-
-/// Compiles both components once into the compile cache before any test
-/// loads one, so that the tests do not all compile them at once.
-fn warm_compile_cache() {
-    static WARM: OnceLock<()> = OnceLock::new();
-    WARM.get_or_init(|| {
-        // A thread of its own: the tests already run inside a runtime.
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-            rt.block_on(async {
-                for stem in [RUST, PORT] {
-                    if let Ok(path) = find_component(stem) {
-                        let mut host = MockHost::new().expect("mock host");
-                        host.load(&path).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
-                    }
-                }
-            });
-        })
-        .join()
-        .expect("the compile cache warms up");
-    });
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 # kube-controller-manager), built from Go modules, run on loopback only.
 #
 #   cp.sh build                        build the binaries once (cached by version)
+#   cp.sh build-scheduler              build kube-scheduler once too (for the scheduler
+#                                      benchmark); prints its path
 #   cp.sh up [--with-controller-manager]
 #                                      start on random free loopback ports, wait until
 #                                      ready, write a kubeconfig; prints its path last
@@ -60,19 +62,37 @@ all_built() {
   for b in "${binaries[@]}"; do [[ -x "$bin_dir/$b" ]] || return 1; done
 }
 
+# Linker flags that stamp the Kubernetes version into a binary.
+version_ldflags() {
+  local major minor kv="-s -w"
+  major=${KUBERNETES_VERSION#v}; major=${major%%.*}
+  minor=${KUBERNETES_VERSION#v*.}; minor=${minor%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kv+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    kv+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "$kv"
+}
+
+# kube-scheduler, from the same builder module, beside the others (only the
+# scheduler benchmark needs it, so `build` does not build it).
+cmd_build_scheduler() {
+  [[ $# -eq 0 ]] || die "usage: cp.sh build-scheduler"
+  if [[ ! -x "$bin_dir/kube-scheduler" ]]; then
+    command -v go >/dev/null || die "step build: no Go toolchain on PATH, and $bin_dir has no prebuilt kube-scheduler"
+    mkdir -p "$bin_dir"
+    build_one "$here/kubernetes" k8s.io/kubernetes/cmd/kube-scheduler kube-scheduler "$(version_ldflags)"
+  fi
+  echo "$bin_dir/kube-scheduler"
+}
+
 cmd_build() {
   [[ $# -eq 0 ]] || die "usage: cp.sh build"
   if all_built; then echo "$bin_dir"; return 0; fi
   command -v go >/dev/null || die "step build: no Go toolchain on PATH, and $bin_dir has no prebuilt binaries (install Go ≥ 1.26 from https://go.dev/dl or your package manager)"
   mkdir -p "$bin_dir"
-  local major minor
-  major=${KUBERNETES_VERSION#v}; major=${major%%.*}
-  minor=${KUBERNETES_VERSION#v*.}; minor=${minor%%.*}
-  local kv="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    kv+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-    kv+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
+  local kv
+  kv=$(version_ldflags)
   build_one "$here/etcd" go.etcd.io/etcd/server/v3 etcd "-s -w"
   build_one "$here/kubernetes" k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kv"
   build_one "$here/kubernetes" k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kv"
@@ -507,11 +527,12 @@ sub=${1:-}
 [[ $# -gt 0 ]] && shift
 case "$sub" in
   build) cmd_build "$@" ;;
+  build-scheduler) cmd_build_scheduler "$@" ;;
   up) cmd_up "$@" ;;
   down) [[ $# -eq 0 ]] || die "usage: cp.sh down"; lock_state; cmd_down ;;
   status) [[ $# -eq 0 ]] || die "usage: cp.sh status"; cmd_status ;;
   kubeconfig) [[ $# -eq 0 ]] || die "usage: cp.sh kubeconfig"; cmd_kubeconfig ;;
   env) [[ $# -eq 0 ]] || die "usage: cp.sh env"; cmd_env ;;
   restart-apiserver) cmd_restart_apiserver "$@" ;;
-  *) die "usage: cp.sh build | up [--with-controller-manager] | down | status | kubeconfig | env | restart-apiserver [--down-for S]" ;;
+  *) die "usage: cp.sh build | build-scheduler | up [--with-controller-manager] | down | status | kubeconfig | env | restart-apiserver [--down-for S]" ;;
 esac

@@ -505,3 +505,31 @@ fn greeting_resource() -> ApiResource {
         "greetings",
     )
 }
+
+/// The CPU time (user + system) process `pid` has used, in seconds, from
+/// `/proc/<pid>/stat` (at 100 ticks a second).
+///
+/// # Errors
+///
+/// If the process is gone or its stat cannot be read.
+pub fn cpu_seconds(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may contain spaces) start at ") ".
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).context("malformed /proc stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 here.
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    Ok(ticks / 100.0)
+}
+
+/// The peak resident memory of process `pid` (`VmHWM`), in MiB.
+///
+/// # Errors
+///
+/// If the process is gone or its status cannot be read.
+pub fn peak_rss_mib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("no VmHWM")?;
+    let kib: f64 = line.split_whitespace().nth(1).context("VmHWM value")?.parse()?;
+    Ok(kib / 1024.0)
+}

@@ -4,17 +4,19 @@
 //! ones that fit nowhere (Event and `PodScheduled` condition) and binds
 //! them once a Node fits, binds one of two Pods competing for room for
 //! one, binds nothing twice across a restart of the host, and leaves Pods
-//! of other schedulers alone.
+//! of other schedulers alone. A Pod deleted while it waits for a retry is
+//! dropped; a second component claiming the scheduler name is refused.
 //!
 //! Every Pod selects the Nodes of its own run by a label, so Nodes other
 //! tests (or earlier runs) left in the cluster do not change the outcome.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use capstan_host::controller::{Backoff, Settings};
-use capstan_host::host::{Host, HostBuilder};
+use capstan_host::host::{Change, Error as HostError, Host, HostBuilder};
 use capstan_host::leader::LeaseSettings;
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, random_suffix, wait_for};
@@ -306,6 +308,110 @@ async fn with_leader_election_one_of_two_hosts_schedules_and_the_other_takes_ove
     for n in [&a1, &b1] {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
     }
+    ns.cleanup().await?;
+    Ok(())
+}
+
+/// The Events about Pod `name` with `reason`, counting each of a series.
+async fn event_count(ns: &TestNamespace, name: &str, reason: &str) -> i32 {
+    events(ns, name, reason).await.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pod_deleted_while_queued_for_a_retry_is_dropped_and_later_pods_still_bind() -> Result<()> {
+    let Run { ns, run, nodes, pods } = Run::new("scheduler-deleted").await?;
+    let (a1, b1) = (format!("da1-{run}"), format!("db1-{run}"));
+    node(&nodes, &run, &a1, &format!("zone-a-{run}"), "1", json!({})).await?;
+    let host = start(&ns, None).await?;
+
+    // A Pod that fits nowhere waits for a retry (backoff, or a Node change)
+    // and is deleted meanwhile.
+    pods.create(&PostParams::default(), &pod("ghost", "zone-spread", &run, "3", json!({}))?).await?;
+    wait_for(TIMEOUT, || async { pods.get("ghost").await.ok().as_ref().and_then(unschedulable) }).await?;
+    pods.delete("ghost", &DeleteParams::default()).await?;
+    wait_for(TIMEOUT, || async { pods.get_opt("ghost").await.ok().and_then(|p| p.is_none().then_some(())) }).await?;
+    let failures = event_count(&ns, "ghost", "FailedScheduling").await;
+
+    // A Node it would fit on comes: its retries find nothing to schedule.
+    // A later Pod that only fits where the deleted one would have gone
+    // binds there: nothing was assumed for the deleted one.
+    node(&nodes, &run, &b1, &format!("zone-b-{run}"), "4", json!({})).await?;
+    pods.create(&PostParams::default(), &pod("later", "zone-spread", &run, "3", json!({}))?).await?;
+    assert_eq!(bound(&pods, "later").await?, b1);
+    // Past the longest backoff (2 s), so any retry left has run.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(pods.get_opt("ghost").await?.is_none(), "nothing made the deleted Pod again");
+    assert_eq!(event_count(&ns, "ghost", "Scheduled").await, 0, "the deleted Pod was never bound");
+    assert_eq!(event_count(&ns, "ghost", "FailedScheduling").await, failures, "no errors about the deleted Pod");
+    let scheduler = host.scheduler("zone-spread").context("the scheduler runs")?;
+    assert_eq!(scheduler.queue_len(), 0, "nothing left in the queue");
+
+    // A new Pod of the same name is another Pod: scheduled as usual.
+    pods.create(&PostParams::default(), &pod("ghost", "zone-spread", &run, "500m", json!({}))?).await?;
+    assert_eq!(bound(&pods, "ghost").await?, a1);
+    each_bound_once(&ns, &pods).await?;
+
+    host.shutdown().await;
+    for n in [&a1, &b1] {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+    ns.cleanup().await?;
+    Ok(())
+}
+
+/// Writes `from` to `to` with a custom section appended, so that its digest
+/// changes and nothing else: a rebuild of the same component.
+fn rebuilt(from: &Path, to: &Path) -> Result<()> {
+    let mut bytes = std::fs::read(from).with_context(|| format!("reading {}", from.display()))?;
+    let name = b"capstan-test-rebuild";
+    let mut section = vec![u8::try_from(name.len())?];
+    section.extend_from_slice(name);
+    section.extend_from_slice(random_suffix(8).as_bytes());
+    bytes.push(0);
+    bytes.push(u8::try_from(section.len())?);
+    bytes.extend_from_slice(&section);
+    std::fs::write(to, bytes).with_context(|| format!("writing {}", to.display()))?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_component_claiming_the_scheduler_name_is_refused_and_a_new_version_of_the_first_swaps_in()
+-> Result<()> {
+    let Run { ns, run, nodes, pods } = Run::new("scheduler-twin").await?;
+    let a1 = format!("ta1-{run}");
+    node(&nodes, &run, &a1, &format!("zone-a-{run}"), "2", json!({})).await?;
+    let dir = std::env::temp_dir().join(format!("capstan-scheduler-twin-{run}"));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("zone-scheduler.wasm");
+    let original = find_component("zone-scheduler").map_err(anyhow::Error::msg)?;
+    std::fs::copy(&original, &file)?;
+    let host = HostBuilder::new(ns.client()).namespace(Some(ns.name().to_owned())).component(&file).start().await?;
+
+    let twin = find_component("scheduler-twin").map_err(anyhow::Error::msg)?;
+    let refused = host.load(&twin).await.expect_err("a second component for zone-spread is refused");
+    assert!(matches!(refused, HostError::DuplicateScheduler { .. }), "{refused:?}");
+    let message = refused.to_string();
+    for part in ["scheduler-twin", "zone-scheduler", "zone-spread", &file.display().to_string()] {
+        assert!(message.contains(part), "{message} names {part}");
+    }
+    let status = host.status().into_iter().find(|s| s.path == twin).context("the twin's status")?;
+    assert_eq!(status.rejected.map(|r| r.kind).as_deref(), Some("duplicate"));
+    assert!(host.controller("scheduler-twin").is_none(), "the twin does not run");
+    pods.create(&PostParams::default(), &pod("first", "zone-spread", &run, "100m", json!({}))?).await?;
+    assert_eq!(bound(&pods, "first").await?, a1, "the zone scheduler serves on");
+
+    // A new version of the zone scheduler in its own file keeps the name.
+    rebuilt(&original, &file)?;
+    let change = host.load(&file).await?;
+    assert!(matches!(change, Change::Swapped { .. }), "{change:?}");
+    pods.create(&PostParams::default(), &pod("second", "zone-spread", &run, "100m", json!({}))?).await?;
+    assert_eq!(bound(&pods, "second").await?, a1);
+    assert_eq!(host.schedulers().len(), 1);
+    each_bound_once(&ns, &pods).await?;
+
+    host.shutdown().await;
+    let _ = nodes.delete(&a1, &DeleteParams::default()).await;
+    let _ = std::fs::remove_dir_all(&dir);
     ns.cleanup().await?;
     Ok(())
 }

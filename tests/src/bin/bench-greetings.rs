@@ -94,13 +94,13 @@ async fn main() -> Result<()> {
         let pid = child.id().context("child pid")?;
         // Let it connect and sync its (empty) caches.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let cpu0 = cpu_seconds(pid)?;
+        let cpu0 = capstan_tests::cpu_seconds(pid)?;
         let start = Instant::now();
         create_greetings(&client, &ns, args.count).await?;
         wait_all_ready(&client, &ns, args.count, Duration::from_secs(600)).await?;
         let wall = start.elapsed().as_secs_f64();
-        let cpu = cpu_seconds(pid)? - cpu0;
-        let peak = peak_rss_mib(pid)?;
+        let cpu = capstan_tests::cpu_seconds(pid)? - cpu0;
+        let peak = capstan_tests::peak_rss_mib(pid)?;
         child.kill().await.ok();
         let rate = args.count as f64 / wall;
         println!("{which:<8} {wall:>9.2} {rate:>13.1} {cpu:>10.2} {peak:>10.1}");
@@ -176,23 +176,6 @@ async fn wait_all_ready(client: &Client, ns: &str, count: usize, timeout: Durati
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-fn cpu_seconds(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may contain spaces) start at ") ".
-    let rest = stat.rsplit_once(") ").map(|(_, r)| r).context("malformed /proc stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 here.
-    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-    Ok(ticks / 100.0)
-}
-
-fn peak_rss_mib(pid: u32) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("no VmHWM")?;
-    let kib: f64 = line.split_whitespace().nth(1).context("VmHWM value")?.parse()?;
-    Ok(kib / 1024.0)
 }
 
 // ------------------------------------------------------------ the native baseline
