@@ -486,43 +486,52 @@ enum Outcome {
     PortTaken,
 }
 
-/// Starts `binary` and waits until `probe` says it is ready.
-async fn start(
-    cluster: &Cluster,
-    started: &Started,
-    bin_dir: &Path,
-    binary: &'static str,
-    args: Vec<String>,
+/// What starting one process needs: the cluster, the binaries, how long
+/// each may take, and the list of what this command started.
+struct Starter<'a> {
+    cluster: &'a Cluster,
+    started: &'a Started,
+    bin_dir: &'a Path,
     timeout: Duration,
-    what: &str,
-    probe: impl AsyncFn() -> bool,
-) -> anyhow::Result<Outcome> {
-    let log = cluster.log(binary);
-    let child = process::launch(&bin_dir.join(binary), &args, &log)?;
-    std::fs::write(cluster.pid_file(binary), format!("{}\n", child.id()))?;
-    started.push(binary, child);
-    let deadline = Instant::now() + timeout;
-    loop {
-        if probe().await {
-            return Ok(Outcome::Ready);
-        }
-        if let Some(status) = started.wait_child(|c| c.try_wait())? {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            started.forget_last(cluster);
-            if text.contains("address already in use") {
-                return Ok(Outcome::PortTaken);
+}
+
+impl Starter<'_> {
+    /// Starts `binary` and waits until `probe` says it is ready.
+    async fn start(
+        &self,
+        binary: &'static str,
+        args: Vec<String>,
+        what: &str,
+        probe: impl AsyncFn() -> bool,
+    ) -> anyhow::Result<Outcome> {
+        let Self { cluster, started, bin_dir, timeout } = *self;
+        let log = cluster.log(binary);
+        let child = process::launch(&bin_dir.join(binary), &args, &log)?;
+        std::fs::write(cluster.pid_file(binary), format!("{}\n", child.id()))?;
+        started.push(binary, child);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if probe().await {
+                return Ok(Outcome::Ready);
             }
-            bail!("{binary} exited during startup ({status}); read {}:\n{}", log.display(), tail(&log, 15));
+            if let Some(status) = started.wait_child(|c| c.try_wait())? {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                started.forget_last(cluster);
+                if text.contains("address already in use") {
+                    return Ok(Outcome::PortTaken);
+                }
+                bail!("{binary} exited during startup ({status}); read {}:\n{}", log.display(), tail(&log, 15));
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{binary} not {what} after {} s (--timeout, CAPSTAN_CP_TIMEOUT); read {}:\n{}",
+                    timeout.as_secs(),
+                    log.display(),
+                    tail(&log, 15)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        if Instant::now() >= deadline {
-            bail!(
-                "{binary} not {what} after {} s (--timeout, CAPSTAN_CP_TIMEOUT); read {}:\n{}",
-                timeout.as_secs(),
-                log.display(),
-                tail(&log, 15)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -652,24 +661,17 @@ async fn start_all(cluster: &Cluster, args: &UpArgs, started: &Started, t0: Inst
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     pki::ensure(&cluster.pki()).context("step pki")?;
+    let starter = Starter { cluster, started, bin_dir: &bin_dir, timeout };
 
     // etcd
     let mut etcd_port = None;
     for attempt in 1..=3 {
         let client = pick_port(args.etcd_port, cluster.port("etcd-port"), &[])?;
         let peer = pick_port(args.etcd_peer_port, cluster.port("etcd-peer-port"), &[client])?;
-        let outcome = start(
-            cluster,
-            started,
-            &bin_dir,
-            "etcd",
-            etcd_args(cluster, client, peer),
-            timeout,
-            "healthy",
-            async || etcd_healthy(client).await,
-        )
-        .await
-        .context("step start-etcd")?;
+        let outcome = starter
+            .start("etcd", etcd_args(cluster, client, peer), "healthy", async || etcd_healthy(client).await)
+            .await
+            .context("step start-etcd")?;
         if let Outcome::Ready = outcome {
             cluster.write("etcd-port", client)?;
             cluster.write("etcd-peer-port", peer)?;
@@ -686,16 +688,7 @@ async fn start_all(cluster: &Cluster, args: &UpArgs, started: &Started, t0: Inst
     let etcd_port = etcd_port.context("step start-etcd: no free ports after 3 attempts")?;
     eprintln!("cluster: etcd ready on 127.0.0.1:{etcd_port} ({:.1} s)", t0.elapsed().as_secs_f64());
 
-    let port = start_apiserver(
-        cluster,
-        started,
-        &bin_dir,
-        args.apiserver_port,
-        etcd_port,
-        !args.no_controller_manager,
-        timeout,
-    )
-    .await?;
+    let port = start_apiserver(&starter, args.apiserver_port, etcd_port, !args.no_controller_manager).await?;
     eprintln!("cluster: kube-apiserver ready on https://127.0.0.1:{port} ({:.1} s)", t0.elapsed().as_secs_f64());
 
     let client = client(&cluster.kubeconfig()).await?;
@@ -714,18 +707,15 @@ async fn start_all(cluster: &Cluster, args: &UpArgs, started: &Started, t0: Inst
     if !args.no_controller_manager {
         let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(client, "default");
         // Ready once its service-account controller has made default/default.
-        start(
-            cluster,
-            started,
-            &bin_dir,
-            "kube-controller-manager",
-            controller_manager_args(cluster),
-            timeout,
-            "ready (no ServiceAccount default/default)",
-            async || accounts.get_opt("default").await.ok().flatten().is_some(),
-        )
-        .await
-        .context("step start-kube-controller-manager")?;
+        starter
+            .start(
+                "kube-controller-manager",
+                controller_manager_args(cluster),
+                "ready (no ServiceAccount default/default)",
+                async || accounts.get_opt("default").await.ok().flatten().is_some(),
+            )
+            .await
+            .context("step start-kube-controller-manager")?;
         eprintln!("cluster: kube-controller-manager ready ({:.1} s)", t0.elapsed().as_secs_f64());
     }
     Ok(())
@@ -734,32 +724,23 @@ async fn start_all(cluster: &Cluster, args: &UpArgs, started: &Started, t0: Inst
 /// Starts kube-apiserver (retrying on a port taken meanwhile unless it is
 /// pinned) and writes the kubeconfig; returns its port.
 async fn start_apiserver(
-    cluster: &Cluster,
-    started: &Started,
-    bin_dir: &Path,
+    starter: &Starter<'_>,
     pinned: Option<u16>,
     etcd_port: u16,
     controller_manager: bool,
-    timeout: Duration,
 ) -> anyhow::Result<u16> {
+    let cluster = starter.cluster;
     let etcd_ports = [etcd_port, cluster.port("etcd-peer-port").unwrap_or(0)];
     for attempt in 1..=3 {
         let port = pick_port(pinned, cluster.port("apiserver-port"), &etcd_ports)?;
         cluster.write("apiserver-port", port)?;
         cluster.write_kubeconfig(port)?;
         let client = client(&cluster.kubeconfig()).await?;
-        let outcome = start(
-            cluster,
-            started,
-            bin_dir,
-            "kube-apiserver",
-            apiserver_args(cluster, port, etcd_port, controller_manager),
-            timeout,
-            "ready",
-            async || readyz(&client).await,
-        )
-        .await
-        .context("step start-kube-apiserver")?;
+        let args = apiserver_args(cluster, port, etcd_port, controller_manager);
+        let outcome = starter
+            .start("kube-apiserver", args, "ready", async || readyz(&client).await)
+            .await
+            .context("step start-kube-apiserver")?;
         if let Outcome::Ready = outcome {
             return Ok(port);
         }
@@ -786,8 +767,8 @@ async fn restart_apiserver(cluster: &Cluster, down_for: Duration) -> anyhow::Res
     tokio::time::sleep(down_for).await;
     let bin_dir = build::ensure_built(&build::cache_root()?).await?;
     let started = Started::default();
-    let timeout = Duration::from_secs(120);
-    if let Err(e) = start_apiserver(cluster, &started, &bin_dir, Some(port), etcd, controller_manager, timeout).await {
+    let starter = Starter { cluster, started: &started, bin_dir: &bin_dir, timeout: Duration::from_secs(120) };
+    if let Err(e) = start_apiserver(&starter, Some(port), etcd, controller_manager).await {
         started.stop_all(cluster);
         return Err(e);
     }
