@@ -77,6 +77,7 @@ mod kustomize;
 pub mod names;
 mod rbac;
 mod resources;
+pub mod sample;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
