@@ -299,11 +299,21 @@ async fn build_one(
     let stderr = child.stderr.take().expect("stderr is piped");
     let mut lines = tokio::io::BufReader::new(stderr).lines();
     let mut compiled = 0usize;
-    while let Some(line) = lines.next_line().await? {
-        writeln!(log, "{line}")?;
-        if !line.contains(' ') {
-            compiled += 1;
-            progress.tick(&format!("compiled {compiled}/≤{total}: {line}"));
+    let mut last = String::from("-");
+    loop {
+        // A quiet spell (a large package, or linking) still shows progress.
+        match tokio::time::timeout(Duration::from_secs(5), lines.next_line()).await {
+            Ok(Ok(Some(line))) => {
+                writeln!(log, "{line}")?;
+                if !line.contains(' ') {
+                    compiled += 1;
+                    progress.tick(&format!("compiled {compiled}/≤{total}: {line}"));
+                    last = line;
+                }
+            }
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => progress.tick(&format!("compiled {compiled}/≤{total} (last {last}); compiling or linking")),
         }
     }
     let status = child.wait().await?;
