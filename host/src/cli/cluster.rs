@@ -234,7 +234,7 @@ impl Cluster {
             return Health::Unhealthy("no kube-apiserver port recorded".to_owned());
         };
         match client(&self.kubeconfig()).await {
-            Ok(client) if readyz(&client).await => Health::Ready {
+            Ok(client) if readyz(&client, Duration::from_secs(5)).await => Health::Ready {
                 server: format!("https://127.0.0.1:{port}"),
                 controller_manager: running.iter().any(|(b, _)| *b == "kube-controller-manager"),
             },
@@ -297,10 +297,13 @@ async fn client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("cannot build a client")
 }
 
-async fn readyz(client: &kube::Client) -> bool {
+/// Whether `/readyz` says `ok` within `timeout` (short while polling a
+/// starting server: a socket that is bound but not serving yet would
+/// otherwise hold each probe for the client's whole timeout).
+async fn readyz(client: &kube::Client, timeout: Duration) -> bool {
     let request = hyper::http::Request::get("/readyz").body(Vec::new()).expect("a valid request");
     matches!(
-        tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await,
+        tokio::time::timeout(timeout, client.request_text(request)).await,
         Ok(Ok(body)) if body.trim() == "ok"
     )
 }
@@ -738,7 +741,7 @@ async fn start_apiserver(
         let client = client(&cluster.kubeconfig()).await?;
         let args = apiserver_args(cluster, port, etcd_port, controller_manager);
         let outcome = starter
-            .start("kube-apiserver", args, "ready", async || readyz(&client).await)
+            .start("kube-apiserver", args, "ready", async || readyz(&client, Duration::from_millis(500)).await)
             .await
             .context("step start-kube-apiserver")?;
         if let Outcome::Ready = outcome {
