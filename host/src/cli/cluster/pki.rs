@@ -53,22 +53,18 @@ fn make() -> Result<Vec<(&'static str, String)>, rcgen::Error> {
     let ca_key_pem = ca_key.serialize_pem();
     let issuer = Issuer::new(ca, ca_key);
 
-    let server_key = KeyPair::generate()?;
-    let mut server = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
-    server.distinguished_name.push(DnType::CommonName, "kube-apiserver");
-    server.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    server.not_after = rcgen::date_time_ymd(2036, 1, 1);
-    let server_cert = server.signed_by(&server_key, &issuer)?;
-
-    let admin_key = KeyPair::generate()?;
-    let mut admin = CertificateParams::new(Vec::<String>::new())?;
-    admin.distinguished_name.push(DnType::OrganizationName, "system:masters");
-    admin.distinguished_name.push(DnType::CommonName, "admin");
-    admin.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
-    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    admin.not_after = rcgen::date_time_ymd(2036, 1, 1);
-    let admin_cert = admin.signed_by(&admin_key, &issuer)?;
+    let (server_cert, server_key) = leaf(
+        &issuer,
+        vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+        &[(DnType::CommonName, "kube-apiserver")],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    )?;
+    let (admin_cert, admin_key) = leaf(
+        &issuer,
+        Vec::new(),
+        &[(DnType::OrganizationName, "system:masters"), (DnType::CommonName, "admin")],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )?;
 
     let sa_key = KeyPair::generate()?;
     Ok(vec![
@@ -81,6 +77,25 @@ fn make() -> Result<Vec<(&'static str, String)>, rcgen::Error> {
         ("sa.key", sa_key.serialize_pem()),
         ("sa.pub", sa_key.public_key_pem()),
     ])
+}
+
+/// A certificate for `names` with the subject `dn`, for one `usage`,
+/// signed by the CA, and its key.
+fn leaf(
+    issuer: &Issuer<'_, KeyPair>,
+    names: Vec<String>,
+    dn: &[(DnType, &str)],
+    usage: ExtendedKeyUsagePurpose,
+) -> Result<(rcgen::Certificate, KeyPair), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(names)?;
+    for (ty, value) in dn {
+        params.distinguished_name.push(ty.clone(), *value);
+    }
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![usage];
+    params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    Ok((params.signed_by(&key, issuer)?, key))
 }
 
 #[cfg(test)]
