@@ -427,6 +427,10 @@ async fn status(name: Option<String>, dir: Option<PathBuf>) -> anyhow::Result<i3
 }
 
 async fn down(cluster: &Cluster, purge: bool) -> anyhow::Result<()> {
+    if !cluster.dir.exists() {
+        eprintln!("cluster: no cluster {} in {}; nothing to stop", cluster.name, cluster.dir.display());
+        return Ok(());
+    }
     for (binary, pid) in cluster.recorded().into_iter().rev() {
         if process::pid_is(pid, binary) {
             eprintln!("cluster: stopping {binary} (pid {pid})");
