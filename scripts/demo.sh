@@ -10,7 +10,7 @@
 # the guest's message, one without replicas is stored with the default, and
 # one written as v1alpha1 reads back as v1.
 # Everything it started is stopped at the end (pass --keep to leave the
-# control plane running; then `tests/control-plane/cp.sh down` stops it).
+# control plane running; then `capstan cluster down` stops it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep=0
@@ -21,23 +21,22 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CAPSTAN_CACHE/target}
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 command -v kubectl >/dev/null || { echo "demo: kubectl is needed to show the cluster (any version ≥ 1.27)" >&2; exit 1; }
 
-say "control plane (the first run builds Kubernetes from source: ~6 min on 2 cores)"
-tests/control-plane/cp.sh build >/dev/null
+say "control plane: capstan cluster up (the first run builds Kubernetes from source: ~6 min on 2 cores)"
+cargo build --quiet -p capstan-host
+capstan="$CARGO_TARGET_DIR/debug/capstan"
 started_cp=0
-if ! tests/control-plane/cp.sh status >/dev/null 2>&1; then
-  tests/control-plane/cp.sh up --with-controller-manager >/dev/null
+if ! "$capstan" cluster status --name capstan >/dev/null 2>&1; then
+  "$capstan" cluster up >/dev/null
   started_cp=1
 fi
-KUBECONFIG=$(tests/control-plane/cp.sh kubeconfig)
+KUBECONFIG=$("$capstan" cluster kubeconfig)
 export KUBECONFIG
 k() { kubectl "$@" 2> >(grep -v -e '^Warning: version difference' -e 'WARNING: version difference' >&2); }
 k version 2>/dev/null | grep -i server || true
 
-say "build: the greeter component (wasm32-wasip2) and the capstan host"
+say "build: the greeter component (wasm32-wasip2)"
 rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 cargo build --quiet --release --target wasm32-wasip2 -p greeter -p greeter-webhooks
-cargo build --quiet -p capstan-host
-capstan="$CARGO_TARGET_DIR/debug/capstan"
 greeter="$CARGO_TARGET_DIR/wasm32-wasip2/release/greeter.wasm"
 webhooks="$CARGO_TARGET_DIR/wasm32-wasip2/release/greeter_webhooks.wasm"
 "$capstan" inspect "$greeter" | grep -E "^(name|contract|digest|finalizer|maxConcurrency):"
@@ -56,7 +55,7 @@ cleanup() {
     k delete validatingwebhookconfiguration,mutatingwebhookconfiguration capstan-greeter-webhooks \
       --ignore-not-found >/dev/null 2>&1 || true
   fi
-  if [[ $started_cp == 1 && $keep == 0 ]]; then tests/control-plane/cp.sh down >/dev/null 2>&1 || true; fi
+  if [[ $started_cp == 1 && $keep == 0 ]]; then "$capstan" cluster down --purge >/dev/null 2>&1 || true; fi
   echo "host log: $log"
 }
 trap cleanup EXIT

@@ -55,15 +55,17 @@ step "test: Python and JavaScript guest libraries"
 python3 -m pytest -q guest-sdk/python/tests
 (cd guest-sdk/js && npm test --silent)
 
-step "control plane: build (cached) and start"
-tests/control-plane/cp.sh build >/dev/null
-if tests/control-plane/cp.sh status >/dev/null 2>&1; then
-  echo "reusing the running control plane" >&2
+step "control plane: build (cached) and start (capstan cluster)"
+cargo build --quiet -p capstan-host --bin capstan
+capstan="$CARGO_TARGET_DIR/debug/capstan"
+"$capstan" cluster build >/dev/null
+if "$capstan" cluster status --name capstan >/dev/null 2>&1; then
+  echo "reusing the running cluster 'capstan'" >&2
 else
-  trap 'tests/control-plane/cp.sh down >&2 || true' EXIT
-  tests/control-plane/cp.sh up --with-controller-manager >/dev/null
+  trap '"$capstan" cluster down --purge >&2 || true' EXIT
+  "$capstan" cluster up >/dev/null
 fi
-KUBECONFIG=$(tests/control-plane/cp.sh kubeconfig)
+KUBECONFIG=$("$capstan" cluster kubeconfig)
 export KUBECONFIG CAPSTAN_E2E_KUBECONFIG=$KUBECONFIG
 
 step "test"

@@ -1,6 +1,7 @@
 //! The `capstan` command line: parsing and the subcommands' output. `main`
 //! only sets up tracing and calls [`run`].
 
+pub mod cluster;
 pub mod generate;
 pub mod scaffold;
 
@@ -23,7 +24,7 @@ use crate::testing::default_cache_dir;
 #[command(name = "capstan", version, about, long_about = None)]
 pub struct Cli {
     /// Log filter, e.g. `info` or `capstan=debug,guest=trace`. Default:
-    /// `warn` for `inspect`, `test`, `gen`, `new` and `status` (guest logs would
+    /// `warn` for `inspect`, `test`, `gen`, `new`, `status` and `cluster` (guest logs would
     /// drown the results), `info` otherwise.
     #[arg(long, global = true, env = "CAPSTAN_LOG")]
     pub log: Option<String>,
@@ -69,6 +70,8 @@ impl Cli {
                 | Command::New(_)
                 | Command::Status { .. },
             ) => "warn",
+            // Probes of a starting API server fail by design until it is ready.
+            (None, Command::Cluster(_)) => "warn,kube_client=off",
             (None, Command::Run(_)) => "info",
         }
     }
@@ -283,6 +286,10 @@ pub enum Command {
     /// Create a controller project that builds into a component and passes
     /// `capstan test`.
     New(scaffold::Args),
+    /// A local Kubernetes control plane (etcd, kube-apiserver,
+    /// kube-controller-manager on loopback) to develop and test against.
+    #[command(subcommand)]
+    Cluster(cluster::Command),
 }
 
 fn loader() -> anyhow::Result<Loader> {
@@ -392,6 +399,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Gen(command) => generate::run(command).await,
         Command::New(args) => scaffold::run(args),
+        Command::Cluster(command) => cluster::run(command).await,
         Command::Test { component, scenarios } => {
             let results = scenario::run_all(&component, &scenarios)
                 .await

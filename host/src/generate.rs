@@ -79,6 +79,7 @@ mod kustomize;
 pub mod names;
 mod rbac;
 mod resources;
+pub mod sample;
 mod webhooks;
 
 use std::collections::{BTreeMap, BTreeSet};

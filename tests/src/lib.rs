@@ -7,18 +7,19 @@
 //!
 //! 1. If `CAPSTAN_E2E_KUBECONFIG` is set (to anything), the cluster that
 //!    `$KUBECONFIG` points at is used as it is: nothing is started or stopped.
-//! 2. Otherwise, if `control-plane/cp.sh status` finds a healthy control
-//!    plane in its state dir (`$CAPSTAN_CP_DIR`, default
-//!    `/tmp/capstan-control-plane`), that one is reused as it is (if it was
-//!    started without `--with-controller-manager`, tests that need garbage
-//!    collection or namespace deletion fail and say so).
-//! 3. Otherwise `control-plane/cp.sh up --with-controller-manager` starts one
-//!    on random free loopback ports (building the binaries first if they are
-//!    not cached yet: see `control-plane/README.md`).
+//! 2. Otherwise, if `capstan cluster status --name capstan` finds the local
+//!    cluster `capstan` ready (or the one in `$CAPSTAN_CP_DIR`), that one is
+//!    reused as it is (if it was started with `--no-controller-manager`,
+//!    tests that need garbage collection or namespace deletion fail and say
+//!    so).
+//! 3. Otherwise `capstan cluster up` starts it on free loopback ports
+//!    (building the binaries first if they are not cached yet: see
+//!    `docs/cluster.md`).
 //!
-//! A control plane that a test run started is **left running** when the tests
-//! end, so the next `cargo test` starts in seconds. Whoever runs the tests
-//! (CI, the test script, a developer) stops it with `control-plane/cp.sh down`.
+//! The `capstan` binary is this checkout's ([`capstan_binary`]). A control
+//! plane that a test run started is **left running** when the tests end, so
+//! the next `cargo test` starts in seconds. Whoever runs the tests (CI, the
+//! test script, a developer) stops it with `capstan cluster down`.
 //!
 //! Every test should work in its own [`TestNamespace`] and call
 //! [`TestNamespace::cleanup`] at its end. Namespaces that a crashed or
@@ -81,11 +82,6 @@ impl ControlPlane {
             .map_err(|e| anyhow!("no Kubernetes control plane for the tests: {e}"))
     }
 
-    /// Path of the `cp.sh` script that manages the local control plane.
-    pub fn script() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("control-plane").join("cp.sh")
-    }
-
     async fn connect() -> Result<Self> {
         let kubeconfig_path = if std::env::var_os("CAPSTAN_E2E_KUBECONFIG").is_some() {
             let path = std::env::var_os("KUBECONFIG").context("CAPSTAN_E2E_KUBECONFIG is set but KUBECONFIG is not")?;
@@ -109,15 +105,17 @@ impl ControlPlane {
         Ok(plane)
     }
 
-    /// Reuses the control plane that `cp.sh status` finds healthy (even one
-    /// started without kube-controller-manager), else runs
-    /// `cp.sh up --with-controller-manager`. Returns the kubeconfig path.
+    /// Reuses the cluster `capstan` if `capstan cluster status` finds it
+    /// ready (even one started without kube-controller-manager), else runs
+    /// `capstan cluster up`. Returns the kubeconfig path.
     async fn start_local() -> Result<PathBuf> {
         let args: &[&str] =
-            if run_script(&["status"]).await.is_ok() { &["kubeconfig"] } else { &["up", "--with-controller-manager"] };
-        let stdout = run_script(args).await?;
-        let last =
-            stdout.lines().last().with_context(|| format!("`cp.sh {}` printed no kubeconfig path", args.join(" ")))?;
+            if run_cluster(None, &["status", "--name", "capstan"]).await.is_ok() { &["kubeconfig"] } else { &["up"] };
+        let stdout = run_cluster(None, args).await?;
+        let last = stdout
+            .lines()
+            .last()
+            .with_context(|| format!("`capstan cluster {}` printed no kubeconfig path", args.join(" ")))?;
         Ok(PathBuf::from(last.trim()))
     }
 
@@ -161,27 +159,25 @@ impl ControlPlane {
     }
 }
 
-/// Runs `cp.sh <args>`; returns its stdout, or an error carrying its stderr.
-async fn run_script(args: &[&str]) -> Result<String> {
-    run_script_in(None, args).await
-}
-
-/// Runs `cp.sh` with `CAPSTAN_CP_DIR` set to `state_dir`, if given.
-async fn run_script_in(state_dir: Option<&Path>, args: &[&str]) -> Result<String> {
-    let script = ControlPlane::script();
-    let mut command = Command::new(&script);
+/// Runs `capstan cluster <args>` (with `CAPSTAN_CP_DIR` set to
+/// `state_dir`, if given); returns its stdout, or an error carrying its
+/// stderr.
+async fn run_cluster(state_dir: Option<&Path>, args: &[&str]) -> Result<String> {
+    let binary = capstan_binary().await?;
+    let mut command = Command::new(&binary);
     if let Some(dir) = state_dir {
         command.env("CAPSTAN_CP_DIR", dir);
     }
     let output = command
+        .arg("cluster")
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
         .await
-        .with_context(|| format!("running {}", script.display()))?;
+        .with_context(|| format!("running {}", binary.display()))?;
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
-        bail!("`{} {}` failed ({}):\n{}", script.display(), args.join(" "), output.status, stderr.trim_end());
+        bail!("`capstan cluster {}` failed ({}):\n{}", args.join(" "), output.status, stderr.trim_end());
     }
     eprint!("{stderr}");
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
@@ -193,6 +189,7 @@ async fn run_script_in(state_dir: Option<&Path>, args: &[&str]) -> Result<String
 #[derive(Debug)]
 pub struct PrivateControlPlane {
     state_dir: PathBuf,
+    binary: PathBuf,
     plane: ControlPlane,
 }
 
@@ -202,14 +199,14 @@ impl PrivateControlPlane {
     ///
     /// # Errors
     ///
-    /// When `cp.sh up` fails.
+    /// When `capstan cluster up` fails.
     pub async fn start(with_controller_manager: bool) -> Result<Self> {
         let state_dir = std::env::temp_dir().join(format!("capstan-cp-{}", random_suffix(8)));
-        let args: &[&str] = if with_controller_manager { &["up", "--with-controller-manager"] } else { &["up"] };
-        let stdout = run_script_in(Some(&state_dir), args).await?;
-        let kubeconfig = stdout.lines().last().context("`cp.sh up` printed no kubeconfig path")?;
+        let args: &[&str] = if with_controller_manager { &["up"] } else { &["up", "--no-controller-manager"] };
+        let stdout = run_cluster(Some(&state_dir), args).await?;
+        let kubeconfig = stdout.lines().last().context("`capstan cluster up` printed no kubeconfig path")?;
         let plane = ControlPlane::from_kubeconfig(Path::new(kubeconfig.trim())).await?;
-        Ok(Self { state_dir, plane })
+        Ok(Self { state_dir, binary: capstan_binary().await?, plane })
     }
 
     /// The control plane.
@@ -222,18 +219,18 @@ impl PrivateControlPlane {
     ///
     /// # Errors
     ///
-    /// When `cp.sh restart-apiserver` fails.
+    /// When `capstan cluster restart-apiserver` fails.
     pub async fn restart_apiserver(&self, down_for: Duration) -> Result<()> {
         let secs = down_for.as_secs().to_string();
-        run_script_in(Some(&self.state_dir), &["restart-apiserver", "--down-for", &secs]).await.map(drop)
+        run_cluster(Some(&self.state_dir), &["restart-apiserver", "--down-for", &secs]).await.map(drop)
     }
 }
 
 impl Drop for PrivateControlPlane {
     fn drop(&mut self) {
-        let _ = std::process::Command::new(ControlPlane::script())
+        let _ = std::process::Command::new(&self.binary)
             .env("CAPSTAN_CP_DIR", &self.state_dir)
-            .arg("down")
+            .args(["cluster", "down", "--purge"])
             .stdin(std::process::Stdio::null())
             .output();
         let _ = std::fs::remove_file(self.state_dir.with_extension("lock"));

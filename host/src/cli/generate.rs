@@ -60,6 +60,29 @@ pub enum Command {
         #[arg(long, short, required = true)]
         output: PathBuf,
     },
+    /// A sample custom resource for each CRD (or the one `--kind` names),
+    /// from its schema: required fields, defaults, enums and examples.
+    Resource {
+        /// A CRD file (YAML or JSON; several documents allowed) or a
+        /// component (.wasm) whose manifest carries CRDs.
+        source: PathBuf,
+        /// Only the CRD of this kind (its kind, plural or CRD name).
+        #[arg(long)]
+        kind: Option<String>,
+        /// The version to sample (default: the storage version).
+        #[arg(long)]
+        version: Option<String>,
+        /// `metadata.name` of the sample.
+        #[arg(long, default_value = "example")]
+        name: String,
+        /// `metadata.namespace` of a namespaced kind.
+        #[arg(long, short, default_value = "default")]
+        namespace: String,
+        /// Include every optional field, not only those with an example or
+        /// a default.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 /// Options of the RBAC.
@@ -206,6 +229,59 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             let header = generate::header("capstan gen kustomize", &components);
             write(&output, &generate::kustomize(&components, &install.options(), base.as_deref())?, &header)?;
         }
+        Command::Resource { source, kind, version, name, namespace, all } => {
+            let crds = crds_in(&source).await?;
+            let chosen: Vec<&serde_json::Value> = match &kind {
+                Some(kind) => crds.iter().filter(|crd| names_kind(crd, kind)).collect(),
+                None => crds.iter().collect(),
+            };
+            if chosen.is_empty() {
+                let kinds: Vec<&str> = crds.iter().filter_map(|c| c["spec"]["names"]["kind"].as_str()).collect();
+                anyhow::bail!(
+                    "{} has no CRD{} (kinds there: {})",
+                    source.display(),
+                    kind.map(|k| format!(" of kind {k}")).unwrap_or_default(),
+                    if kinds.is_empty() { "none".to_owned() } else { kinds.join(", ") }
+                );
+            }
+            let options = generate::sample::Options { version, name, namespace, all };
+            let mut out = String::new();
+            for crd in chosen {
+                let sample = generate::sample::resource(crd, &options)?;
+                if !out.is_empty() {
+                    out.push_str("---\n");
+                }
+                out.push_str(&serde_yaml_ng::to_string(&sample)?);
+            }
+            print!("{out}");
+        }
     }
     Ok(0)
+}
+
+/// Whether `crd` defines `kind` (its kind, plural or CRD name; any case).
+fn names_kind(crd: &serde_json::Value, kind: &str) -> bool {
+    let names = &crd["spec"]["names"];
+    [&names["kind"], &names["plural"], &crd["metadata"]["name"]]
+        .iter()
+        .any(|n| n.as_str().is_some_and(|n| n.eq_ignore_ascii_case(kind)))
+}
+
+/// The CRDs in a YAML or JSON file, or in a component's manifest.
+async fn crds_in(source: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let name = source.to_string_lossy();
+    if name.ends_with(".wasm") || name.ends_with(".wasm.gz") {
+        let loaded = super::loader()?.load(source).await?;
+        return Ok(loaded.manifest.crds.clone());
+    }
+    let text = std::fs::read_to_string(source).with_context(|| format!("cannot read {}", source.display()))?;
+    let mut crds = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let value: serde_json::Value = serde::Deserialize::deserialize(document)
+            .with_context(|| format!("{} is not YAML or JSON", source.display()))?;
+        if value["kind"] == "CustomResourceDefinition" {
+            crds.push(value);
+        }
+    }
+    Ok(crds)
 }
