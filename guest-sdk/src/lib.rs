@@ -1,4 +1,4 @@
-//! Write Kubernetes controllers for the [Capstan] host as WebAssembly
+//! Write Kubernetes controllers for the Capstan host as WebAssembly
 //! components.
 //!
 //! A controller is a type implementing [`Controller`]: it declares what it
@@ -57,8 +57,6 @@
 //! into transient errors with `?`. A child the API server refuses is
 //! reported by the host (Event and `Reconciled=False`) and shows in
 //! [`Context::failed_children`] at the next call.
-//!
-//! [Capstan]: https://github.com/capstan-dev/capstan
 
 pub mod admission;
 mod api;

@@ -51,6 +51,7 @@ pub mod runtime;
 pub mod scaffold;
 pub mod scenario;
 pub mod scheduler;
+pub mod sdk;
 pub mod server;
 mod sync;
 pub mod testing;

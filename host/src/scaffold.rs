@@ -139,22 +139,22 @@ impl Lang {
 }
 
 /// Where the project takes the SDK from.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Sdk {
     /// A local `capstan-guest` crate folder (`guest-sdk/` of a checkout).
     /// Written as a relative path when the project is inside the same
     /// checkout, else as an absolute one.
     Path(PathBuf),
-    /// A git repository holding `capstan-guest`.
-    Git(String),
+    /// The SDK this binary carries ([`crate::sdk`]), written into the
+    /// project's `capstan-sdk/` folder and taken from there by relative
+    /// path: a project made outside a checkout builds with no network
+    /// source other than crates.io, PyPI or npm.
+    #[default]
+    Carried,
 }
 
-impl Default for Sdk {
-    /// The project's repository on GitHub.
-    fn default() -> Self {
-        Sdk::Git(env!("CARGO_PKG_REPOSITORY").to_owned())
-    }
-}
+/// The folder of a project that holds the carried SDK.
+pub const CARRIED_SDK_DIR: &str = "capstan-sdk";
 
 /// What to create.
 #[derive(Clone, Debug)]
@@ -209,7 +209,7 @@ impl Options {
         self
     }
 
-    /// Where the SDK comes from. Default: [`Sdk::default`], git.
+    /// Where the SDK comes from. Default: [`Sdk::Carried`].
     pub fn sdk(mut self, sdk: Sdk) -> Self {
         self.sdk = sdk;
         self
@@ -287,9 +287,13 @@ fn sdk_lines(sdk: &Sdk, dir: &Path) -> Result<(String, String)> {
             let shown = written.display().to_string();
             (format!("capstan-guest = {{ path = {} }}", toml_string(&shown)), format!("the local checkout (`{shown}`)"))
         }
-        Sdk::Git(url) => (
-            format!("# Not on crates.io yet: see README.md.\ncapstan-guest = {{ git = {} }}", toml_string(url)),
-            format!("git (`{url}`)"),
+        Sdk::Carried => (
+            format!("capstan-guest = {{ path = \"{CARRIED_SDK_DIR}/guest-sdk\" }}"),
+            format!(
+                "`{CARRIED_SDK_DIR}/`, written by `capstan new` (capstan {}); `capstan sdk --out {CARRIED_SDK_DIR}` \
+                 rewrites it with the SDK of another capstan binary",
+                env!("CARGO_PKG_VERSION")
+            ),
         ),
     })
 }
@@ -327,19 +331,27 @@ pub fn create(options: &Options) -> Result<Project> {
     // Python and JavaScript projects build against the checkout's SDK and
     // WIT folders (absolute paths; their build.sh lets the environment
     // override both).
-    let checkout = match &options.sdk {
-        Sdk::Path(path) => std::fs::canonicalize(path).ok().and_then(|p| p.parent().map(Path::to_path_buf)),
-        Sdk::Git(_) => None,
-    };
-    let (sdk_dir, wit_dir) = match &checkout {
-        Some(root) => (
-            root.join(options.lang.sdk_subdir()).display().to_string(),
-            root.join(options.lang.wit_subdir()).display().to_string(),
-        ),
-        None => (
-            format!("<capstan checkout>/{}", options.lang.sdk_subdir()),
-            format!("<capstan checkout>/{}", options.lang.wit_subdir()),
-        ),
+    let (sdk_dir, wit_dir, lockfile) = match &options.sdk {
+        Sdk::Path(path) => {
+            let root =
+                std::fs::canonicalize(path).map_err(io(path))?.parent().map(Path::to_path_buf).unwrap_or_default();
+            (
+                root.join(options.lang.sdk_subdir()).display().to_string(),
+                root.join(options.lang.wit_subdir()).display().to_string(),
+                options.lockfile.clone(),
+            )
+        }
+        Sdk::Carried => {
+            let carried = absolute.join(CARRIED_SDK_DIR);
+            crate::sdk::write(&carried).map_err(io(&carried))?;
+            // Relative: the build scripts run in the project folder, and the
+            // project may move.
+            (
+                format!("./{CARRIED_SDK_DIR}/{}", options.lang.sdk_subdir()),
+                format!("./{CARRIED_SDK_DIR}/{}", options.lang.wit_subdir()),
+                Some(carried.join("Cargo.lock")),
+            )
+        }
     };
 
     let vars = [
@@ -363,7 +375,10 @@ pub fn create(options: &Options) -> Result<Project> {
         std::fs::write(&path, render(file.text, &vars)).map_err(io(&path))?;
         files.push(PathBuf::from(file.path));
     }
-    if let (Some(lockfile), Lang::Rust) = (&options.lockfile, options.lang) {
+    if options.sdk == Sdk::Carried {
+        files.push(PathBuf::from(CARRIED_SDK_DIR));
+    }
+    if let (Some(lockfile), Lang::Rust) = (&lockfile, options.lang) {
         let path = dir.join("Cargo.lock");
         std::fs::copy(lockfile, &path).map_err(io(lockfile))?;
         files.push(PathBuf::from("Cargo.lock"));
@@ -450,7 +465,9 @@ mod tests {
         assert_eq!(project.component, Path::new("target/wasm32-wasip2/release/my_app.wasm"));
         let cargo = std::fs::read_to_string(dir.join("Cargo.toml")).expect("written");
         assert!(cargo.contains("name = \"my-app\""));
-        assert!(cargo.contains("capstan-guest = { git = \"https://github.com/capstan-dev/capstan\" }"));
+        assert!(cargo.contains("capstan-guest = { path = \"capstan-sdk/guest-sdk\" }"), "{cargo}");
+        assert!(is_sdk(&dir.join("capstan-sdk/guest-sdk")));
+        assert!(dir.join("Cargo.lock").is_file(), "the lockfile the SDK is tested with");
         let lib = std::fs::read_to_string(dir.join("src/lib.rs")).expect("written");
         assert!(lib.contains("pub struct MyAppSpec"));
         assert!(matches!(create(&Options::new("my-app").dir(&dir)), Err(Error::NotEmpty(_))));

@@ -26,7 +26,8 @@ pub struct Args {
     pub kind: Option<String>,
     /// A Capstan checkout (or its guest-sdk folder) to take the SDK from by
     /// path [default: the checkout the new folder or the current directory
-    /// is in; outside one, git].
+    /// is in; outside one, the SDK this binary carries, written into the
+    /// project's capstan-sdk/ folder].
     #[arg(long)]
     pub sdk: Option<PathBuf>,
 }
