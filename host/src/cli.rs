@@ -2,6 +2,7 @@
 //! only sets up tracing and calls [`run`].
 
 pub mod cluster;
+pub mod dev;
 pub mod generate;
 pub mod scaffold;
 
@@ -68,11 +69,12 @@ impl Cli {
                 | Command::E2e { .. }
                 | Command::Gen(_)
                 | Command::New(_)
+                | Command::Sdk { .. }
                 | Command::Status { .. },
             ) => "warn",
             // Probes of a starting API server fail by design until it is ready.
             (None, Command::Cluster(_)) => "warn,kube_client=off",
-            (None, Command::Run(_)) => "info",
+            (None, Command::Run(_) | Command::Dev(_)) => "info",
         }
     }
 }
@@ -290,6 +292,20 @@ pub enum Command {
     /// kube-controller-manager on loopback) to develop and test against.
     #[command(subcommand)]
     Cluster(cluster::Command),
+    /// The author's loop in a project made by `capstan new`: start a local
+    /// cluster if none runs, build the component, run it with its CRDs
+    /// installed, rebuild and swap in a new version on every source change,
+    /// print log lines and Events; Ctrl-C stops.
+    Dev(dev::Args),
+    /// Write out the guest SDKs (Rust, Python, JavaScript) and the WIT
+    /// contract this binary carries, in a checkout's layout: for building
+    /// components without a Capstan checkout.
+    Sdk {
+        /// The folder to write into (created if missing; the SDK's files
+        /// already there are overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn loader() -> anyhow::Result<Loader> {
@@ -399,7 +415,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Gen(command) => generate::run(command).await,
         Command::New(args) => scaffold::run(args),
+        Command::Sdk { out } => {
+            let written =
+                crate::sdk::write(&out).with_context(|| format!("cannot write the SDK into {}", out.display()))?;
+            println!(
+                "wrote {} files of capstan-guest {} into {}",
+                written.len(),
+                env!("CARGO_PKG_VERSION"),
+                out.display()
+            );
+            println!("  Rust:       capstan-guest = {{ path = \"{}\" }}", out.join("guest-sdk").display());
+            println!("  Python:     pip install {}", out.join("guest-sdk/python").display());
+            println!("  JavaScript: npm install {}", out.join("guest-sdk/js").display());
+            println!("  WIT:        {}", out.join("wit").display());
+            Ok(0)
+        }
         Command::Cluster(command) => cluster::run(command).await,
+        Command::Dev(args) => dev::run(args).await,
         Command::Test { component, scenarios } => {
             let results = scenario::run_all(&component, &scenarios)
                 .await

@@ -52,7 +52,7 @@ pub enum Error {
         /// The component.
         component: PathBuf,
         /// Why.
-        error: crate::host::Error,
+        error: Box<crate::host::Error>,
     },
     /// The webhook server did not start.
     #[error("cannot serve webhooks: {0}")]
@@ -174,12 +174,19 @@ fn namespaces_named(dir: &Path, out: &mut BTreeSet<String>) -> Result<(), Error>
 
 /// A webhook server on loopback for the case's host, if the component
 /// declares webhooks (the registry installs their configurations).
-struct Webhooks {
-    registry: Arc<crate::webhook::Registry>,
-    server: crate::server::Server,
+pub(crate) struct Webhooks {
+    pub(crate) registry: Arc<crate::webhook::Registry>,
+    pub(crate) server: crate::server::Server,
 }
 
-async fn serve_webhooks() -> Result<Webhooks, Error> {
+/// Removes what the registry installed for `manifest`, logging a failure.
+pub(crate) async fn uninstall_webhooks(cluster: &KubeCluster, manifest: &crate::manifest::Manifest) {
+    if let Err(e) = crate::webhook::install::uninstall(cluster, manifest).await {
+        tracing::warn!(component = %manifest.name, error = %e, "cannot remove the webhook configurations");
+    }
+}
+
+pub(crate) async fn serve_webhooks() -> Result<Webhooks, Error> {
     use crate::webhook::{Endpoint, Install, Registry, tls::Certs};
     let port = std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
@@ -266,7 +273,7 @@ async fn run_in(
         .component(component)
         .start()
         .await
-        .map_err(|error| Error::Host { component: component.to_owned(), error })?;
+        .map_err(|error| Error::Host { component: component.to_owned(), error: Box::new(error) })?;
     let served = host.status().first().and_then(|s| s.name.clone()).unwrap_or_default();
     if webhooks.registry.get(&served).is_ok() {
         wait_for_webhooks(cluster, &served, &objects, options.timeout).await;
@@ -315,8 +322,12 @@ async fn run_in(
             check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
         }
     }
+    let installed = webhooks.registry.get(&served).ok().map(|s| Arc::clone(&s.component));
     host.shutdown().await;
     webhooks.server.shutdown().await;
+    if let Some(component) = installed {
+        uninstall_webhooks(cluster, &component.manifest).await;
+    }
     // Cluster-scoped objects the case created go with it (its namespace
     // takes the others), unless kept.
     if !options.keep {

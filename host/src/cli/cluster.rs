@@ -349,7 +349,10 @@ fn tail(log: &Path, lines: usize) -> String {
 /// to read.
 pub async fn run(command: Command) -> anyhow::Result<i32> {
     match command {
-        Command::Up(args) => up(args).await.map(|()| 0),
+        Command::Up(args) => {
+            println!("{}", up(args).await?.display());
+            Ok(0)
+        }
         Command::Down { target, purge } => {
             let cluster = Cluster::from_target(&target)?;
             let _lock = Lock::acquire(&cluster.dir, Duration::from_secs(120)).await?;
@@ -614,7 +617,39 @@ fn controller_manager_args(cluster: &Cluster) -> Vec<String> {
     ]
 }
 
-async fn up(args: UpArgs) -> anyhow::Result<()> {
+/// Starts the cluster `name` (with kube-controller-manager) unless it runs,
+/// as `capstan cluster up --name NAME`; returns its kubeconfig path.
+/// `$CAPSTAN_CP_DIR` names its state directory, as for the command.
+///
+/// # Errors
+///
+/// As `capstan cluster up`.
+pub async fn ensure_up(name: &str) -> anyhow::Result<PathBuf> {
+    up(UpArgs {
+        target: Target { name: name.to_owned(), dir: std::env::var_os("CAPSTAN_CP_DIR").map(PathBuf::from) },
+        no_controller_manager: false,
+        timeout: 120,
+        etcd_port: None,
+        etcd_peer_port: None,
+        apiserver_port: None,
+    })
+    .await
+}
+
+/// Stops the cluster `name`, keeping its data, as `capstan cluster down
+/// --name NAME`.
+///
+/// # Errors
+///
+/// As `capstan cluster down`.
+pub async fn stop(name: &str) -> anyhow::Result<()> {
+    let target = Target { name: name.to_owned(), dir: std::env::var_os("CAPSTAN_CP_DIR").map(PathBuf::from) };
+    let cluster = Cluster::from_target(&target)?;
+    let _lock = Lock::acquire(&cluster.dir, Duration::from_secs(120)).await?;
+    down(&cluster, false).await
+}
+
+async fn up(args: UpArgs) -> anyhow::Result<PathBuf> {
     let cluster = Cluster::from_target(&args.target)?;
     let timeout = Duration::from_secs(args.timeout);
     let _lock = Lock::acquire(&cluster.dir, timeout).await?;
@@ -634,8 +669,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
                 cluster.name,
                 cluster.dir.display()
             );
-            println!("{}", cluster.kubeconfig().display());
-            return Ok(());
+            return Ok(cluster.kubeconfig());
         }
         Health::Unhealthy(why) => {
             eprintln!("cluster: {} is unhealthy ({why}); stopping what is left of it first", cluster.name);
@@ -667,8 +701,7 @@ async fn up(args: UpArgs) -> anyhow::Result<()> {
         cluster.dir.join("logs").display(),
         cluster.name_flag()
     );
-    println!("{}", cluster.kubeconfig().display());
-    Ok(())
+    Ok(cluster.kubeconfig())
 }
 
 async fn start_all(cluster: &Cluster, args: &UpArgs, started: &Started, t0: Instant) -> anyhow::Result<()> {

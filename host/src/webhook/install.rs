@@ -186,6 +186,45 @@ pub async fn install(cluster: &KubeCluster, manifest: &Manifest, install: &Insta
     Ok(())
 }
 
+/// Undoes [`install`] for a host that stops for good (`capstan dev`,
+/// `capstan e2e`): deletes the component's webhook configurations and turns
+/// the conversion of the CRDs it converts back to `None`, so that the API
+/// server does not keep calling an address where nothing answers. A
+/// configuration already gone is no error.
+///
+/// # Errors
+///
+/// [`Error::Install`] naming the object that could not be deleted or
+/// changed.
+pub async fn uninstall(cluster: &KubeCluster, manifest: &Manifest) -> Result<(), Error> {
+    let name = configuration_name(manifest);
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        let r = ObjectRef::new(Gvk::new("admissionregistration.k8s.io", "v1", kind), None, name.clone());
+        match cluster.delete(&r, crate::cluster::Propagation::Background).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(Error::Install { what: format!("{kind} {name}"), error: e.to_string() }),
+        }
+    }
+    for gk in &manifest.roles.conversion {
+        let Some(crd) = crd_of(manifest, &gk.group, &gk.kind).and_then(|c| crate::object::meta_str(c, "name")) else {
+            continue;
+        };
+        apply(
+            cluster,
+            json!({
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": crd},
+                "spec": {"conversion": {"strategy": "None"}},
+            }),
+        )
+        .await?;
+    }
+    tracing::info!(component = %manifest.name, "webhook configurations removed");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
