@@ -62,6 +62,9 @@ capstan="$CARGO_TARGET_DIR/debug/capstan"
 if "$capstan" cluster status --name capstan >/dev/null 2>&1; then
   echo "reusing the running cluster 'capstan'" >&2
 else
+  # State left by an earlier run that was killed (its etcd, maybe large) is
+  # removed: the tests start from an empty cluster, as on a fresh machine.
+  "$capstan" cluster down --purge >/dev/null 2>&1 || true
   trap '"$capstan" cluster down --purge >&2 || true' EXIT
   "$capstan" cluster up >/dev/null
 fi

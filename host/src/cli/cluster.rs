@@ -148,6 +148,9 @@ pub fn clusters_root() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/state/capstan/clusters"))
 }
 
+/// How long `kubeconfig` and `env` wait for a running but unready cluster.
+const READY_WAIT: Duration = Duration::from_secs(30);
+
 /// One local cluster: its name and state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
@@ -248,16 +251,32 @@ impl Cluster {
         }
     }
 
-    /// The kubeconfig path, if the cluster is ready.
+    /// The kubeconfig path, if the cluster is ready. A cluster whose
+    /// processes all run but whose API server does not answer `/readyz` yet
+    /// (just started, or busy catching up with a large etcd) gets up to
+    /// [`READY_WAIT`] before this gives up, saying why.
     async fn ready_kubeconfig(&self) -> anyhow::Result<PathBuf> {
-        match self.health().await {
-            Health::Ready { .. } => Ok(self.kubeconfig()),
-            _ => bail!(
-                "cluster {} is not running in {} (start it with: capstan cluster up{})",
-                self.name,
-                self.dir.display(),
-                self.name_flag()
-            ),
+        let deadline = Instant::now() + READY_WAIT;
+        loop {
+            match self.health().await {
+                Health::Ready { .. } => return Ok(self.kubeconfig()),
+                Health::Unhealthy(why) if Instant::now() < deadline && !why.starts_with("not running") => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Health::Unhealthy(why) => bail!(
+                    "cluster {} in {} is not ready: {why} (logs in {}; restart it with: capstan cluster down{flag} && capstan cluster up{flag})",
+                    self.name,
+                    self.dir.display(),
+                    self.dir.join("logs").display(),
+                    flag = self.name_flag()
+                ),
+                Health::Stopped => bail!(
+                    "cluster {} is not running in {} (start it with: capstan cluster up{})",
+                    self.name,
+                    self.dir.display(),
+                    self.name_flag()
+                ),
+            }
         }
     }
 
