@@ -15,6 +15,7 @@
 #   template-python.wasm            host/templates/python, rendered
 #   template-js.wasm                host/templates/js, rendered
 #   templates/<lang>/               the rendered templates (their scenarios)
+#   toolchains.env                  python_bin= and node_bin=: where componentize-py and jco are
 #
 # Toolchains are installed once, pinned, outside the clone, in
 # ${CAPSTAN_CACHE:-$HOME/.cache/capstan}/toolchains/: a Python venv with
@@ -188,6 +189,10 @@ if [[ -d $root/host/templates/js ]]; then
   build template-js "$(key "$root/host/templates/js" "$sdk_js" "$wit")" \
     env PATH="$bin:$PATH" bash -c "cd '$tpl' && bash build.sh \"\$OUT\""
 fi
+
+# Where the toolchains are, for tests that build projects of their own
+# (`capstan new --lang python|js` outside a checkout).
+printf 'python_bin=%s\nnode_bin=%s\n' "$py_env/bin" "$bin" >"$out/toolchains.env"
 
 say "done in $(since "$started")"
 echo "$out"

@@ -71,49 +71,77 @@ async fn a_scenario_that_does_not_hold_fails_with_a_diff_and_exit_code_1() -> Re
     Ok(())
 }
 
-/// From zero, as a user with only the binary: `capstan new` in a folder
-/// outside any checkout (the SDK comes from the binary, into
-/// `capstan-sdk/`), `cargo build`, and `capstan e2e` of the project's own
+/// Where componentize-py and jco are (`toolchains.env`, written by
+/// tests/build-polyglot-guests.sh beside the components it builds).
+fn toolchain_path() -> Result<String> {
+    let guests = find_component("greeter").map_err(anyhow::Error::msg)?;
+    let env = guests.with_file_name("toolchains.env");
+    let text = std::fs::read_to_string(&env)
+        .with_context(|| format!("{} (run tests/build-polyglot-guests.sh)", env.display()))?;
+    let dirs: Vec<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(_, v)| v)).collect();
+    Ok(format!("{}:{}", dirs.join(":"), std::env::var("PATH").unwrap_or_default()))
+}
+
+/// From zero, as a user with only the binary, in each language: `capstan
+/// new` in a folder outside any checkout (the SDK comes from the binary,
+/// into `capstan-sdk/`), the project's own build, and `capstan e2e` of its
 /// scenarios on the control plane.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_project_made_outside_a_checkout_builds_and_passes_its_scenarios_on_the_api_server() -> Result<()> {
+async fn projects_made_outside_a_checkout_build_and_pass_their_scenarios_on_the_api_server() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let capstan = capstan_binary().await?;
     let home = std::env::temp_dir().join(format!("capstan-from-zero-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
     std::fs::create_dir_all(&home)?;
     ensure!(capstan_host::scaffold::find_checkout(&home).is_none(), "{} is inside a checkout", home.display());
-
-    let out = std::process::Command::new(&capstan).args(["new", "from-zero"]).current_dir(&home).output()?;
-    ensure!(out.status.success(), "capstan new: {}", String::from_utf8_lossy(&out.stderr));
-    let project = home.join("from-zero");
-    let cargo_toml = std::fs::read_to_string(project.join("Cargo.toml"))?;
-    ensure!(cargo_toml.contains("capstan-guest = { path = \"capstan-sdk/guest-sdk\" }"), "{cargo_toml}");
-    ensure!(!cargo_toml.contains("git ="), "{cargo_toml}");
-
-    // The workspace's target folder: the dependencies are built there for
-    // wasm32-wasip2 already.
+    // The workspace's target folder: the Rust dependencies are built there
+    // for wasm32-wasip2 already.
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().context("CARGO_TARGET_TMPDIR is <target>/tmp")?;
-    let build = std::process::Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--release", "--target", "wasm32-wasip2"])
-        .current_dir(&project)
-        .env("CARGO_TARGET_DIR", target)
-        .status()?;
-    ensure!(build.success(), "the project made outside a checkout does not build");
-    let wasm = target.join("wasm32-wasip2/release/from_zero.wasm");
+    let path = toolchain_path()?;
 
-    let out = tokio::process::Command::new(&capstan)
-        .arg("e2e")
-        .arg(&wasm)
-        .arg("scenarios")
-        .current_dir(&project)
-        .env("KUBECONFIG", plane.kubeconfig_path())
-        .output()
-        .await?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    ensure!(out.status.success(), "capstan e2e: {stdout}");
-    ensure!(stdout.contains("scenario basic ... ok") && stdout.contains("2 passed, 0 failed"), "{stdout}");
+    for (lang, name, component) in [
+        ("rust", "zero-rust", target.join("wasm32-wasip2/release/zero_rust.wasm")),
+        ("python", "zero-python", home.join("zero-python/zero-python.wasm")),
+        ("js", "zero-js", home.join("zero-js/zero-js.wasm")),
+    ] {
+        let out =
+            std::process::Command::new(&capstan).args(["new", name, "--lang", lang]).current_dir(&home).output()?;
+        ensure!(out.status.success(), "capstan new --lang {lang}: {}", String::from_utf8_lossy(&out.stderr));
+        let project = home.join(name);
+        ensure!(capstan_host::scaffold::is_sdk(&project.join("capstan-sdk/guest-sdk")), "{lang}: no capstan-sdk/");
+        if lang == "rust" {
+            let cargo_toml = std::fs::read_to_string(project.join("Cargo.toml"))?;
+            ensure!(cargo_toml.contains("capstan-guest = { path = \"capstan-sdk/guest-sdk\" }"), "{cargo_toml}");
+        }
+        let build = if lang == "rust" {
+            std::process::Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "--release", "--target", "wasm32-wasip2"])
+                .current_dir(&project)
+                .env("CARGO_TARGET_DIR", target)
+                .output()?
+        } else {
+            std::process::Command::new("sh").arg("build.sh").current_dir(&project).env("PATH", &path).output()?
+        };
+        ensure!(
+            build.status.success() && component.is_file(),
+            "{lang}: the project made outside a checkout does not build:\n{}{}",
+            String::from_utf8_lossy(&build.stdout),
+            String::from_utf8_lossy(&build.stderr)
+        );
+
+        let out = tokio::process::Command::new(&capstan)
+            .arg("e2e")
+            .arg(&component)
+            .arg("scenarios")
+            .current_dir(&project)
+            .env("KUBECONFIG", plane.kubeconfig_path())
+            .output()
+            .await?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("{lang}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        ensure!(out.status.success(), "{lang}: capstan e2e: {stdout}");
+        ensure!(stdout.contains("scenario basic ... ok") && stdout.contains("2 passed, 0 failed"), "{lang}: {stdout}");
+    }
     std::fs::remove_dir_all(&home)?;
     Ok(())
 }

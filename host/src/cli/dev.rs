@@ -139,6 +139,14 @@ fn ignored(project: &Path, path: &Path) -> bool {
         || rel.file_name().is_some_and(|n| n.to_string_lossy().ends_with('~'))
 }
 
+/// True if `path` was modified at or after `since`, or is gone.
+fn written_since(path: &Path, since: std::time::SystemTime) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta.is_file() && meta.modified().is_ok_and(|m| m >= since),
+        Err(_) => true,
+    }
+}
+
 /// Copies `bytes` into the components folder as one rename, so the host
 /// never sees half a file. Returns false when the file is already so.
 fn publish(components: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<bool> {
@@ -222,13 +230,18 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         .with_context(|| format!("cannot watch {}", project.dir.display()))?;
 
     let rebuilds = async {
+        // Builds read the sources, and reading is an event too: only a file
+        // written (or removed) since the last build started counts.
+        let mut last_build = std::time::SystemTime::now();
         while let Some(paths) = changes.recv().await {
-            let mut relevant: Vec<PathBuf> = paths.into_iter().filter(|p| !ignored(&project.dir, p)).collect();
+            let mut relevant: Vec<PathBuf> = paths;
             // Changes that came in meanwhile go into this build too.
             while let Ok(more) = changes.try_recv() {
-                relevant.extend(more.into_iter().filter(|p| !ignored(&project.dir, p)));
+                relevant.extend(more);
             }
+            relevant.retain(|p| !ignored(&project.dir, p) && written_since(p, last_build));
             let Some(first) = relevant.first() else { continue };
+            last_build = std::time::SystemTime::now();
             let shown = first.strip_prefix(&project.dir).unwrap_or(first).display().to_string();
             println!("dev: {shown} changed; building");
             let started = Instant::now();
@@ -349,6 +362,21 @@ mod tests {
         {
             assert!(!ignored(p, Path::new(path)), "{path}");
         }
+    }
+
+    #[test]
+    fn a_file_read_but_not_written_is_no_change() {
+        let dir = std::env::temp_dir().join(format!("capstan-dev-mtime-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("created");
+        let file = dir.join("lib.rs");
+        std::fs::write(&file, "fn main() {}").expect("written");
+        let after_write = std::time::SystemTime::now() + Duration::from_millis(10);
+        assert!(written_since(&file, std::time::SystemTime::UNIX_EPOCH));
+        let _ = std::fs::read(&file).expect("read");
+        assert!(!written_since(&file, after_write), "a read is not a change");
+        assert!(!written_since(&dir, std::time::SystemTime::UNIX_EPOCH), "a folder is not a source");
+        assert!(written_since(&dir.join("gone.rs"), after_write), "a removed file is a change");
+        std::fs::remove_dir_all(&dir).expect("removed");
     }
 
     #[test]
