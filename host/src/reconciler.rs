@@ -272,6 +272,7 @@ pub fn in_share(r: &ObjectRef, percent: u8) -> bool {
 }
 
 /// The host's condition to merge into a status.
+#[derive(Clone)]
 struct HostCondition {
     reason: &'static str,
     message: String,
@@ -292,6 +293,10 @@ pub struct Reconciler {
     adding: Mutex<HashSet<ObjectRef>>,
     /// Children of the last outcome per object that were refused.
     refused: Mutex<HashMap<ObjectRef, Vec<ChildFailure>>>,
+    /// Kinds whose status schema declares no `conditions`: the API server
+    /// refuses a status carrying them, so the host writes its condition
+    /// into the status of no object of these kinds (warned once each).
+    without_conditions: Mutex<HashSet<Gvk>>,
 }
 
 impl fmt::Debug for Reconciler {
@@ -319,6 +324,7 @@ impl Reconciler {
             handled: Mutex::new(HashMap::new()),
             adding: Mutex::new(HashSet::new()),
             refused: Mutex::new(HashMap::new()),
+            without_conditions: Mutex::new(HashSet::new()),
         }
     }
 
@@ -743,6 +749,11 @@ impl Reconciler {
     /// Writes `status` (the guest's, or with `None` the current one) with
     /// the host's condition merged in by type (or removed, without one),
     /// unless that changes nothing. Returns the object as written.
+    ///
+    /// A kind whose status schema does not declare `conditions` cannot
+    /// carry the host's condition (server-side apply refuses undeclared
+    /// fields): the status is written without it, and a warning says once
+    /// per kind what to add to the CRD.
     async fn write_status(
         &self,
         component: &Loaded,
@@ -751,54 +762,30 @@ impl Reconciler {
         status: Option<Value>,
         condition: Option<HostCondition>,
     ) -> Result<Value, Error> {
-        let current = object.get("status");
-        let has_ours = conditions(current).iter().any(|c| c.get("type") == Some(&json!(CONDITION)));
-        let mut status = match status {
-            Some(s) => s,
-            None if condition.is_some() || has_ours => current.cloned().unwrap_or_else(|| json!({})),
-            None => return Ok(object.clone()),
-        };
-        let Some(map) = status.as_object_mut() else {
-            return Err(Error::InvalidOutcome("status is not a JSON object".into()));
-        };
-        if let Some(generation) = object::generation(object) {
-            map.entry("observedGeneration").or_insert_with(|| json!(generation));
-        }
-        let mut list: Vec<Value> = match map.get("conditions") {
-            Some(Value::Array(list)) => list.clone(),
-            _ => conditions(current).to_vec(),
-        };
-        list.retain(|c| c.get("type") != Some(&json!(CONDITION)));
-        if let Some(HostCondition { reason, message }) = condition {
-            let previous = conditions(current).iter().find(|c| c.get("type") == Some(&json!(CONDITION)));
-            let since = previous
-                .filter(|c| c.get("status") == Some(&json!("False")))
-                .and_then(|c| c.get("lastTransitionTime").cloned())
-                .unwrap_or_else(|| json!(now()));
-            let mut c = json!({
-                "type": CONDITION,
-                "status": "False",
-                "reason": reason,
-                "message": message.chars().take(1024).collect::<String>(),
-                "lastTransitionTime": since,
-            });
-            if let Some(generation) = object::generation(object) {
-                c["observedGeneration"] = json!(generation);
-            }
-            list.push(c);
-        }
-        if list.is_empty() {
-            map.remove("conditions");
-        } else {
-            map.insert("conditions".into(), Value::Array(list));
-        }
-        if current == Some(&status) {
+        let conditions_declared = !lock(&self.without_conditions).contains(&r.gvk);
+        let Some(body) = status_with_condition(object, status.clone(), condition.clone(), conditions_declared)? else {
             return Ok(object.clone());
-        }
-        let applied = status_apply_body(r, status);
+        };
         let field_manager = component.manifest.field_manager();
-        let patch = Patch::Apply { object: applied, field_manager, force: true };
-        Ok(self.cluster.patch(r, patch, Subresource::Status).await?)
+        let patch =
+            Patch::Apply { object: status_apply_body(r, body), field_manager: field_manager.clone(), force: true };
+        match self.cluster.patch(r, patch, Subresource::Status).await {
+            Err(e) if conditions_declared && undeclared_conditions(&e) => {
+                if lock(&self.without_conditions).insert(r.gvk.clone()) {
+                    tracing::warn!(
+                        kind = %r.gvk,
+                        "the status schema of this kind declares no `conditions`: the host writes no {CONDITION} \
+                         condition into it (declare status.conditions in the CRD, see docs/controllers.md)"
+                    );
+                }
+                let Some(body) = status_with_condition(object, status, condition, false)? else {
+                    return Ok(object.clone());
+                };
+                let patch = Patch::Apply { object: status_apply_body(r, body), field_manager, force: true };
+                Ok(self.cluster.patch(r, patch, Subresource::Status).await?)
+            }
+            result => Ok(result?),
+        }
     }
 
     async fn record(&self, event: EventRecord) {
@@ -1146,6 +1133,71 @@ fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// The status to write: `status` (the guest's, or with `None` the current
+/// one) with `observedGeneration` filled in and the host's condition merged
+/// in by type, or removed without one (`conditions_declared`: whether the
+/// kind's status may carry conditions at all). `None` when that is the
+/// current status already.
+fn status_with_condition(
+    object: &Value,
+    status: Option<Value>,
+    condition: Option<HostCondition>,
+    conditions_declared: bool,
+) -> Result<Option<Value>, Error> {
+    let current = object.get("status");
+    let has_ours = conditions(current).iter().any(|c| c.get("type") == Some(&json!(CONDITION)));
+    let condition = condition.filter(|_| conditions_declared);
+    let mut status = match status {
+        Some(s) => s,
+        None if condition.is_some() || has_ours => current.cloned().unwrap_or_else(|| json!({})),
+        None => return Ok(None),
+    };
+    let Some(map) = status.as_object_mut() else {
+        return Err(Error::InvalidOutcome("status is not a JSON object".into()));
+    };
+    if let Some(generation) = object::generation(object) {
+        map.entry("observedGeneration").or_insert_with(|| json!(generation));
+    }
+    if conditions_declared {
+        let mut list: Vec<Value> = match map.get("conditions") {
+            Some(Value::Array(list)) => list.clone(),
+            _ => conditions(current).to_vec(),
+        };
+        list.retain(|c| c.get("type") != Some(&json!(CONDITION)));
+        if let Some(HostCondition { reason, message }) = condition {
+            let previous = conditions(current).iter().find(|c| c.get("type") == Some(&json!(CONDITION)));
+            let since = previous
+                .filter(|c| c.get("status") == Some(&json!("False")))
+                .and_then(|c| c.get("lastTransitionTime").cloned())
+                .unwrap_or_else(|| json!(now()));
+            let mut c = json!({
+                "type": CONDITION,
+                "status": "False",
+                "reason": reason,
+                "message": message.chars().take(1024).collect::<String>(),
+                "lastTransitionTime": since,
+            });
+            if let Some(generation) = object::generation(object) {
+                c["observedGeneration"] = json!(generation);
+            }
+            list.push(c);
+        }
+        if list.is_empty() {
+            map.remove("conditions");
+        } else {
+            map.insert("conditions".into(), Value::Array(list));
+        }
+    }
+    Ok((current != Some(&status)).then_some(status))
+}
+
+/// Whether the API server refused a status because its schema declares no
+/// `status.conditions` (server-side apply: "field not declared in schema").
+fn undeclared_conditions(e: &cluster::Error) -> bool {
+    let text = e.to_string();
+    text.contains(".status.conditions") && text.contains("field not declared in schema")
+}
+
 /// The body of a server-side apply of `status` to the object `r`.
 fn status_apply_body(r: &ObjectRef, status: Value) -> Value {
     let mut metadata = json!({"name": r.name});
@@ -1189,6 +1241,45 @@ mod tests {
         assert!(objects.iter().all(|r| in_share(r, 50) == in_share(&r.clone(), 50)));
         assert!(!objects.iter().any(|r| in_share(r, 0)));
         assert!(objects.iter().all(|r| in_share(r, 100)));
+    }
+
+    #[test]
+    fn the_hosts_condition_is_merged_by_type_or_left_out_where_the_schema_has_no_conditions() {
+        let object = json!({"metadata": {"generation": 4}, "status": {"conditions": [
+            {"type": "Ready", "status": "True"},
+        ]}});
+        let condition = || Some(HostCondition { reason: "TerminalError", message: "bad spec".into() });
+        let status = json!({"phase": "Failed"});
+        let with =
+            status_with_condition(&object, Some(status.clone()), condition(), true).expect("ok").expect("a write");
+        assert_eq!(with["observedGeneration"], 4);
+        let types: Vec<&Value> = with["conditions"].as_array().expect("a list").iter().map(|c| &c["type"]).collect();
+        assert_eq!(types, [&json!("Ready"), &json!(CONDITION)], "the guest's conditions kept, the host's added");
+        assert_eq!(with["conditions"][1]["reason"], "TerminalError");
+        // The schema declares no conditions: the guest's status alone.
+        let without = status_with_condition(&object, Some(status), condition(), false).expect("ok").expect("a write");
+        assert_eq!(without, json!({"phase": "Failed", "observedGeneration": 4}));
+        // No status of the guest's and no condition to write: nothing.
+        let bare = json!({"metadata": {"generation": 1}});
+        assert_eq!(status_with_condition(&bare, None, condition(), false).expect("ok"), None);
+    }
+
+    #[test]
+    fn a_status_refused_for_undeclared_conditions_is_recognised() {
+        let refused = cluster::Error::Other(cluster::Status::new(
+            500,
+            "InternalError",
+            "failed to create typed patch object (demo/mute; example.com/v1alpha1, Kind=Zero): .status.conditions: \
+             field not declared in schema",
+        ));
+        assert!(undeclared_conditions(&refused));
+        let other = cluster::Error::Other(cluster::Status::new(
+            500,
+            "InternalError",
+            "failed to create typed patch object (demo/mute; example.com/v1alpha1, Kind=Zero): .status.phase: field \
+             not declared in schema",
+        ));
+        assert!(!undeclared_conditions(&other));
     }
 
     #[test]
