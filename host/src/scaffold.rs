@@ -78,18 +78,22 @@ const RUST: &[TemplateFile] = template!["rust":
     "scenarios/basic/expect.yaml" => "scenarios/basic/expect.yaml.tmpl",
     "scenarios/empty-message/given.yaml" => "scenarios/empty-message/given.yaml.tmpl",
     "scenarios/empty-message/absent.yaml" => "scenarios/empty-message/absent.yaml.tmpl",
+    "scenarios/empty-message/expect.yaml" => "scenarios/empty-message/expect.yaml.tmpl",
     "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
 ];
 
 const PYTHON: &[TemplateFile] = template!["python":
     "app.py" => "app.py.tmpl",
     "build.sh" => "build.sh.tmpl",
+    "pyproject.toml" => "pyproject.toml.tmpl",
+    "tests/test_app.py" => "tests/test_app.py.tmpl",
     ".gitignore" => "gitignore.tmpl",
     "README.md" => "README.md.tmpl",
     "scenarios/basic/given.yaml" => "scenarios/basic/given.yaml.tmpl",
     "scenarios/basic/expect.yaml" => "scenarios/basic/expect.yaml.tmpl",
     "scenarios/empty-message/given.yaml" => "scenarios/empty-message/given.yaml.tmpl",
     "scenarios/empty-message/absent.yaml" => "scenarios/empty-message/absent.yaml.tmpl",
+    "scenarios/empty-message/expect.yaml" => "scenarios/empty-message/expect.yaml.tmpl",
     "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
 ];
 
@@ -97,12 +101,14 @@ const JS: &[TemplateFile] = template!["js":
     "app.js" => "app.js.tmpl",
     "build.sh" => "build.sh.tmpl",
     "package.json" => "package.json.tmpl",
+    "test/app.test.js" => "test/app.test.js.tmpl",
     ".gitignore" => "gitignore.tmpl",
     "README.md" => "README.md.tmpl",
     "scenarios/basic/given.yaml" => "scenarios/basic/given.yaml.tmpl",
     "scenarios/basic/expect.yaml" => "scenarios/basic/expect.yaml.tmpl",
     "scenarios/empty-message/given.yaml" => "scenarios/empty-message/given.yaml.tmpl",
     "scenarios/empty-message/absent.yaml" => "scenarios/empty-message/absent.yaml.tmpl",
+    "scenarios/empty-message/expect.yaml" => "scenarios/empty-message/expect.yaml.tmpl",
     "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
 ];
 

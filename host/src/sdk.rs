@@ -56,6 +56,7 @@ const CHECKOUT_FILES: &[File] = files![
     "guest-sdk/python/README.md",
     "guest-sdk/python/pyproject.toml",
     "guest-sdk/python/capstan_guest/__init__.py",
+    "guest-sdk/python/capstan_guest/_plain.py",
     "guest-sdk/python/capstan_guest/admission.py",
     "guest-sdk/python/capstan_guest/api.py",
     "guest-sdk/python/capstan_guest/component.py",
@@ -71,6 +72,8 @@ const CHECKOUT_FILES: &[File] = files![
     "guest-sdk/python/capstan_guest/outcome.py",
     "guest-sdk/python/capstan_guest/py.typed",
     "guest-sdk/python/capstan_guest/scheduler.py",
+    "guest-sdk/python/capstan_guest/testing.py",
+    "guest-sdk/python/capstan_guest/tracebacks.py",
     "guest-sdk/js/README.md",
     "guest-sdk/js/package.json",
     "guest-sdk/js/index.d.ts",
@@ -90,6 +93,13 @@ const CHECKOUT_FILES: &[File] = files![
     "guest-sdk/js/src/manifest.js",
     "guest-sdk/js/src/outcome.js",
     "guest-sdk/js/src/scheduler.js",
+    "guest-sdk/js/testing/hooks.js",
+    "guest-sdk/js/testing/host.js",
+    "guest-sdk/js/testing/imports/events.js",
+    "guest-sdk/js/testing/imports/kube.js",
+    "guest-sdk/js/testing/imports/log.js",
+    "guest-sdk/js/testing/index.js",
+    "guest-sdk/js/testing/register.js",
     "Cargo.lock",
 ];
 
@@ -155,7 +165,7 @@ mod tests {
             let name = entry.file_name().to_string_lossy().into_owned();
             let rel = dir.join(&name);
             if entry.file_type().expect("a type").is_dir() {
-                if !["__pycache__", "node_modules", "tests", "test"].contains(&name.as_str())
+                if !["__pycache__", "node_modules", "tests", "test", "build"].contains(&name.as_str())
                     && !name.ends_with(".egg-info")
                 {
                     walk(&rel, out);

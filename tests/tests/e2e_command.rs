@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, capstan_binary};
 
@@ -82,6 +82,60 @@ fn toolchain_path() -> Result<String> {
     Ok(format!("{}:{}", dirs.join(":"), std::env::var("PATH").unwrap_or_default()))
 }
 
+/// The first directory named `name` below `dir`.
+fn find_dir(dir: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        if entry.file_type().ok()?.is_dir() {
+            let path = entry.path();
+            if entry.file_name() == name {
+                return Some(path);
+            }
+            if let Some(found) = find_dir(&path, name) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+/// What a Python or JavaScript project made by `capstan new` promises its
+/// author: building the same source again gives the same component (byte
+/// for byte), the build leaves no `__pycache__` in the project or its SDK,
+/// and the scaffolded unit tests pass under pytest / node's test runner
+/// with the SDK's fake host.
+fn guest_project_checks(lang: &str, project: &Path, component: &Path, path: &str) -> Result<()> {
+    let first = std::fs::read(component)?;
+    let again = std::process::Command::new("sh").arg("build.sh").current_dir(project).env("PATH", path).output()?;
+    ensure!(again.status.success(), "{lang}: second build: {}", String::from_utf8_lossy(&again.stderr));
+    ensure!(std::fs::read(component)? == first, "{lang}: the same source built twice gave two different components");
+    if let Some(cache) = find_dir(project, "__pycache__") {
+        bail!("{lang}: the build wrote {}", cache.display());
+    }
+    let tests = if lang == "python" {
+        let tool = path.split(':').map(|d| Path::new(d).join("componentize-py")).find(|p| p.is_file());
+        let tool = tool.context("componentize-py is not in the toolchains")?;
+        std::process::Command::new("python3")
+            .args(["-m", "pytest", "-q"])
+            .current_dir(project)
+            .env("COMPONENTIZE_PY", tool)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .output()?
+    } else {
+        // What `npm install` makes of the `file:` dependency, without the network.
+        std::fs::create_dir_all(project.join("node_modules"))?;
+        std::os::unix::fs::symlink("../capstan-sdk/guest-sdk/js", project.join("node_modules/capstan-guest"))?;
+        std::process::Command::new("node")
+            .args(["--import", "capstan-guest/testing/register", "--test", "test/app.test.js"])
+            .current_dir(project)
+            .output()?
+    };
+    let report = format!("{}{}", String::from_utf8_lossy(&tests.stdout), String::from_utf8_lossy(&tests.stderr));
+    ensure!(tests.status.success(), "{lang}: the scaffolded unit tests fail:\n{report}");
+    let passed = if lang == "python" { report.contains("2 passed") } else { report.contains("# pass 2") };
+    ensure!(passed, "{lang}: expected two passing unit tests:\n{report}");
+    Ok(())
+}
+
 /// From zero, as a user with only the binary, in each language: `capstan
 /// new` in a folder outside any checkout (the SDK comes from the binary,
 /// into `capstan-sdk/`), the project's own build, and `capstan e2e` of its
@@ -128,6 +182,10 @@ async fn projects_made_outside_a_checkout_build_and_pass_their_scenarios_on_the_
             String::from_utf8_lossy(&build.stdout),
             String::from_utf8_lossy(&build.stderr)
         );
+
+        if lang != "rust" {
+            guest_project_checks(lang, &project, &component, &path)?;
+        }
 
         let out = tokio::process::Command::new(&capstan)
             .arg("e2e")

@@ -45,6 +45,8 @@ CRD between versions (:class:`Conversion`, :func:`between`, declared with
 :func:`export`.
 """
 
+from . import _plain  # noqa: F401 - first: the WIT bindings, also under plain CPython
+
 from .admission import Admission, AdmissionRequest, Operation, UserInfo, Verdict, Webhook
 from .api import Api, PatchType, Propagation
 from .component import Component

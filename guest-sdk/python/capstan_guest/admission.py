@@ -21,7 +21,6 @@ and turns a mutated object into the JSON Patch the API server expects::
 from __future__ import annotations
 
 import json
-import traceback
 from enum import Enum
 from typing import Any, Dict, Iterable, List, Optional, Type
 
@@ -30,6 +29,7 @@ from wit_world.imports import types as _wit
 from .component import Component
 from .kinds import gvk
 from .log import log
+from .tracebacks import format_exc
 
 
 class Operation(Enum):
@@ -297,7 +297,7 @@ def run_review(admission: Type[Admission], request: _wit.AdmissionRequest) -> _w
         # A failed call, not an answer: logged, then it traps, so that the
         # host answers the API server with an error and the webhook's
         # failure policy decides (as a panic does in Rust).
-        log.error("unhandled exception in admission", error=repr(e), traceback=traceback.format_exc())
+        log.error("unhandled exception in admission", error=repr(e), traceback=format_exc())
         raise
     if not isinstance(verdict, Verdict):
         return Verdict.deny(f"admission returned {type(verdict).__name__}, not a Verdict").code(500)._into_wit()

@@ -4,8 +4,7 @@ it."""
 from __future__ import annotations
 
 import json
-import traceback
-from typing import Any, Dict, Optional, Type
+from typing import Any, Callable, Dict, Optional, Type
 
 from componentize_py_types import Err
 from wit_world.imports import types as _wit
@@ -15,6 +14,7 @@ from .errors import ApiError, ReconcileError, Terminal, Transient, from_api_erro
 from .log import log
 from .manifest import Manifest
 from .outcome import Outcome
+from .tracebacks import format_exc
 
 
 class Controller:
@@ -76,6 +76,16 @@ def _failure(error: ReconcileError) -> Err[_wit.Failure]:
     )
 
 
+def callback_for(instance: Controller, event: EventKind) -> Callable[[Context, Dict[str, Any]], Outcome]:
+    """The method of ``instance`` the host calls for ``event``."""
+    return {
+        EventKind.ADDED: instance.add,
+        EventKind.MODIFIED: instance.modify,
+        EventKind.DELETED: instance.delete,
+        EventKind.RESYNC: instance.reconcile,
+    }[event]
+
+
 def run_reconcile(controller: Type[Controller], request: _wit.ReconcileRequest) -> _wit.Outcome:
     """Decodes the object, calls the controller's callback for the
     request's event and converts what it returns or raises; raises ``Err``
@@ -90,13 +100,7 @@ def run_reconcile(controller: Type[Controller], request: _wit.ReconcileRequest) 
     namespace: Optional[str] = meta.get("namespace")
     failed = [FailedChild._from_wit(c) for c in request.failed_children]
     ctx = Context(EventKind._from_wit(request.event), namespace, meta.get("name") or "", failed)
-    instance = controller()
-    callback = {
-        EventKind.ADDED: instance.add,
-        EventKind.MODIFIED: instance.modify,
-        EventKind.DELETED: instance.delete,
-        EventKind.RESYNC: instance.reconcile,
-    }[ctx.event]
+    callback = callback_for(controller(), ctx.event)
     try:
         outcome = callback(ctx, obj)
     except ReconcileError as e:
@@ -104,7 +108,7 @@ def run_reconcile(controller: Type[Controller], request: _wit.ReconcileRequest) 
     except ApiError as e:
         raise _failure(from_api_error(e)) from None
     except Exception as e:  # noqa: BLE001 - a bug in the controller must not trap the host call
-        log.error("unhandled exception in reconcile", error=repr(e), traceback=traceback.format_exc())
+        log.error("unhandled exception in reconcile", error=repr(e), traceback=format_exc())
         raise _failure(Transient(f"unhandled {type(e).__name__}: {e}")) from None
     if outcome is None:
         return Outcome()._into_wit()

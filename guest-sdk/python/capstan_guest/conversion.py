@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import traceback
 from typing import Any, Callable, Dict, List, Type
 
 from componentize_py_types import Err
@@ -25,6 +24,7 @@ from wit_world.imports import types as _wit
 
 from .component import Component
 from .log import log
+from .tracebacks import format_exc
 
 
 class Conversion(Component):
@@ -92,7 +92,7 @@ def run_convert(conversion: Type[Conversion], request: _wit.ConversionRequest) -
             converted = instance.convert(obj, desired)
         except Exception as e:  # noqa: BLE001 - the message goes to the user
             if not isinstance(e, (ValueError, NotImplementedError)):
-                log.error("unhandled exception in convert", error=repr(e), traceback=traceback.format_exc())
+                log.error("unhandled exception in convert", error=repr(e), traceback=format_exc())
             raise Err(str(e)) from None
         version = converted.get("apiVersion") if isinstance(converted, dict) else None
         if version != desired:

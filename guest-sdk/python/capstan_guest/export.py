@@ -14,6 +14,7 @@ from .component import Component
 from .controller import Controller, run_reconcile
 from .conversion import Conversion, run_convert
 from .scheduler import Scheduler, run_schedule
+from .tracebacks import keep_sources
 
 
 def _not_served(role: str) -> str:
@@ -58,7 +59,10 @@ def export(
     ``admission``, ``conversion`` and ``scheduler`` given; its
     ``roles.reconcile`` is set when a controller is given. Roles not given
     answer "not served"; the host never calls them, since the manifest does
-    not declare them."""
+    not declare them.
+
+    It also keeps the source of the app and the SDK for tracebacks (see
+    :mod:`capstan_guest.tracebacks`), so call it at import time, as above."""
     for given, base, role in (
         (controller, Controller, "controller"),
         (admission, Admission, "admission"),
@@ -125,4 +129,7 @@ def export(
         (SchedulerExport, "Scheduler"),
     ):
         cls.__name__ = cls.__qualname__ = f"{role}Export[{first.__name__}]"
+    # export() runs while componentize-py builds, with the sources readable:
+    # keep them for tracebacks at run time.
+    keep_sources()
     return Exports(ControllerExport, AdmissionExport, ConversionExport, SchedulerExport)

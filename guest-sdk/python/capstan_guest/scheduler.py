@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import traceback
 from typing import Any, Dict, Iterable, List, Optional, Type, Union
 
 from componentize_py_types import Err
@@ -32,6 +31,7 @@ from wit_world.imports import types as _wit
 
 from .component import Component
 from .log import log
+from .tracebacks import format_exc
 
 Resources = Dict[str, int]
 """Resource amounts by name (``cpu``, ``memory``, ``pods``, ...), in
@@ -189,7 +189,7 @@ def run_schedule(scheduler: Type[Scheduler], request: _wit.ScheduleRequest) -> s
     except Unschedulable as e:
         raise Err(e._into_wit()) from None
     except Exception as e:  # noqa: BLE001 - a bug in the scheduler must not trap the host call
-        log.error("unhandled exception in schedule", error=repr(e), traceback=traceback.format_exc())
+        log.error("unhandled exception in schedule", error=repr(e), traceback=format_exc())
         raise _unschedulable([f"unhandled {type(e).__name__}: {e}"]) from None
     if isinstance(picked, Unschedulable):
         raise Err(picked._into_wit())

@@ -1,7 +1,7 @@
-"""Runs the library under plain CPython: the bindings componentize-py
-generates from ``wit/`` (``wit_world``, ``componentize_py_types``) are
-written to a temporary folder and put on the path; their import functions
-are replaced by a programmable fake host.
+"""Runs the library under plain CPython: importing it generates the
+bindings componentize-py makes from ``wit/`` (``wit_world``,
+``componentize_py_types``) into ``~/.cache/capstan/python-bindings``; the
+``host`` fixture replaces their import functions by a programmable fake.
 
 componentize-py is taken from ``$COMPONENTIZE_PY``, from ``PATH``, or from
 the toolchain ``tests/build-polyglot-guests.sh`` installs; without it the
@@ -10,13 +10,7 @@ tests are skipped.
 
 from __future__ import annotations
 
-import atexit
-import glob
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -25,37 +19,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _componentize_py() -> Optional[str]:
-    explicit = os.environ.get("COMPONENTIZE_PY")
-    if explicit:
-        return explicit
-    found = shutil.which("componentize-py")
-    if found:
-        return found
-    cache = os.environ.get("CAPSTAN_CACHE", os.path.expanduser("~/.cache/capstan"))
-    candidates = sorted(glob.glob(os.path.join(cache, "toolchains", "componentize-py-*", "bin", "componentize-py")))
-    return candidates[-1] if candidates else None
-
-
-def _bindings() -> Optional[str]:
-    tool = _componentize_py()
-    if tool is None:
-        return None
-    out = tempfile.mkdtemp(prefix="capstan-py-bindings-")
-    atexit.register(shutil.rmtree, out, True)
-    subprocess.run([tool, "-d", str(ROOT / "wit"), "-w", "operator", "bindings", out], check=True)
-    return out
-
-
-_BINDINGS = _bindings()
-if _BINDINGS is not None:
-    sys.path[:0] = [_BINDINGS, str(ROOT / "guest-sdk" / "python")]
+# The package under test; importing it generates the WIT bindings
+# (capstan_guest._plain) with componentize-py from $COMPONENTIZE_PY, PATH or
+# the toolchain cache of tests/build-polyglot-guests.sh.
+sys.path.insert(0, str(ROOT / "guest-sdk" / "python"))
+_WHY: Optional[str] = None
+try:
+    import capstan_guest  # noqa: F401
+except ImportError as e:
+    _WHY = str(e)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     """Skips every test when the bindings cannot be generated."""
-    if _BINDINGS is None:
-        skip = pytest.mark.skip(reason="componentize-py not found (run tests/build-polyglot-guests.sh)")
+    if _WHY is not None:
+        skip = pytest.mark.skip(reason=f"{_WHY} (run tests/build-polyglot-guests.sh)")
         for item in items:
             item.add_marker(skip)
 

@@ -1,0 +1,83 @@
+// capstan-guest/testing: the fake host authors use under node --test.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { Context, Controller, Event, Outcome, Terminal, NotFound, AlreadyExists } from "../src/index.js";
+import { FakeHost, reconcile } from "../testing/index.js";
+
+const greeting = {
+  apiVersion: "example.com/v1",
+  kind: "Greeting",
+  metadata: { name: "hi", namespace: "demo", generation: 3, labels: { team: "a" } },
+  spec: { message: "hello", source: "settings" },
+};
+
+class Greeter extends Controller {
+  reconcile(ctx, obj) {
+    if (!obj.spec.message) throw new Terminal("spec.message must not be empty", { status: { phase: "Failed" } });
+    const settings = ctx.api("v1", "ConfigMap", ctx.namespace).getOpt(obj.spec.source);
+    if (settings === undefined) {
+      ctx.record(Event.warning("Waiting", "Reconcile").note("no settings yet"));
+      return new Outcome().keepChildren().requeueAfter(30);
+    }
+    ctx.log.info("greeting", { name: ctx.name });
+    const mates = ctx.api("example.com/v1", "Greeting").list({ labelSelector: "team=a" });
+    return new Outcome()
+      .child({
+        apiVersion: "v1",
+        kind: "ConfigMap",
+        metadata: { name: `${ctx.name}-out` },
+        data: { message: obj.spec.message, tone: settings.data.tone, mates: String(mates.length) },
+      })
+      .status({ observedGeneration: obj.metadata.generation })
+      .event(Event.normal("Greeted", "Reconcile"));
+  }
+}
+
+test("reconcile returns the outcome as data and the fake answers reads", () => {
+  const settings = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "settings", namespace: "demo" }, data: { tone: "warm" } };
+  const other = { ...greeting, metadata: { name: "other", namespace: "elsewhere", labels: { team: "b" } } };
+  const host = new FakeHost([greeting, settings, other]);
+  const done = reconcile(Greeter, greeting, { host });
+  assert.deepEqual(done.children, [
+    { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "hi-out" }, data: { message: "hello", tone: "warm", mates: "1" } },
+  ]);
+  assert.deepEqual(done.status, { observedGeneration: 3 });
+  assert.deepEqual(done.events, [{ type: "Normal", reason: "Greeted", action: "Reconcile", note: undefined }]);
+  assert.equal(done.requeueAfter, undefined);
+  assert.equal(done.keepChildren, false);
+  assert.deepEqual(host.calls.map((c) => c[0]), ["kube.get", "kube.list"]);
+  assert.deepEqual(host.logs, [["info", "greeting", { name: "hi" }]]);
+});
+
+test("a missing read and a terminal error reach the test", () => {
+  const host = new FakeHost();
+  const waiting = reconcile(Greeter, greeting, { host, event: "resync" });
+  assert.equal(waiting.keepChildren, true);
+  assert.equal(waiting.requeueAfter, 30);
+  assert.deepEqual(host.events, [{ type: "Warning", reason: "Waiting", action: "Reconcile", note: "no settings yet" }]);
+  assert.throws(() => reconcile(Greeter, { ...greeting, spec: { message: "" } }), (e) => {
+    assert.ok(e instanceof Terminal);
+    assert.deepEqual(e.status, { phase: "Failed" });
+    return true;
+  });
+});
+
+test("the fake stores writes and answers like an API server", () => {
+  const host = new FakeHost().install();
+  try {
+    const cms = new Context("added", "demo", "x").api("v1", "ConfigMap", "demo");
+    cms.create({ metadata: { name: "a", labels: { app: "web" } }, data: { k: "1" } });
+    assert.throws(() => cms.create({ metadata: { name: "a" } }), AlreadyExists);
+    cms.patch("a", { data: { k: null, j: "2" } });
+    assert.deepEqual(host.get("v1", "ConfigMap", "demo", "a").data, { j: "2" });
+    assert.deepEqual(cms.list({ labelSelector: "app=web" }).map((o) => o.metadata.name), ["a"]);
+    assert.deepEqual(cms.list({ labelSelector: "app!=web" }), []);
+    cms.delete("a");
+    assert.equal(cms.getOpt("a"), undefined);
+    assert.throws(() => cms.delete("a"), NotFound);
+  } finally {
+    host.uninstall();
+  }
+  assert.throws(() => new Context("added", "demo", "x").api("v1", "ConfigMap", "demo").get("a"), /no FakeHost installed/);
+});

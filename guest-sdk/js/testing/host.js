@@ -1,0 +1,185 @@
+// The fake host: a small in-memory API server behind the WIT imports.
+
+import { fromBytes, toBytes } from "../src/json.js";
+
+/** @type {FakeHost | undefined} */
+let active;
+
+/** The installed fake host; throws when none is. */
+export function current() {
+  if (!active) throw new Error("capstan-guest/testing: no FakeHost installed (use reconcile(), or host.install())");
+  return active;
+}
+
+/** The installed fake host, if any. */
+export function installed() {
+  return active;
+}
+
+const apiVersion = (gvk) => (gvk.group ? `${gvk.group}/${gvk.version}` : gvk.version);
+const keyOf = (obj) =>
+  JSON.stringify([obj.apiVersion ?? "", obj.kind ?? "", obj.metadata?.namespace ?? null, obj.metadata?.name ?? ""]);
+const refKey = (ref) => JSON.stringify([apiVersion(ref.kind), ref.kind.kind, ref.namespace ?? null, ref.name]);
+const status = (tag, code, reason, message) => ({ tag, val: { code, reason, message } });
+const notFound = (kind, name) => status("not-found", 404, "NotFound", `${kind} "${name}" not found`);
+
+/** JSON merge patch (RFC 7386): `null` removes a field. */
+function merge(into, patch) {
+  if (patch === null || typeof patch !== "object" || Array.isArray(patch)) return structuredClone(patch);
+  const out = into && typeof into === "object" && !Array.isArray(into) ? { ...into } : {};
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = merge(out[k], v);
+  }
+  return out;
+}
+
+/** Equality label selectors: `k=v`, `k==v`, `k!=v`, `k`, `!k`. */
+function selected(labels, selector) {
+  for (const term of (selector ?? "").split(",").map((t) => t.trim()).filter(Boolean)) {
+    if (term.includes("!=")) {
+      const [k, v] = term.split("!=").map((s) => s.trim());
+      if (labels[k] === v) return false;
+    } else if (term.includes("=")) {
+      const at = term.indexOf("=");
+      const k = term.slice(0, at).trim();
+      const v = term.slice(at + 1).replace(/^=/, "").trim();
+      if (labels[k] !== v) return false;
+    } else if (term.startsWith("!")) {
+      if (term.slice(1) in labels) return false;
+    } else if (!(term in labels)) return false;
+  }
+  return true;
+}
+
+/**
+ * The host's imports, in memory: objects by apiVersion, kind, namespace and
+ * name, and what the code under test did. `get`, `list` (equality label
+ * selectors), `create`, `replace`, `delete`, merge `patch` and `apply` (the
+ * applied fields merged into what is stored) and their status variants are
+ * answered; grants, server-side apply field ownership and admission are not
+ * faked: the scenarios (`capstan test`) and `capstan e2e` cover those.
+ */
+export class FakeHost {
+  /** @param {object[]} [objects] objects to hold (apiVersion, kind, metadata.name) */
+  constructor(objects = []) {
+    /** @type {Map<string, any>} What the fake API server stores. */
+    this.objects = new Map();
+    /** Every import called, as `[name, ...args]`, in order. */
+    this.calls = [];
+    /** Events recorded with `ctx.record`: `{type, reason, action, note}`. */
+    this.events = [];
+    /** Log lines: `[level, message, fields]`. */
+    this.logs = [];
+    this.version = 0;
+    for (const obj of objects) this.put(obj);
+  }
+
+  /** Stores a copy of `obj` with a fresh resourceVersion; returns it. */
+  put(obj) {
+    const stored = structuredClone(obj);
+    stored.metadata = { ...stored.metadata, resourceVersion: String(++this.version) };
+    this.objects.set(keyOf(stored), stored);
+    return stored;
+  }
+
+  /** The stored object, or `undefined`. */
+  get(apiVersion, kind, namespace, name) {
+    return this.objects.get(JSON.stringify([apiVersion, kind, namespace ?? null, name]));
+  }
+
+  /** Makes this the host the WIT imports call (until `uninstall`). */
+  install() {
+    active = this;
+    return this;
+  }
+
+  /** Stops answering the WIT imports. */
+  uninstall() {
+    if (active === this) active = undefined;
+  }
+
+  /** @param {string} name @param {any[]} args */
+  call(name, args) {
+    this.calls.push([name, ...args]);
+    const handler = this.handlers[name];
+    return handler(...args);
+  }
+
+  get handlers() {
+    const patched = (ref, type, patch, statusOnly) => {
+      const current = this.objects.get(refKey(ref));
+      if (!current) throw notFound(ref.kind.kind, ref.name);
+      if (type !== "merge") throw { tag: "bad-request", val: `the fake host applies merge patches only, not ${type}` };
+      let change = fromBytes(patch);
+      if (statusOnly) change = change && "status" in change ? { status: change.status } : {};
+      return toBytes(this.put(merge(current, change)));
+    };
+    const applied = (data, statusOnly) => {
+      let obj = fromBytes(data);
+      const current = this.objects.get(keyOf(obj));
+      if (statusOnly) {
+        if (!current) throw notFound(obj.kind, obj.metadata?.name);
+        obj = { status: obj.status };
+      }
+      return toBytes(this.put(merge(current ?? {}, obj)));
+    };
+    return {
+      "kube.get": (ref) => {
+        const found = this.objects.get(refKey(ref));
+        if (!found) throw notFound(ref.kind.kind, ref.name);
+        return toBytes(found);
+      },
+      "kube.list": (gvk, namespace, params) => {
+        if (params?.fieldSelector) throw { tag: "bad-request", val: "the fake host does not evaluate field selectors" };
+        return [...this.objects.entries()]
+          .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+          .map(([, obj]) => obj)
+          .filter(
+            (obj) =>
+              obj.apiVersion === apiVersion(gvk) &&
+              obj.kind === gvk.kind &&
+              (namespace === undefined || namespace === null || obj.metadata?.namespace === namespace) &&
+              selected(obj.metadata?.labels ?? {}, params?.labelSelector),
+          )
+          .map(toBytes);
+      },
+      "kube.create": (data) => {
+        const obj = fromBytes(data);
+        if (this.objects.has(keyOf(obj))) throw status("already-exists", 409, "AlreadyExists", `${obj.kind} already exists`);
+        return toBytes(this.put(obj));
+      },
+      "kube.replace": (data) => {
+        const obj = fromBytes(data);
+        if (!this.objects.has(keyOf(obj))) throw notFound(obj.kind, obj.metadata?.name);
+        return toBytes(this.put(obj));
+      },
+      "kube.patch": (ref, type, patch) => patched(ref, type, patch, false),
+      "kube.apply": (data) => applied(data, false),
+      "kube.delete": (ref) => {
+        if (!this.objects.delete(refKey(ref))) throw notFound(ref.kind.kind, ref.name);
+      },
+      "kube.replaceStatus": (data) => applied(data, true),
+      "kube.patchStatus": (ref, type, patch) => patched(ref, type, patch, true),
+      "kube.applyStatus": (data) => applied(data, true),
+      "events.record": (event) => {
+        this.events.push(plainEvent(event));
+      },
+    };
+  }
+}
+
+/** An event of the WIT as plain data. */
+export function plainEvent(event) {
+  const out = {
+    type: event.eventType === "warning" ? "Warning" : "Normal",
+    reason: event.reason,
+    action: event.action,
+    note: event.note,
+  };
+  if (event.regarding) {
+    const ref = event.regarding;
+    out.regarding = { apiVersion: apiVersion(ref.kind), kind: ref.kind.kind, namespace: ref.namespace, name: ref.name };
+  }
+  return out;
+}

@@ -1,0 +1,311 @@
+"""Unit tests of a controller under plain CPython (pytest), without a
+component, a host or a cluster.
+
+:class:`FakeHost` stands in for the host's imports: a small in-memory API
+server holding the objects a test gives it, recording every call, Event
+and log line. :func:`reconcile` calls a controller's callback the way the
+host does and returns what it asked for as plain data::
+
+    import capstan_guest as capstan
+    from capstan_guest.testing import FakeHost, reconcile
+
+    from app import Greeter
+
+    def test_publishes_the_message():
+        done = reconcile(Greeter, {"apiVersion": "example.com/v1alpha1", "kind": "Greeting",
+                                   "metadata": {"name": "hi", "namespace": "demo", "generation": 1},
+                                   "spec": {"message": "hello"}})
+        assert done.children[0]["data"] == {"message": "hello"}
+        assert done.status["observedGeneration"] == 1
+
+    def test_an_empty_message_is_terminal():
+        with pytest.raises(capstan.Terminal, match="must not be empty"):
+            reconcile(Greeter, {..., "spec": {"message": ""}})
+
+Importing ``capstan_guest`` under plain CPython generates the WIT bindings
+once (see :mod:`capstan_guest._plain`). The fake answers ``get``, ``list``
+(label selectors ``k=v``, ``k!=v``, ``k``), ``create``, ``replace``,
+``delete``, merge ``patch`` and ``apply`` (the applied fields merged into
+what is stored) and their status variants; the host's grant checks,
+server-side apply field ownership and admission are not faked: the
+scenarios (``capstan test``) and ``capstan e2e`` cover those.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type, Union
+
+from componentize_py_types import Err
+from wit_world.imports import events as _events
+from wit_world.imports import kube as _kube
+from wit_world.imports import log as _log
+
+from .context import Context, EventKind, FailedChild
+from .controller import Controller, callback_for
+from .outcome import Outcome
+
+Key = Tuple[str, str, Optional[str], str]
+"""``(apiVersion, kind, namespace, name)`` of a stored object."""
+
+_KUBE = ["get", "list", "create", "replace", "patch", "apply", "delete", "replace_status", "patch_status", "apply_status"]
+
+
+def _api_version(gvk: Any) -> str:
+    return f"{gvk.group}/{gvk.version}" if gvk.group else gvk.version
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(obj.get("apiVersion", "")), str(obj.get("kind", "")), meta.get("namespace"), str(meta.get("name", "")))
+
+
+def _ref_key(ref: Any) -> Key:
+    return (_api_version(ref.kind), ref.kind.kind, ref.namespace, ref.name)
+
+
+def _error(variant: Any, code: int, reason: str, message: str) -> Err:
+    return Err(variant(_kube.Status(code=code, reason=reason, message=message)))
+
+
+def _merge(into: Any, patch: Any) -> Any:
+    """JSON merge patch (RFC 7386): ``null`` removes a field."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(into) if isinstance(into, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            result.pop(k, None)
+        else:
+            result[k] = _merge(result.get(k), v)
+    return result
+
+
+def _selected(labels: Mapping[str, str], selector: Optional[str]) -> bool:
+    for term in filter(None, (t.strip() for t in (selector or "").split(","))):
+        if "!=" in term:
+            k, v = (s.strip() for s in term.split("!=", 1))
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, _, v = term.partition("=")
+            if labels.get(k.strip()) != v.lstrip("=").strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+class FakeHost:
+    """The host's imports, in memory: objects by ``(apiVersion, kind,
+    namespace, name)``, and what the code under test did.
+
+    Use it as a context manager (``with FakeHost(objects) as host:``) or let
+    :func:`reconcile` install it; outside, the imports are the generated
+    ones again."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+        """A fake holding ``objects`` (each with apiVersion, kind and metadata.name)."""
+        self.objects: Dict[Key, Dict[str, Any]] = {}
+        """What the fake API server stores."""
+        self.calls: List[Tuple[Any, ...]] = []
+        """Every import called, as ``("kube.get", args...)``, in order."""
+        self.events: List[Dict[str, Any]] = []
+        """Events recorded with ``ctx.record``: ``type``, ``reason``, ``action``, ``note``."""
+        self.logs: List[Tuple[str, str, Dict[str, str]]] = []
+        """Log lines: ``(level, message, fields)``."""
+        self._saved: List[Tuple[Any, str, Any]] = []
+        self._version = 0
+        for obj in objects:
+            self.put(obj)
+
+    def put(self, obj: Mapping[str, Any]) -> Dict[str, Any]:
+        """Stores ``obj`` as the API server would after a write (a copy, with
+        a fresh ``resourceVersion``) and returns the stored copy."""
+        stored = copy.deepcopy(dict(obj))
+        self._version += 1
+        stored.setdefault("metadata", {})["resourceVersion"] = str(self._version)
+        self.objects[_key(stored)] = stored
+        return stored
+
+    def get(self, api_version: str, kind: str, namespace: Optional[str], name: str) -> Optional[Dict[str, Any]]:
+        """The stored object, or ``None``."""
+        return self.objects.get((api_version, kind, namespace, name))
+
+    # The imports.
+
+    def _kube_get(self, ref: Any) -> bytes:
+        found = self.objects.get(_ref_key(ref))
+        if found is None:
+            raise _error(_kube.Error_NotFound, 404, "NotFound", f'{ref.kind.kind} "{ref.name}" not found')
+        return json.dumps(found).encode()
+
+    def _kube_list(self, gvk: Any, namespace: Optional[str], params: Any) -> List[bytes]:
+        if params.field_selector:
+            raise Err(_kube.Error_BadRequest("the fake host does not evaluate field selectors"))
+        return [
+            json.dumps(obj).encode()
+            for (api_version, kind, ns, _), obj in sorted(self.objects.items(), key=lambda kv: str(kv[0]))
+            if (api_version, kind) == (_api_version(gvk), gvk.kind)
+            and (namespace is None or ns == namespace)
+            and _selected((obj.get("metadata") or {}).get("labels") or {}, params.label_selector)
+        ]
+
+    def _kube_create(self, data: bytes) -> bytes:
+        obj = json.loads(data)
+        if _key(obj) in self.objects:
+            raise _error(_kube.Error_AlreadyExists, 409, "AlreadyExists", f'{obj.get("kind")} already exists')
+        return json.dumps(self.put(obj)).encode()
+
+    def _kube_replace(self, data: bytes) -> bytes:
+        obj = json.loads(data)
+        if _key(obj) not in self.objects:
+            raise _error(_kube.Error_NotFound, 404, "NotFound", f'{obj.get("kind")} not found')
+        return json.dumps(self.put(obj)).encode()
+
+    def _patched(self, ref: Any, patch_type: Any, patch: bytes, status_only: bool) -> bytes:
+        current = self.objects.get(_ref_key(ref))
+        if current is None:
+            raise _error(_kube.Error_NotFound, 404, "NotFound", f'{ref.kind.kind} "{ref.name}" not found')
+        if patch_type != _kube.PatchType.MERGE:
+            raise Err(_kube.Error_BadRequest(f"the fake host applies merge patches only, not {patch_type.name.lower()}"))
+        change = json.loads(patch)
+        if status_only:
+            change = {"status": change.get("status")} if isinstance(change, dict) and "status" in change else {}
+        return json.dumps(self.put(_merge(current, change))).encode()
+
+    def _applied(self, data: bytes, status_only: bool) -> bytes:
+        obj = json.loads(data)
+        current = self.objects.get(_key(obj))
+        if status_only:
+            if current is None:
+                raise _error(_kube.Error_NotFound, 404, "NotFound", f'{obj.get("kind")} not found')
+            obj = {"status": obj.get("status")}
+        return json.dumps(self.put(_merge(current or {}, obj))).encode()
+
+    def _kube_delete(self, ref: Any, propagation: Any) -> None:
+        if self.objects.pop(_ref_key(ref), None) is None:
+            raise _error(_kube.Error_NotFound, 404, "NotFound", f'{ref.kind.kind} "{ref.name}" not found')
+
+    def _record(self, event: Any) -> None:
+        self.events.append(_event(event))
+
+    def _log(self, level: Any, message: str, fields: List[Any]) -> None:
+        self.logs.append((level.name.lower(), message, {f.key: f.value for f in fields}))
+
+    def _fakes(self) -> List[Tuple[Any, str, Any]]:
+        fakes = {
+            "get": self._kube_get,
+            "list": self._kube_list,
+            "create": self._kube_create,
+            "replace": self._kube_replace,
+            "patch": lambda ref, t, p: self._patched(ref, t, p, False),
+            "apply": lambda data, force: self._applied(data, False),
+            "delete": self._kube_delete,
+            "replace_status": lambda data: self._applied(data, True),
+            "patch_status": lambda ref, t, p: self._patched(ref, t, p, True),
+            "apply_status": lambda data, force: self._applied(data, True),
+        }
+        return [(_kube, name, self._recorded(f"kube.{name}", fakes[name])) for name in _KUBE] + [
+            (_events, "record", self._recorded("events.record", self._record)),
+            (_log, "log", self._log),
+        ]
+
+    def _recorded(self, name: str, function: Any) -> Any:
+        def call(*args: Any) -> Any:
+            self.calls.append((name, *args))
+            return function(*args)
+
+        return call
+
+    def __enter__(self) -> "FakeHost":
+        for module, name, fake in self._fakes():
+            self._saved.append((module, name, getattr(module, name)))
+            setattr(module, name, fake)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        while self._saved:
+            module, name, original = self._saved.pop()
+            setattr(module, name, original)
+
+
+def _event(event: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = {
+        "type": "Warning" if event.event_type.name == "WARNING" else "Normal",
+        "reason": event.reason,
+        "action": event.action,
+        "note": event.note,
+    }
+    if event.regarding is not None:
+        ref = event.regarding
+        out["regarding"] = {
+            "apiVersion": _api_version(ref.kind),
+            "kind": ref.kind.kind,
+            "namespace": ref.namespace,
+            "name": ref.name,
+        }
+    return out
+
+
+@dataclass
+class Reconciled:
+    """What a reconcile asked the host to do, as plain data."""
+
+    children: List[Dict[str, Any]] = field(default_factory=list)
+    """The desired children, as the controller wrote them."""
+    status: Optional[Dict[str, Any]] = None
+    """The desired status, or ``None``."""
+    events: List[Dict[str, Any]] = field(default_factory=list)
+    """The outcome's Events (``type``, ``reason``, ``action``, ``note``)."""
+    requeue_after: Optional[float] = None
+    """Seconds until the host reconciles again unasked, or ``None``."""
+    keep_children: bool = False
+    """Whether children the outcome does not list are kept (not pruned)."""
+
+    @staticmethod
+    def of(outcome: Outcome) -> "Reconciled":
+        """The plain data of an :class:`~capstan_guest.Outcome`."""
+        wit = outcome._into_wit()
+        return Reconciled(
+            children=[json.loads(child) for child in wit.children],
+            status=None if wit.status is None else json.loads(wit.status),
+            events=[_event(event) for event in wit.events],
+            requeue_after=None if wit.requeue_after_ms is None else wit.requeue_after_ms / 1000,
+            keep_children=outcome.keeps_children,
+        )
+
+
+def reconcile(
+    controller: Type[Controller],
+    obj: Mapping[str, Any],
+    *,
+    event: Union[EventKind, str] = EventKind.ADDED,
+    host: Optional[FakeHost] = None,
+    failed_children: Iterable[FailedChild] = (),
+) -> Reconciled:
+    """Calls ``controller``'s callback for ``event`` (``add`` for
+    ``"added"``, ``modify``, ``delete``, ``reconcile`` for ``"resync"``) on
+    a copy of ``obj``, as the host would, with ``host`` (default: a fresh
+    :class:`FakeHost` holding ``obj``) answering its API calls. Returns the
+    outcome as :class:`Reconciled`; what the callback raises
+    (:class:`~capstan_guest.Terminal`, :class:`~capstan_guest.Transient`,
+    a bug) propagates, so ``pytest.raises`` checks it."""
+    kind = event if isinstance(event, EventKind) else EventKind(event)
+    obj = copy.deepcopy(dict(obj))
+    meta = obj.get("metadata") or {}
+    fake = host if host is not None else FakeHost([obj])
+    ctx = Context(kind, meta.get("namespace"), meta.get("name") or "", failed_children)
+    callback = callback_for(controller(), kind)
+    with fake:
+        outcome = callback(ctx, obj)
+    if outcome is None:
+        return Reconciled()
+    if not isinstance(outcome, Outcome):
+        raise TypeError(f"reconcile returned {type(outcome).__name__}, not an Outcome")
+    return Reconciled.of(outcome)

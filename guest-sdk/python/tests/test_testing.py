@@ -1,0 +1,131 @@
+"""capstan_guest.testing (the fake host authors use under pytest) and
+tracebacks with source lines."""
+
+from __future__ import annotations
+
+import linecache
+import sys
+import types
+from typing import Any, Dict
+
+import pytest
+
+GREETING: Dict[str, Any] = {
+    "apiVersion": "example.com/v1",
+    "kind": "Greeting",
+    "metadata": {"name": "hi", "namespace": "demo", "generation": 3, "labels": {"team": "a"}},
+    "spec": {"message": "hello", "source": "settings"},
+}
+
+
+def _controller() -> Any:
+    import capstan_guest as capstan
+
+    class Greeter(capstan.Controller):
+        def reconcile(self, ctx: capstan.Context, obj: Dict[str, Any]) -> capstan.Outcome:
+            spec = obj["spec"]
+            if not spec["message"]:
+                raise capstan.Terminal("spec.message must not be empty", status={"phase": "Failed"})
+            settings = ctx.api("v1", "ConfigMap", ctx.namespace).get_opt(spec["source"])
+            if settings is None:
+                ctx.record(capstan.Event.warning("Waiting", "Reconcile", "no settings yet"))
+                return capstan.Outcome().keep_children().requeue_after(30)
+            ctx.log.info("greeting", name=ctx.name)
+            mates = ctx.api("example.com/v1", "Greeting", None).list(label_selector="team=a")
+            child = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{ctx.name}-out"},
+                     "data": {"message": spec["message"], "tone": settings["data"]["tone"], "mates": str(len(mates))}}
+            return (capstan.Outcome().child(child)
+                    .status({"observedGeneration": obj["metadata"]["generation"]})
+                    .event(capstan.Event.normal("Greeted", "Reconcile")))
+
+    return Greeter
+
+
+def test_reconcile_returns_the_outcome_as_data_and_the_fake_answers_reads(host: Any) -> None:
+    from capstan_guest.testing import FakeHost, reconcile
+
+    settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "demo"},
+                "data": {"tone": "warm"}}
+    other = dict(GREETING, metadata={"name": "other", "namespace": "elsewhere", "labels": {"team": "b"}})
+    fake = FakeHost([GREETING, settings, other])
+    done = reconcile(_controller(), GREETING, host=fake)
+    assert done.children == [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "hi-out"},
+                              "data": {"message": "hello", "tone": "warm", "mates": "1"}}]
+    assert done.status == {"observedGeneration": 3}
+    assert done.events == [{"type": "Normal", "reason": "Greeted", "action": "Reconcile", "note": None}]
+    assert done.requeue_after is None and not done.keep_children
+    assert [c[0] for c in fake.calls] == ["kube.get", "kube.list"]
+    assert fake.logs == [("info", "greeting", {"name": "hi"})]
+
+
+def test_a_missing_read_and_a_terminal_error_reach_the_test() -> None:
+    import capstan_guest as capstan
+    from capstan_guest.testing import FakeHost, reconcile
+
+    fake = FakeHost()
+    waiting = reconcile(_controller(), GREETING, host=fake, event="resync")
+    assert waiting.keep_children and waiting.requeue_after == 30 and waiting.children == []
+    assert fake.events == [{"type": "Warning", "reason": "Waiting", "action": "Reconcile", "note": "no settings yet"}]
+    empty = dict(GREETING, spec={"message": "", "source": "settings"})
+    with pytest.raises(capstan.Terminal, match="must not be empty") as raised:
+        reconcile(_controller(), empty)
+    assert raised.value.status == {"phase": "Failed"}
+
+
+def test_the_fake_stores_writes_and_answers_like_an_api_server() -> None:
+    import capstan_guest as capstan
+    from capstan_guest.testing import FakeHost
+
+    with FakeHost() as fake:
+        cms = capstan.Context(capstan.EventKind.ADDED, "demo", "x").api("v1", "ConfigMap", "demo")
+        cms.create({"metadata": {"name": "a", "labels": {"app": "web"}}, "data": {"k": "1"}})
+        with pytest.raises(capstan.AlreadyExists):
+            cms.create({"metadata": {"name": "a"}})
+        cms.patch("a", {"data": {"k": None, "j": "2"}})
+        assert fake.get("v1", "ConfigMap", "demo", "a")["data"] == {"j": "2"}
+        assert [o["metadata"]["name"] for o in cms.list(label_selector="app=web")] == ["a"]
+        assert cms.list(label_selector="app!=web") == []
+        cms.delete("a")
+        assert cms.get_opt("a") is None
+        with pytest.raises(capstan.NotFound):
+            cms.delete("a")
+    # Outside the with block the generated imports are back.
+    from wit_world.imports import kube
+
+    assert kube.get is not fake._kube_get
+
+
+def test_sources_kept_for_tracebacks_survive_the_file_and_lose_the_path_entry(tmp_path: Any) -> None:
+    from capstan_guest import tracebacks
+
+    # A module as componentize-py loads it: from a path entry like /0/.
+    source = "def boom():\n    return 1 / 0\n"
+    fake_path = "/0/capstan_traceback_probe.py"
+    module = types.ModuleType("capstan_traceback_probe")
+    module.__file__ = fake_path
+    exec(compile(source, fake_path, "exec"), module.__dict__)
+    sys.modules[module.__name__] = module
+    real_open = open
+
+    def open_probe(name: Any, *args: Any, **kwargs: Any) -> Any:
+        return real_open(tmp_path / "probe.py" if name == fake_path else name, *args, **kwargs)
+
+    (tmp_path / "probe.py").write_text(source)
+    try:
+        import builtins
+
+        builtins.open, saved = open_probe, builtins.open
+        try:
+            assert tracebacks.keep_sources() >= 1
+        finally:
+            builtins.open = saved
+        linecache.checkcache()  # at run time the file is not there: the entry must stay
+        try:
+            module.boom()
+        except ZeroDivisionError:
+            text = tracebacks.format_exc()
+        assert 'File "capstan_traceback_probe.py", line 2, in boom' in text
+        assert "return 1 / 0" in text
+    finally:
+        del sys.modules[module.__name__]
+        linecache.cache.pop(fake_path, None)
