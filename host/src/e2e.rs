@@ -24,7 +24,8 @@
 //! `conversion.yaml` checks are not run here (they need no cluster: `capstan
 //! test` runs them); a case that has one says so.
 //!
-//! The namespace and the cluster-scoped objects the case created are
+//! The objects the case created (deleted first, while the controller still
+//! runs, so it finalizes them), its namespace and the cluster-scoped ones are
 //! deleted afterwards (`--keep` leaves them); CRDs stay.
 
 use std::collections::BTreeSet;
@@ -322,24 +323,47 @@ async fn run_in(
             check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
         }
     }
+    // What the case created goes with it, unless kept, while the controller
+    // still runs: it finalizes its objects (a finalizer left behind would
+    // hold the case's namespace in Terminating for good).
+    if !options.keep {
+        remove_created(cluster, &created, options.timeout.min(CLEANUP_WAIT)).await;
+    }
     let installed = webhooks.registry.get(&served).ok().map(|s| Arc::clone(&s.component));
     host.shutdown().await;
     webhooks.server.shutdown().await;
     if let Some(component) = installed {
         uninstall_webhooks(cluster, &component.manifest).await;
     }
-    // Cluster-scoped objects the case created go with it (its namespace
-    // takes the others), unless kept.
-    if !options.keep {
-        for r in created.iter().rev() {
-            if let Err(e) = cluster.delete(r, Propagation::Background).await
-                && !e.is_not_found()
-            {
-                tracing::warn!(object = %r, error = %e, "cannot delete what the case created");
+    Ok(mismatches)
+}
+
+/// Longest wait for the objects a case created to be finalized and gone.
+const CLEANUP_WAIT: Duration = Duration::from_secs(30);
+
+/// Deletes `created` (newest first) and waits up to `wait` until they are
+/// gone; warns about those still there (a finalizer not removed).
+async fn remove_created(cluster: &KubeCluster, created: &[ObjectRef], wait: Duration) {
+    for r in created.iter().rev() {
+        if let Err(e) = cluster.delete(r, Propagation::Background).await
+            && !e.is_not_found()
+        {
+            tracing::warn!(object = %r, error = %e, "cannot delete what the case created");
+        }
+    }
+    let deadline = Instant::now() + wait;
+    for r in created {
+        loop {
+            match cluster.get(r).await {
+                Err(e) if e.is_not_found() => break,
+                _ if Instant::now() >= deadline => {
+                    tracing::warn!(object = %r, "still there after the case (a finalizer not removed?)");
+                    break;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
     }
-    Ok(mismatches)
 }
 
 /// Creates or updates a CRD and waits until it is established.
@@ -412,7 +436,7 @@ async fn apply(cluster: &KubeCluster, object: Value, created: &mut Vec<ObjectRef
         cluster.create(main).await
     };
     written.map_err(|e| format!("{r}: {e}"))?;
-    if !exists && r.namespace.is_none() {
+    if !exists {
         created.push(r.clone());
     }
     if let Some(status) = status {

@@ -68,6 +68,26 @@ async fn a_scenario_that_does_not_hold_fails_with_a_diff_and_exit_code_1() -> Re
         "{out}"
     );
     ensure!(out.contains("0 passed, 1 failed"), "{out}");
+    // The Greeting the case created carries the greeter's finalizer: e2e
+    // deletes it while the controller still runs, so nothing is left to
+    // hold the case's namespace in Terminating.
+    let client = ControlPlane::shared().await?.client()?;
+    let greetings: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        client,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "examples.capstan.dev",
+            "v1alpha1",
+            "Greeting",
+        )),
+    );
+    let left = greetings.list(&kube::api::ListParams::default()).await?;
+    let left: Vec<String> = left
+        .items
+        .iter()
+        .filter_map(|g| g.metadata.namespace.clone())
+        .filter(|ns| ns.starts_with("e2e-wrong-replicas-"))
+        .collect();
+    ensure!(left.is_empty(), "Greetings left behind in {left:?}");
     Ok(())
 }
 
