@@ -193,6 +193,7 @@ pub struct HostBuilder {
     check_permissions: bool,
     allow_wildcards: bool,
     limits: Limits,
+    function_cache: usize,
     settings: Settings,
     cache_dir: Option<PathBuf>,
     instance: Option<String>,
@@ -226,6 +227,7 @@ impl HostBuilder {
             check_permissions: false,
             allow_wildcards: false,
             limits: Limits::default(),
+            function_cache: 0,
             settings: Settings::default(),
             cache_dir: None,
             instance: None,
@@ -291,6 +293,14 @@ impl HostBuilder {
     /// (`*`), which come close to cluster-admin. Default: refused.
     pub fn allow_wildcard_permissions(mut self, on: bool) -> Self {
         self.allow_wildcards = on;
+        self
+    }
+
+    /// Keeps up to `bytes` of compiled functions in memory, so a new
+    /// version of a component recompiles only what changed (see
+    /// [`EngineConfig::function_cache`]). Default: 0 (off).
+    pub fn function_cache(mut self, bytes: usize) -> Self {
+        self.function_cache = bytes;
         self
     }
 
@@ -361,7 +371,8 @@ impl HostBuilder {
         if let Some(bad) = self.namespaces.iter().find(|ns| !crate::manifest::is_dns1123_label(ns)) {
             return Err(Error::Namespace(bad.clone()));
         }
-        let engine = Engine::new(EngineConfig::default().memory_limit(self.limits.memory))?;
+        let engine =
+            Engine::new(EngineConfig::default().memory_limit(self.limits.memory).function_cache(self.function_cache))?;
         let runtime = Runtime::new(&engine, self.limits).map_err(|e| Error::Link(format!("{e:#}")))?;
         let loader = Loader::new(runtime.clone(), self.cache_dir.clone());
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());

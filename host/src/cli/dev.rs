@@ -126,6 +126,9 @@ fn package_name(cargo: &str) -> Option<String> {
     None
 }
 
+/// Bytes of compiled functions `capstan dev` keeps for the next build.
+const DEV_FUNCTION_CACHE: usize = 512 << 20;
+
 /// True for a changed path that does not call for a rebuild: build output,
 /// dependencies, caches, hidden files and folders.
 fn ignored(project: &Path, path: &Path) -> bool {
@@ -205,6 +208,10 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         .namespaces(args.namespaces.clone())
         .install_crds(true)
         .cache_dir(crate::testing::default_cache_dir())
+        // A rebuilt Python or JavaScript component differs from the last
+        // one mostly in its snapshot: its interpreter's functions are not
+        // compiled again.
+        .function_cache(DEV_FUNCTION_CACHE)
         .components_dir(Some(components.clone()))
         .webhooks(Some(Arc::clone(&webhooks.registry)))
         .start()
@@ -240,7 +247,8 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
                 relevant.extend(more);
             }
             relevant.retain(|p| !ignored(&project.dir, p) && written_since(p, last_build));
-            let Some(first) = relevant.first() else { continue };
+            // Name a file that is still there (editors and sed write a temporary file and rename it).
+            let Some(first) = relevant.iter().find(|p| p.exists()).or(relevant.first()) else { continue };
             last_build = std::time::SystemTime::now();
             let shown = first.strip_prefix(&project.dir).unwrap_or(first).display().to_string();
             println!("dev: {shown} changed; building");
