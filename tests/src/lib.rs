@@ -530,3 +530,19 @@ pub fn peak_rss_mib(pid: u32) -> Result<f64> {
     let kib: f64 = line.split_whitespace().nth(1).context("VmHWM value")?.parse()?;
     Ok(kib / 1024.0)
 }
+
+/// A `PATH` with the pinned guest toolchains first (componentize-py, jco,
+/// esbuild), as `tests/build-polyglot-guests.sh` records them in
+/// `toolchains.env` beside the components it builds.
+///
+/// # Errors
+///
+/// When the guests or the file are not there (run that script first).
+pub fn toolchain_path() -> Result<String> {
+    let guests = capstan_host::testing::find_component("greeter").map_err(anyhow::Error::msg)?;
+    let env = guests.with_file_name("toolchains.env");
+    let text = std::fs::read_to_string(&env)
+        .with_context(|| format!("{} (run tests/build-polyglot-guests.sh)", env.display()))?;
+    let dirs: Vec<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(_, v)| v)).collect();
+    Ok(format!("{}:{}", dirs.join(":"), std::env::var("PATH").unwrap_or_default()))
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use capstan_host::testing::find_component;
-use capstan_tests::{ControlPlane, capstan_binary};
+use capstan_tests::{ControlPlane, capstan_binary, toolchain_path};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -89,17 +89,6 @@ async fn a_scenario_that_does_not_hold_fails_with_a_diff_and_exit_code_1() -> Re
         .collect();
     ensure!(left.is_empty(), "Greetings left behind in {left:?}");
     Ok(())
-}
-
-/// Where componentize-py and jco are (`toolchains.env`, written by
-/// tests/build-polyglot-guests.sh beside the components it builds).
-fn toolchain_path() -> Result<String> {
-    let guests = find_component("greeter").map_err(anyhow::Error::msg)?;
-    let env = guests.with_file_name("toolchains.env");
-    let text = std::fs::read_to_string(&env)
-        .with_context(|| format!("{} (run tests/build-polyglot-guests.sh)", env.display()))?;
-    let dirs: Vec<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(_, v)| v)).collect();
-    Ok(format!("{}:{}", dirs.join(":"), std::env::var("PATH").unwrap_or_default()))
 }
 
 /// The first directory named `name` below `dir`.
