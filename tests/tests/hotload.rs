@@ -180,8 +180,12 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     std::io::Write::write_all(&mut gz, &v2)?;
     std::fs::write(&gzipped, gz.finish()?)?;
+    // The controller is registered before its file's status says running:
+    // wait for the status, not only the controller.
     wait_for(TIMEOUT, || async { host.controller("greeter") }).await?;
-    assert!(status_of(&host, &gzipped).is_some_and(|s| s.state == "running"));
+    wait_for(TIMEOUT, || async { status_of(&host, &gzipped).filter(|s| s.state == "running") })
+        .await
+        .context("the gzipped greeter is reported running")?;
     wait_for(TIMEOUT, || async { version_of(&ns, "unserved").await.filter(|v| v.as_deref() == Some("2")) }).await?;
     host.shutdown().await;
     ns.cleanup().await
