@@ -39,7 +39,9 @@ async fn the_examples_scenarios_hold_on_the_api_server_too() -> Result<()> {
         ("tenant", "examples/tenant/scenarios", 1),
         ("greeter-webhooks", "examples/greeter-webhooks/scenarios", 7),
     ] {
-        let (code, out) = e2e(component, &repo().join(scenarios), &[]).await?;
+        // A step holds as soon as it does; 90 s leaves room for the
+        // namespace controller's backoff when the tenant's Namespace goes.
+        let (code, out) = e2e(component, &repo().join(scenarios), &["--timeout", "90"]).await?;
         ensure!(code == 0, "{component}: exit code {code}:\n{out}");
         ensure!(out.contains(&format!("{cases} passed, 0 failed")), "{component}:\n{out}");
     }
