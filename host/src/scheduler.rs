@@ -250,15 +250,71 @@ fn cached_node(node: &Node) -> CachedNode {
         "conditions": conditions,
     })
     .to_string();
-    // What the guest parses at every attempt, for every Node: without
-    // managedFields (as kube-scheduler trims them from its caches), often
-    // half of a Node's bytes.
-    let mut trimmed = node.clone();
-    trimmed.metadata.managed_fields = None;
-    CachedNode {
-        json: serde_json::to_vec(&trimmed).expect("a Node always serializes"),
-        allocatable: amounts(allocatable),
-        fingerprint,
+    CachedNode { json: guest_node(node), allocatable: amounts(allocatable), fingerprint }
+}
+
+/// The Node as the guest gets it, serialized once per change of the Node
+/// and parsed by the guest at every attempt, for every Node: what a
+/// scheduling policy reads and nothing else. Kept: `metadata` (name, uid,
+/// resourceVersion, generation, labels, annotations, creationTimestamp),
+/// all of `spec` (taints, `unschedulable`, podCIDRs …), and `status`'s
+/// `capacity`, `allocatable` and `conditions` (`type`, `status`, `reason`,
+/// `message`, `lastTransitionTime`). Left out: managedFields and owners
+/// (often half of a Node's bytes; kube-scheduler trims them too), the
+/// conditions' heartbeat times, `images`, `nodeInfo`, `addresses`,
+/// `daemonEndpoints`, `volumesInUse` / `volumesAttached`, `config`,
+/// `runtimeHandlers`, `features`. Measured with `benches/runtime.rs`
+/// (`schedule`): parsing is most of a decision's cost.
+pub fn guest_node(node: &Node) -> Vec<u8> {
+    let meta = &node.metadata;
+    let status = node.status.as_ref();
+    let conditions: Option<Vec<Value>> = status.and_then(|s| s.conditions.as_ref()).map(|conditions| {
+        conditions
+            .iter()
+            .map(|c| {
+                json!({
+                    "type": c.type_,
+                    "status": c.status,
+                    "reason": c.reason,
+                    "message": c.message,
+                    "lastTransitionTime": c.last_transition_time,
+                })
+            })
+            .collect()
+    });
+    let mut value = json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": meta.name,
+            "uid": meta.uid,
+            "resourceVersion": meta.resource_version,
+            "generation": meta.generation,
+            "creationTimestamp": meta.creation_timestamp,
+            "labels": meta.labels,
+            "annotations": meta.annotations,
+        },
+        "spec": node.spec,
+        "status": {
+            "capacity": status.and_then(|s| s.capacity.as_ref()),
+            "allocatable": status.and_then(|s| s.allocatable.as_ref()),
+            "conditions": conditions,
+        },
+    });
+    strip_nulls(&mut value);
+    serde_json::to_vec(&value).expect("a Node always serializes")
+}
+
+/// Removes `null` members (what the typed Node leaves out), so the guest
+/// parses fewer bytes.
+fn strip_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_nulls),
+        _ => {}
     }
 }
 
@@ -820,12 +876,46 @@ mod tests {
     }
 
     #[test]
-    fn the_guest_gets_a_node_without_its_managed_fields() {
+    fn the_guest_gets_what_a_policy_reads_of_a_node_and_nothing_else() {
         let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": "n1", "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+            "metadata": {
+                "name": "n1",
+                "uid": "u1",
+                "labels": {"zone": "a"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u0"}],
+            },
+            "spec": {"unschedulable": true, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "capacity": {"cpu": "8"},
+                "allocatable": {"cpu": "7"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "lastHeartbeatTime": "2026-01-01T00:00:10Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 1}],
+                "nodeInfo": {"machineID": "m", "systemUUID": "", "bootID": "", "kernelVersion": "", "osImage": "",
+                    "containerRuntimeVersion": "", "kubeletVersion": "", "kubeProxyVersion": "",
+                    "operatingSystem": "linux", "architecture": "amd64"},
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+            },
         }))
         .expect("a node");
         let cached: Value = serde_json::from_slice(&cached_node(&node).json).expect("json");
-        assert_eq!(cached["metadata"], json!({"name": "n1"}));
+        assert_eq!(
+            cached,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": "n1", "uid": "u1", "labels": {"zone": "a"}},
+                "spec": {"unschedulable": true, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+                "status": {
+                    "capacity": {"cpu": "8"},
+                    "allocatable": {"cpu": "7"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                },
+            })
+        );
+        let parsed: Node = serde_json::from_value(cached).expect("the guest parses it as a v1 Node");
+        assert_eq!(parsed.metadata.name.as_deref(), Some("n1"));
     }
 }
