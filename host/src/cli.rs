@@ -233,7 +233,7 @@ impl RunArgs {
 }
 
 /// How to reach OCI registries (`push`, `pull`, `run oci://…`).
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct RegistryArgs {
     /// Speak plain HTTP, not HTTPS, to this registry (`HOST[:PORT]`);
     /// repeat or separate with commas. Loopback registries (`localhost`,
