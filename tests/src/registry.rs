@@ -26,6 +26,10 @@ const PACKAGE: &str = "github.com/distribution/distribution/v3/cmd/registry";
 /// When there is no Go toolchain, or the build fails (its output is in the
 /// error).
 pub async fn binary() -> Result<PathBuf> {
+    // One build at a time in this process: the tests of a binary that all
+    // start a registry on a cold cache would otherwise each build it.
+    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = BUILD.lock().await;
     let root = capstan_host::cli::cluster::build::cache_root()?;
     let dir = root.join("registry").join(format!("distribution-{DISTRIBUTION_VERSION}"));
     let binary = dir.join("registry");
