@@ -217,3 +217,17 @@ async fn follow(shared: &Arc<Shared>, path: &Path, follows: &mut HashMap<PathBuf
     let (follow, _first) = Follow::start(Arc::clone(shared), path.to_owned(), reference.clone()).await;
     follows.insert(path.to_owned(), (reference, follow));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_file_names_its_first_line_that_is_not_a_comment() {
+        let text = "# the greeter, pushed by CI\n\n  oci://127.0.0.1:5000/capstan/greeter:v2  \noci://ignored/x:y\n";
+        assert_eq!(reference_in(text).expect("parses").to_string(), "oci://127.0.0.1:5000/capstan/greeter:v2");
+        assert_eq!(reference_in("# nothing\n").expect_err("empty").reason(), "reference");
+        assert!(is_component_file(Path::new("/c/greeter.oci")) && is_reference_file(Path::new("/c/greeter.oci")));
+        assert!(!is_component_file(Path::new("/c/greeter.oci.tmp")));
+    }
+}

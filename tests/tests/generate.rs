@@ -842,7 +842,9 @@ async fn a_manifest_with_a_python_component_by_reference_applies_with_plain_kube
     let mut files = binary;
     files.extend(data.into_iter().map(|(k, v)| (k, ByteString(v.into_bytes()))));
     project_like_the_kubelet(&dir, &files)?;
+    // Its own namespace only: other tests' Greetings are not its business.
     let host = HostBuilder::new(sa)
+        .namespace(Some(ns.name().to_owned()))
         .check_permissions(true)
         .registry(Some(Arc::clone(&registry)))
         .poll_interval(Duration::from_millis(500))
