@@ -75,6 +75,21 @@ impl TestRegistry {
     ///
     /// When it cannot be built or does not answer within 30 s.
     pub async fn start() -> Result<Self> {
+        Self::start_with(None).await
+    }
+
+    /// Like [`start`](Self::start), with basic authentication: only
+    /// `user` with the password whose bcrypt hash is `bcrypt` may pull or
+    /// push (an `htpasswd` entry).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_with_user(user: &str, bcrypt: &str) -> Result<Self> {
+        Self::start_with(Some((user, bcrypt))).await
+    }
+
+    async fn start_with(user: Option<(&str, &str)>) -> Result<Self> {
         let binary = binary().await?;
         let dir = std::env::temp_dir().join(format!("capstan-registry-{}", crate::random_suffix(8)));
         std::fs::create_dir_all(dir.join("storage"))?;
@@ -84,6 +99,14 @@ impl TestRegistry {
              rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: capstan-tests\n",
             dir.join("storage").display()
         );
+        let config = match user {
+            Some((user, bcrypt)) => {
+                let htpasswd = dir.join("htpasswd");
+                std::fs::write(&htpasswd, format!("{user}:{bcrypt}\n"))?;
+                format!("{config}auth:\n  htpasswd:\n    realm: capstan-tests\n    path: {}\n", htpasswd.display())
+            }
+            None => config,
+        };
         std::fs::write(dir.join("config.yml"), config)?;
         let mut registry = Self { binary, dir, port, child: None };
         registry.resume().await?;
@@ -135,7 +158,8 @@ impl TestRegistry {
             .with_context(|| format!("starting {}", self.binary.display()))?;
         self.child = Some(child);
         for _ in 0..300 {
-            if crate::http_get(self.port, "/v2/").await.is_ok_and(|(code, _)| code == 200) {
+            // 401 with authentication: it answers.
+            if crate::http_get(self.port, "/v2/").await.is_ok_and(|(code, _)| code == 200 || code == 401) {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -161,6 +161,48 @@ async fn a_tampered_layer_and_an_artifact_that_is_no_component_are_refused_with_
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn push_and_pull_use_the_credentials_of_the_docker_config_and_are_refused_without() -> Result<()> {
+    use base64::Engine as _;
+    // bcrypt of "capstan-secret" (an htpasswd entry for the registry).
+    let hash = "$2b$12$9NbbVAVRL7Tk78RKTabPX.dVA9cENsCKS4ZdRjSol7VKO.5jt031i";
+    let registry = TestRegistry::start_with_user("tester", hash).await?;
+    let dir = TempDir::new("docker-config")?;
+    let (with, without) = (dir.0.join("with"), dir.0.join("without"));
+    std::fs::create_dir_all(&with)?;
+    std::fs::create_dir_all(&without)?;
+    let auth = base64::engine::general_purpose::STANDARD.encode("tester:capstan-secret");
+    let config = json!({"auths": {format!("http://{}/v2/", registry.address()): {"auth": auth}}});
+    std::fs::write(with.join("config.json"), serde_json::to_vec(&config)?)?;
+    let file = component("greeter");
+    let reference = registry.reference("capstan/private:v1");
+    let out = dir.0.join("pulled.wasm");
+    let run = |docker_config: PathBuf, args: Vec<String>| async move {
+        let binary = capstan_binary().await?;
+        let output = tokio::process::Command::new(binary)
+            .args(&args)
+            .env("DOCKER_CONFIG", &docker_config)
+            .env("CAPSTAN_CACHE", docker_config.join("cache"))
+            .output()
+            .await?;
+        anyhow::Ok((output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned()))
+    };
+    let push = vec!["push".to_owned(), file.to_string_lossy().into_owned(), reference.clone()];
+    let pull = vec!["pull".to_owned(), reference.clone(), "-o".to_owned(), out.to_string_lossy().into_owned()];
+    let (code, err) = run(without.clone(), push.clone()).await?;
+    assert_eq!(code, Some(2), "anonymous push refused: {err}");
+    assert!(err.contains("401") || err.to_lowercase().contains("authori"), "{err}");
+    let (code, err) = run(with.clone(), push).await?;
+    assert_eq!(code, Some(0), "push with the docker config's credentials: {err}");
+    let (code, err) = run(without, pull.clone()).await?;
+    assert_eq!(code, Some(2), "anonymous pull refused: {err}");
+    assert!(err.contains("Not authorized") || err.contains("401"), "{err}");
+    let (code, err) = run(with, pull).await?;
+    assert_eq!(code, Some(0), "pull with the docker config's credentials: {err}");
+    assert!(std::fs::read(&out)? == std::fs::read(&file)?);
+    Ok(())
+}
+
 fn greetings(ns: &TestNamespace) -> Api<DynamicObject> {
     capstan_tests::greetings(&ns.client(), ns.name())
 }
