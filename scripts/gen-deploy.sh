@@ -4,12 +4,18 @@
 #   deploy/base/              the host alone: Namespace, ServiceAccount, its own
 #                             RBAC, Deployment (no components)
 #   deploy/examples/greeter/  an overlay adding the greeter: its CRD, its RBAC,
-#                             and the image with the greeter baked in
+#                             and the components ConfigMap naming the greeter's
+#                             OCI reference
 #   deploy/examples/greeter-webhooks/
 #                             an overlay adding the greeter's webhooks: its CRD
 #                             with the conversion stanza, its RBAC, the Service
 #                             and webhook configurations, the host's webhook
-#                             flags, and the image with the component baked in
+#                             flags, and the ConfigMap naming its reference
+#
+# Nothing is published: the host's image and the components' references name
+# the placeholder registry `registry.invalid` (a reserved domain that never
+# resolves). Push your own (`capstan push`, deploy/Dockerfile) and generate
+# with your references, or point the overlays at them (see deploy/README.md).
 #
 # Never edit those folders by hand: change the code and run this script.
 # host/tests/generate.rs fails when the committed copies are stale.
@@ -36,14 +42,12 @@ greeter=$guests/greeter.wasm
 version=$("${capstan[@]}" --version | awk '{print $2}')
 
 rm -rf "$out/base" "$out/examples/greeter" "$out/examples/greeter-webhooks"
-"${capstan[@]}" gen kustomize --namespace capstan-system -o "$out/base" >/dev/null
-# The greeter (about 1.8 MB) is larger than a ConfigMap holds (1 MiB): it is
-# baked into an image (`docker build -f deploy/Dockerfile --target greeter`).
-"${capstan[@]}" gen kustomize "$greeter" --namespace capstan-system --base ../../base \
-  --image "ghcr.io/capstan-dev/capstan-greeter:$version" --components-in-image \
-  -o "$out/examples/greeter" >/dev/null
-# The webhooks: baked in too (`--target greeter-webhooks`), so the overlay
-# does not depend on the bytes of a local build.
-"${capstan[@]}" gen kustomize "$guests/greeter-webhooks.wasm" --namespace capstan-system --base ../../base \
-  --image "ghcr.io/capstan-dev/capstan-greeter-webhooks:$version" --components-in-image \
-  -o "$out/examples/greeter-webhooks" >/dev/null
+"${capstan[@]}" gen kustomize --namespace capstan-system -o "$out/base" >/dev/null 2>&1
+# The components go by reference (`FILE=REFERENCE`: the manifest is read from
+# the file, the ConfigMap names the reference), so the overlays apply with a
+# plain `kubectl apply -k` and do not depend on the bytes of a local build.
+registry=oci://registry.invalid/capstan
+"${capstan[@]}" gen kustomize "$greeter=$registry/greeter:$version" --namespace capstan-system \
+  --base ../../base -o "$out/examples/greeter" >/dev/null
+"${capstan[@]}" gen kustomize "$guests/greeter-webhooks.wasm=$registry/greeter-webhooks:$version" \
+  --namespace capstan-system --base ../../base -o "$out/examples/greeter-webhooks" >/dev/null

@@ -70,7 +70,9 @@ impl Cli {
                 | Command::Gen(_)
                 | Command::New(_)
                 | Command::Sdk { .. }
-                | Command::Status { .. },
+                | Command::Status { .. }
+                | Command::Push { .. }
+                | Command::Pull { .. },
             ) => "warn",
             // Probes of a starting API server fail by design until it is ready.
             (None, Command::Cluster(_)) => "warn,kube_client=off",
@@ -82,14 +84,24 @@ impl Cli {
 /// Arguments of `capstan run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Components (.wasm) to run, one controller each.
-    #[arg(required_unless_present = "components_dir")]
+    /// Components to run, one controller each: files (.wasm, .wasm.gz) or
+    /// references to OCI registries (`oci://REGISTRY/REPOSITORY:TAG` or
+    /// `…@sha256:DIGEST`), whose tags are followed: when one moves, the
+    /// new version is pulled, verified and swapped in.
+    #[arg(required_unless_present = "components_dir", value_name = "COMPONENT")]
     pub components: Vec<PathBuf>,
-    /// Also run every `*.wasm` in this directory, and follow it: a new file
+    /// Also run every `*.wasm`, `*.wasm.gz` and `*.oci` (a file holding an
+    /// `oci://` reference) in this directory, and follow it: a new file
     /// starts a controller, a changed one replaces the running version
     /// (a rejected one leaves it serving), a removed one stops it.
     #[arg(long = "components", value_name = "DIR")]
     pub components_dir: Option<PathBuf>,
+    /// How often to look up the tags of followed references, in seconds.
+    #[arg(long, default_value_t = crate::follow::POLL_INTERVAL.as_secs_f64(), value_name = "SECONDS")]
+    pub poll_interval: f64,
+    /// Registry options.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
     /// Run each new version of a running controller on this percentage of
     /// its objects first; it replaces the running version once they all
     /// reconcile, and is rejected at its first error or trap.
@@ -220,6 +232,40 @@ impl RunArgs {
     }
 }
 
+/// How to reach OCI registries (`push`, `pull`, `run oci://…`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RegistryArgs {
+    /// Speak plain HTTP, not HTTPS, to this registry (`HOST[:PORT]`);
+    /// repeat or separate with commas. Loopback registries (`localhost`,
+    /// `127.0.0.0/8`, `[::1]`) always get plain HTTP; every other registry
+    /// gets HTTPS unless named here.
+    #[arg(
+        long = "insecure-registry",
+        value_name = "HOST[:PORT]",
+        value_delimiter = ',',
+        env = "CAPSTAN_INSECURE_REGISTRIES"
+    )]
+    pub insecure: Vec<String>,
+}
+
+impl RegistryArgs {
+    /// The registry client these arguments describe, caching pulled layers
+    /// under the default cache (`$CAPSTAN_CACHE`, `~/.cache/capstan`).
+    pub fn registry(&self) -> crate::oci::Registry {
+        let cache = cluster::build::cache_root().ok();
+        let options = self.insecure.iter().fold(crate::oci::Options::default().cache_dir(cache), |o, r| o.insecure(r));
+        crate::oci::Registry::new(options)
+    }
+}
+
+/// `sha256:` digest of a manifest's grants as `capstan inspect` prints
+/// them (`grantsDigest`; the `dev.capstan.grants-digest` annotation of a
+/// pushed component): equal digests, equal permissions.
+pub fn grants_digest(manifest: &Manifest) -> String {
+    let doc = manifest_document(manifest, "", "");
+    crate::oci::sha256(&serde_json::to_vec(&doc["grants"]).expect("a JSON value serialises"))
+}
+
 /// Checks a namespace name given on the command line.
 fn namespace_name(s: &str) -> Result<String, String> {
     if crate::manifest::is_dns1123_label(s) {
@@ -241,7 +287,32 @@ pub enum Command {
         output: Format,
     },
     /// Run components as controllers against a cluster.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    /// Push a component to an OCI registry as a Wasm OCI artifact (config
+    /// `application/vnd.wasm.config.v0+json`, one `application/wasm`
+    /// layer), its controller name, contract and grants digest as
+    /// annotations. Credentials: the docker config file.
+    Push {
+        /// The component (.wasm, or .wasm.gz: pushed decompressed).
+        component: PathBuf,
+        /// Where to: `oci://REGISTRY/REPOSITORY:TAG`.
+        reference: String,
+        /// Registry options.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Pull a component from an OCI registry, its layer checked against its
+    /// digest (and cached by it), and write it to a file.
+    Pull {
+        /// What: `oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`.
+        reference: String,
+        /// The file to write.
+        #[arg(long, short)]
+        output: PathBuf,
+        /// Registry options.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
     /// Print what a running host has loaded: per component file its
     /// controller, digest, state, reconcile counts and last rejection.
     Status {
@@ -339,6 +410,7 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
         "name": manifest.name,
         "contract": contract,
         "digest": format!("sha256:{digest}"),
+        "grantsDigest": null,
         "primary": kind(&manifest.primary),
         "owns": manifest.owns.iter().map(|o| json!({
             "kind": kind(&o.kind),
@@ -396,14 +468,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Inspect { component, output } => {
             let loaded = loader()?.load(&component).await?;
-            let doc = manifest_document(&loaded.manifest, &loaded.digest, &loaded.contract);
+            let mut doc = manifest_document(&loaded.manifest, &loaded.digest, &loaded.contract);
+            doc["grantsDigest"] = json!(grants_digest(&loaded.manifest));
             match output {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
                 Format::Yaml => print!("{}", serde_yaml_ng::to_string(&doc)?),
             }
             Ok(0)
         }
-        Command::Run(args) => run_host(args).await,
+        Command::Run(args) => run_host(*args).await,
+        Command::Push { component, reference, registry } => push(&component, &reference, &registry).await,
+        Command::Pull { reference, output, registry } => pull(&reference, &output, &registry).await,
         Command::Status { url, output } => {
             let doc = crate::server::get_status(&url).await?;
             match output {
@@ -447,6 +522,54 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(report(&results))
         }
     }
+}
+
+/// `capstan push`: checks that the file is a component that loads, then
+/// pushes it with its summary.
+async fn push(component: &std::path::Path, reference: &str, registry: &RegistryArgs) -> anyhow::Result<i32> {
+    let reference: crate::oci::Reference = reference.parse()?;
+    let started = std::time::Instant::now();
+    let wasm = crate::component::read(component).await?;
+    let loaded = loader()?.load_bytes(component, wasm.clone()).await?;
+    let summary = crate::oci::Summary {
+        controller: loaded.manifest.name.clone(),
+        contract: loaded.contract.clone(),
+        grants_digest: grants_digest(&loaded.manifest),
+    };
+    let title =
+        component.file_name().map(|n| n.to_string_lossy().trim_end_matches(".gz").to_owned()).unwrap_or_default();
+    let pushed = registry.registry().push(&reference, wasm, &summary, &title).await?;
+    println!(
+        "pushed {reference} ({} bytes, controller {}, in {:.2} s)\n  manifest {}\n  layer    {}\n  pinned   {}",
+        pushed.size,
+        summary.controller,
+        started.elapsed().as_secs_f64(),
+        pushed.manifest_digest,
+        pushed.layer_digest,
+        reference.at_digest(&pushed.manifest_digest)
+    );
+    Ok(0)
+}
+
+/// `capstan pull`: pulls, verifies and writes the component.
+async fn pull(reference: &str, output: &std::path::Path, registry: &RegistryArgs) -> anyhow::Result<i32> {
+    let reference: crate::oci::Reference = reference.parse()?;
+    let started = std::time::Instant::now();
+    let pulled = registry.registry().pull(&reference).await?;
+    let tmp = output.with_extension("capstan-pull.tmp");
+    std::fs::write(&tmp, &pulled.bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, output).with_context(|| format!("cannot write {}", output.display()))?;
+    let controller = pulled.summary.as_ref().map_or("-", |s| s.controller.as_str());
+    println!(
+        "pulled {reference} to {} ({} bytes, controller {controller}, {}, in {:.2} s)\n  manifest {}\n  layer    {} (verified)",
+        output.display(),
+        pulled.bytes.len(),
+        if pulled.cached { "layer from the cache" } else { "layer downloaded" },
+        started.elapsed().as_secs_f64(),
+        pulled.manifest_digest,
+        pulled.layer_digest
+    );
+    Ok(0)
 }
 
 /// First wait between attempts to reach the API server at startup.
@@ -549,6 +672,8 @@ fn transient(error: &crate::host::Error) -> bool {
         E::Access { error: crate::access::Error::Review(_), .. } => true,
         E::InstallCrd { error, .. } => matches!(error, crate::cluster::Error::Unavailable(_)),
         E::CrdNotEstablished(_) => true,
+        // A registry that does not answer yet.
+        E::Pull { error, .. } => error.is_unavailable(),
         _ => false,
     }
 }
@@ -556,6 +681,18 @@ fn transient(error: &crate::host::Error) -> bool {
 async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     use std::sync::{Arc, OnceLock};
     let leader_election = args.leader_election()?;
+    let poll_interval = std::time::Duration::try_from_secs_f64(args.poll_interval)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("--poll-interval {}: not a positive number of seconds", args.poll_interval))?;
+    let (mut files, mut references) = (Vec::new(), Vec::new());
+    for c in &args.components {
+        match c.to_str().filter(|s| crate::oci::is_reference(s)) {
+            Some(reference) => references.push(reference.parse::<crate::oci::Reference>()?),
+            None => files.push(c.clone()),
+        }
+    }
+    let registry = Arc::new(args.registry.registry());
     let limits = Limits::default()
         .memory(args.memory_limit_mib << 20)
         .deadline(std::time::Duration::from_millis(args.deadline_ms))
@@ -607,9 +744,14 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
                 .instance(instance.clone())
                 .components_dir(args.components_dir.clone())
                 .webhooks(webhooks.as_ref().map(|w| Arc::clone(&w.registry)))
-                .leader_election(leader_election.clone());
-            for c in &args.components {
+                .leader_election(leader_election.clone())
+                .registry(Some(Arc::clone(&registry)))
+                .poll_interval(poll_interval);
+            for c in &files {
                 builder = builder.component(c);
+            }
+            for r in &references {
+                builder = builder.reference(r.clone());
             }
             match builder.start().await {
                 Ok(host) => return anyhow::Ok(host),
@@ -787,7 +929,7 @@ mod tests {
     fn run_args(args: &[&str]) -> RunArgs {
         let cli = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(args)).expect("parses");
         match cli.command {
-            Command::Run(run) => run,
+            Command::Run(run) => *run,
             other => panic!("not run: {other:?}"),
         }
     }

@@ -30,7 +30,7 @@
 //! | Role + binding | `capstan`, in the host's namespace | Leases (leader election) |
 //! | ClusterRole + binding | `capstan-<controller>` | one per component: see [`rbac`](self#rbac) |
 //! | Role + binding | `capstan-<controller>` | in each namespace a permission is limited to, and each watched namespace |
-//! | ConfigMap | `capstan-components` | the components, `<controller>.wasm` each, at most 1 MiB in all |
+//! | ConfigMap | `capstan-components` | the components: `<controller>.oci` (a reference) or `<controller>.wasm.gz` each |
 //! | Deployment | `capstan` | one replica of `capstan run --components /components` |
 //! | Service | `capstan-webhooks` | only with webhooks: port 443 to the host's port 9443 |
 //! | Validating/MutatingWebhookConfiguration | `capstan-<controller>` | only with webhooks; the host fills in the `caBundle` |
@@ -64,15 +64,26 @@
 //!
 //! # Component delivery
 //!
-//! The simplest honest option: a ConfigMap with `binaryData`, mounted at
-//! `/components`, one gzipped `<controller>.wasm.gz` per component (the host
-//! loads them as they are; `kubectl apply` of a new ConfigMap hot-loads the
-//! new versions). A ConfigMap holds at most 1 MiB, so components larger
-//! than that compressed fail with [`Error::TooLargeForConfigMap`]; those go
-//! into an image that holds them at `/components` ([`Delivery::Image`]).
-//! Delivery from an OCI registry or a volume is future work. Apply a large
-//! ConfigMap with server-side apply: client-side `kubectl apply` copies it
-//! into an annotation limited to 256 KiB.
+//! A ConfigMap mounted at `/components` carries each component, either by
+//! reference or whole:
+//!
+//! - a component given with a [reference](Component::reference) (pushed
+//!   with `capstan push`) is a `<controller>.oci` key holding the
+//!   `oci://` reference: the host pulls it, verifies it and follows its
+//!   tag (see [`crate::follow`]). Any size, any language;
+//! - any other is a gzipped `<controller>.wasm.gz` key in `binaryData`
+//!   (the host loads it as it is).
+//!
+//! `kubectl apply` of a new ConfigMap hot-loads the new versions. The
+//! ConfigMap must fit what applies it: client-side `kubectl apply -f`
+//! copies the whole object into its last-applied annotation, which holds
+//! [`LAST_APPLIED_LIMIT`] (256 KiB); with
+//! [`server_side`](Options::server_side) (`kubectl apply --server-side`), a
+//! ConfigMap holds [`CONFIG_MAP_LIMIT`] (1 MiB). Past that,
+//! [`Error::TooLargeForConfigMap`]. The Rust greeter (1.9 MB, 0.46 MB
+//! gzipped) fits server-side only; a Python or JavaScript component (12 to
+//! 19 MB) goes by reference, or into an image that holds it at
+//! `/components` ([`Delivery::Image`]).
 
 mod deployment;
 mod kustomize;
@@ -87,7 +98,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-pub use deployment::{CACHE_DIR, COMPONENTS_DIR, CONFIG_MAP_LIMIT, HEALTH_PORT, RUN_AS};
+pub use deployment::{
+    CACHE_DIR, COMPONENTS_DIR, CONFIG_MAP_LIMIT, HEALTH_PORT, LAST_APPLIED_LIMIT, REGISTRY_CREDENTIALS_DIR, RUN_AS,
+};
 pub(crate) use rbac::component_rules;
 pub use resources::PluralOverride;
 pub(crate) use resources::Resources;
@@ -98,9 +111,12 @@ use crate::grants::Grants;
 use crate::manifest::Manifest;
 use names::Rule;
 
-/// The image of the host this version of capstan generates by default.
-/// Build it from `deploy/Dockerfile`; nothing is published there yet.
-pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/capstan-dev/capstan:", env!("CARGO_PKG_VERSION"));
+/// The image of the host when none is given: a placeholder under the
+/// reserved `.invalid` domain (RFC 2606), which never resolves. No host
+/// image is published: build `deploy/Dockerfile`, push it where the
+/// cluster pulls from, and pass its name ([`Options::image`], `--image`,
+/// or `kustomize edit set image`).
+pub const DEFAULT_IMAGE: &str = concat!("registry.invalid/capstan:", env!("CARGO_PKG_VERSION"));
 
 /// Why manifests cannot be generated.
 #[derive(Debug, thiserror::Error)]
@@ -154,16 +170,35 @@ pub enum Error {
     },
     /// The components do not fit into a ConfigMap.
     #[error(
-        "the components add up to {total} bytes gzipped ({}), more than the {CONFIG_MAP_LIMIT} bytes (1 MiB) a \
-         ConfigMap holds: bake them into an image and pass --image IMAGE --components-in-image \
-         (delivery from an OCI registry or a volume is future work)",
-        .sizes.join(", ")
+        "the components ConfigMap would take {total} bytes ({}), more than {}: push the large components to a \
+         registry (`capstan push FILE oci://REGISTRY/REPOSITORY:TAG`) and give the reference instead of the file, \
+         or bake them into an image (--image IMAGE --components-in-image)",
+        .sizes.join(", "),
+        if *.server_side {
+            format!("the {CONFIG_MAP_LIMIT} bytes (1 MiB) a ConfigMap holds")
+        } else {
+            format!(
+                "the {LAST_APPLIED_LIMIT} bytes (256 KiB) the last-applied annotation of a client-side \
+                 `kubectl apply` holds (--server-side, for `kubectl apply --server-side`, allows 1 MiB)"
+            )
+        }
     )]
     TooLargeForConfigMap {
-        /// Their size in bytes.
+        /// What counts against the limit, in bytes: the object as JSON
+        /// (client-side apply) or its data (server-side).
         total: usize,
-        /// `<controller> <n> bytes` for each.
+        /// `<controller> <n> bytes, <m> gzipped` for each component file.
         sizes: Vec<String>,
+        /// Whether the limit is server-side apply's.
+        server_side: bool,
+    },
+    /// A component reference does not parse.
+    #[error("component {controller}: {error}")]
+    Reference {
+        /// The controller.
+        controller: String,
+        /// Why.
+        error: crate::oci::Error,
     },
     /// The image reference is empty or has whitespace.
     #[error("image {0:?} is not a valid image reference")]
@@ -201,13 +236,25 @@ pub struct Component {
     pub manifest: Manifest,
     /// The `.wasm` file's bytes (may be empty unless delivered by ConfigMap).
     pub wasm: Vec<u8>,
+    /// Where the host pulls it from (`oci://…`), instead of carrying its
+    /// bytes in the ConfigMap.
+    pub reference: Option<String>,
 }
 
 impl Component {
     /// A component from its manifest (as [`Loader`](crate::component::Loader)
     /// reads it) and its bytes.
     pub fn new(manifest: Manifest, wasm: Vec<u8>) -> Self {
-        Self { manifest, wasm }
+        Self { manifest, wasm, reference: None }
+    }
+
+    /// Delivers the component by `reference` (`oci://REGISTRY/REPOSITORY:TAG`
+    /// or `…@sha256:DIGEST`, where `capstan push` put it): the ConfigMap
+    /// names it, the host pulls it and follows its tag.
+    #[must_use]
+    pub fn reference(mut self, reference: impl Into<String>) -> Self {
+        self.reference = Some(reference.into());
+        self
     }
 }
 
@@ -235,6 +282,8 @@ pub struct Options {
     skip_deployment: bool,
     plurals: Vec<PluralOverride>,
     watch_namespaces: Vec<String>,
+    server_side: bool,
+    registry_secret: Option<String>,
 }
 
 impl Default for Options {
@@ -248,6 +297,8 @@ impl Default for Options {
             skip_deployment: false,
             plurals: Vec::new(),
             watch_namespaces: Vec::new(),
+            server_side: false,
+            registry_secret: None,
         }
     }
 }
@@ -309,6 +360,25 @@ impl Options {
         self
     }
 
+    /// The manifest is applied server-side (`kubectl apply --server-side`):
+    /// the components ConfigMap may hold [`CONFIG_MAP_LIMIT`] (1 MiB)
+    /// instead of what the last-applied annotation of a client-side apply
+    /// holds ([`LAST_APPLIED_LIMIT`], 256 KiB). Default: false.
+    pub fn server_side(mut self, yes: bool) -> Self {
+        self.server_side = yes;
+        self
+    }
+
+    /// The image pull secret (`kubernetes.io/dockerconfigjson`) in the
+    /// host's namespace with the credentials of the registries components
+    /// are pulled from: mounted at [`REGISTRY_CREDENTIALS_DIR`] as the
+    /// host's docker config (`DOCKER_CONFIG`), and an `imagePullSecret` of
+    /// the pod (for the host's image). Default: none, anonymous pulls.
+    pub fn registry_secret(mut self, name: Option<String>) -> Self {
+        self.registry_secret = name;
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         names::check("namespace", &self.namespace, Rule::Dns1123Label)?;
         for ns in &self.watch_namespaces {
@@ -318,6 +388,9 @@ impl Options {
         names::check("name of the components ConfigMap", &deployment::config_map_name(self), Rule::Dns1123Subdomain)?;
         if self.image.is_empty() || self.image.chars().any(char::is_whitespace) {
             return Err(Error::Image(self.image.clone()));
+        }
+        if let Some(secret) = &self.registry_secret {
+            names::check("registry secret", secret, Rule::Dns1123Subdomain)?;
         }
         Ok(())
     }
@@ -472,10 +545,11 @@ impl Parts {
                 ))
             })
             .collect::<Result<_>>()?;
-        let deliver_config_map =
-            !options.skip_deployment && options.delivery == Delivery::ConfigMap && !components.is_empty();
+        let carried = |c: &&Component| c.reference.is_some() || options.delivery == Delivery::ConfigMap;
+        let deliver_config_map = !options.skip_deployment && components.iter().any(|c| carried(&c));
         let config_map = if deliver_config_map {
-            Some(File::new("components.yaml", vec![deployment::components_config_map(components, options)?]))
+            let carried: Vec<Component> = components.iter().filter(carried).cloned().collect();
+            Some(File::new("components.yaml", vec![deployment::components_config_map(&carried, options)?]))
         } else {
             None
         };
@@ -875,10 +949,17 @@ mod tests {
             "unknown kind Widget in group \"\": no component defines its CRD and it is not a common built-in kind; \
              pass --plural Widget=<plural>"
         );
-        let e = Error::TooLargeForConfigMap { total: 2_000_000, sizes: vec!["greeter 2000000 bytes".into()] };
+        let e = Error::TooLargeForConfigMap {
+            total: 2_000_000,
+            sizes: vec!["greeter 2000000 bytes".into()],
+            server_side: true,
+        };
         assert!(e.to_string().starts_with(
-            "the components add up to 2000000 bytes gzipped (greeter 2000000 bytes), more than the 1048576 bytes (1 MiB)"
+            "the components ConfigMap would take 2000000 bytes (greeter 2000000 bytes), more than the 1048576 bytes \
+             (1 MiB) a ConfigMap holds: push the large components to a registry (`capstan push FILE"
         ));
+        let e = Error::TooLargeForConfigMap { total: 300_000, sizes: vec![], server_side: false };
+        assert!(e.to_string().contains("more than the 262144 bytes (256 KiB) the last-applied annotation"), "{e}");
         assert_eq!(
             Error::DuplicateController("a".into()).to_string(),
             "two components are named \"a\": controller names must be unique"

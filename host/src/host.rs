@@ -33,6 +33,7 @@ use crate::cluster::{self, Cluster, Patch, Subresource};
 use crate::component::{self, CompileSource, Loaded, Loader};
 use crate::controller::{Controller, Settings, State};
 use crate::engine::{self, Engine, EngineConfig};
+use crate::follow::Follow;
 use crate::informer::Informers;
 use crate::leader::{self, Elections, Leadership, LeaseSettings, lease_name};
 use crate::limits::Limits;
@@ -152,6 +153,14 @@ pub enum Error {
         /// Why.
         error: crate::webhook::Error,
     },
+    /// A component could not be pulled from its registry.
+    #[error("{path}: {error}")]
+    Pull {
+        /// The reference, or the `*.oci` file naming it.
+        path: PathBuf,
+        /// Why.
+        error: crate::oci::Error,
+    },
     /// The components directory cannot be watched.
     #[error("cannot watch components directory {path}: {error}")]
     Watch {
@@ -166,8 +175,10 @@ impl Error {
     /// A short, stable word for why a component was rejected: the
     /// loader's [`reason`](component::Error::reason) (`read`, `not_wasm`,
     /// `core_module`, `compile`, `world`, `contract`, `imports`,
-    /// `manifest_call`, `manifest`), or the host's own: `duplicate`,
-    /// `permissions`, `crd`, `host`. The `reason` label of
+    /// `manifest_call`, `manifest`), the registry's (`reference`,
+    /// `unavailable`, `registry`, `not_component`, `digest`, `credentials`,
+    /// `cache`: see [`crate::oci::Error::reason`]), or the host's own:
+    /// `duplicate`, `permissions`, `crd`, `host`. The `reason` label of
     /// `capstan_component_loads_total` and the status API's `kind`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -177,6 +188,7 @@ impl Error {
             Self::Access { .. } | Self::Wildcard { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) | Self::CrdOwned { .. } => "crd",
             Self::Webhook { .. } => "webhook",
+            Self::Pull { error, .. } => error.reason(),
             Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) | Self::Leader(_) => "host",
         }
     }
@@ -200,6 +212,9 @@ pub struct HostBuilder {
     leader_election: Option<LeaseSettings>,
     canary: Option<u8>,
     webhooks: Option<Arc<crate::webhook::Registry>>,
+    references: Vec<crate::oci::Reference>,
+    registry: Option<Arc<crate::oci::Registry>>,
+    poll_interval: Duration,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -234,7 +249,36 @@ impl HostBuilder {
             leader_election: None,
             canary: None,
             webhooks: None,
+            references: Vec::new(),
+            registry: None,
+            poll_interval: crate::follow::POLL_INTERVAL,
         }
+    }
+
+    /// Adds a component to run from an OCI registry, and follows its tag
+    /// (see [`crate::follow`]): when the tag moves, the new version is
+    /// pulled, verified and swapped in like a changed file. A reference
+    /// that cannot be pulled, or whose component is rejected, stops the
+    /// start (an unavailable registry as [`Error::Pull`] with an
+    /// [`unavailable`](crate::oci::Error::is_unavailable) error).
+    pub fn reference(mut self, reference: crate::oci::Reference) -> Self {
+        self.references.push(reference);
+        self
+    }
+
+    /// The registry client references are pulled with. Default: one with
+    /// [`crate::oci::Options::default`] and the compile cache's parent as
+    /// its blob cache.
+    pub fn registry(mut self, registry: Option<Arc<crate::oci::Registry>>) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// How often a followed tag is looked up. Default:
+    /// [`crate::follow::POLL_INTERVAL`] (30 s).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
+        self
     }
 
     /// Adds a component to run. A component named here that is rejected
@@ -378,7 +422,13 @@ impl HostBuilder {
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());
         let informers = Arc::new(Informers::new(cluster.clone(), self.namespaces.clone()));
         let elections = self.leader_election.map(|s| Elections::new(self.client.clone(), s)).transpose()?;
+        let registry = self.registry.unwrap_or_else(|| {
+            let blobs = self.cache_dir.as_deref().and_then(Path::parent).map(Path::to_owned);
+            Arc::new(crate::oci::Registry::new(crate::oci::Options::default().cache_dir(blobs)))
+        });
         let shared = Arc::new(Shared {
+            registry,
+            poll_interval: self.poll_interval,
             runtime,
             loader,
             backend: Arc::new(cluster.clone()),
@@ -395,9 +445,18 @@ impl HostBuilder {
             slots: Mutex::new(Vec::new()),
             changes: tokio::sync::Mutex::new(()),
         });
-        let host = Host { shared: Arc::clone(&shared), dir: Mutex::new(None) };
+        let host = Host { shared: Arc::clone(&shared), dir: Mutex::new(None), follows: Mutex::new(Vec::new()) };
         for path in &self.components {
             if let Err(e) = shared.load(path).await {
+                host.shutdown().await;
+                return Err(e);
+            }
+        }
+        for reference in self.references {
+            let key = PathBuf::from(reference.to_string());
+            let (follow, first) = Follow::start(Arc::clone(&shared), key, reference).await;
+            lock(&host.follows).push(follow);
+            if let Err(e) = first {
                 host.shutdown().await;
                 return Err(e);
             }
@@ -450,6 +509,17 @@ struct Version {
     loaded_at: Timestamp,
     source: CompileSource,
     compile_time: Duration,
+    /// The registry it was pulled from, if it was.
+    artifact: Option<Artifact>,
+}
+
+/// Where a version pulled from a registry came from.
+#[derive(Clone, Debug)]
+pub(crate) struct Artifact {
+    /// The reference followed (`oci://…:TAG`).
+    pub(crate) reference: String,
+    /// `sha256:` digest of the manifest it pointed at.
+    pub(crate) manifest_digest: String,
 }
 
 /// A component file that was rejected.
@@ -483,8 +553,13 @@ struct Slot {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ComponentStatus {
-    /// The file.
+    /// The file, or the `oci://` reference given on the command line.
     pub path: PathBuf,
+    /// The OCI reference the running version was pulled from (followed:
+    /// a new digest behind its tag is swapped in), if it was.
+    pub reference: Option<String>,
+    /// `sha256:` digest of the OCI manifest of the running version.
+    pub manifest_digest: Option<String>,
     /// Controller name (none if no version of the file was ever accepted).
     pub name: Option<String>,
     /// `sha256:` digest of the version that runs.
@@ -526,6 +601,10 @@ pub struct ComponentStatus {
 
 /// The parts every controller of a host shares, and its component files.
 pub(crate) struct Shared {
+    /// Where references are pulled from.
+    pub(crate) registry: Arc<crate::oci::Registry>,
+    /// How often followed tags are looked up.
+    pub(crate) poll_interval: Duration,
     runtime: Runtime,
     loader: Loader,
     cluster: KubeCluster,
@@ -563,6 +642,48 @@ impl Shared {
                 return Err(self.reject(path, None, e.into()));
             }
         };
+        self.load_bytes(path, bytes, None).await
+    }
+
+    /// Loads (or reloads) a component pulled from a registry under `key`
+    /// (the reference, or the `*.oci` file naming it).
+    pub(crate) async fn load_pulled(
+        self: &Arc<Self>,
+        key: &Path,
+        followed: &crate::oci::Reference,
+        pulled: crate::oci::Pulled,
+    ) -> Result<Change, Error> {
+        let _one_at_a_time = self.changes.lock().await;
+        let artifact = Artifact { reference: followed.to_string(), manifest_digest: pulled.manifest_digest.clone() };
+        let bytes = match component::decode(key, pulled.bytes) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                metrics().component_rejected(e.reason());
+                return Err(self.reject(key, Some(pulled.layer_digest.trim_start_matches("sha256:")), e.into()));
+            }
+        };
+        self.load_bytes(key, bytes, Some(artifact)).await
+    }
+
+    /// Records that what `key` names could not be pulled (it shows in the
+    /// status as a rejection; a running version keeps serving).
+    pub(crate) fn reject_pull(&self, key: &Path, digest: Option<&str>, error: crate::oci::Error) -> Error {
+        self.reject(key, digest.map(|d| d.trim_start_matches("sha256:")), Error::Pull { path: key.to_owned(), error })
+    }
+
+    /// Whether some version runs from `key`.
+    pub(crate) fn runs(&self, key: &Path) -> bool {
+        lock(&self.slots).iter().any(|s| s.path == key && s.version.is_some())
+    }
+
+    /// Loads `bytes` (a component, decompressed) as the new version of
+    /// `path`; the caller holds `changes`.
+    async fn load_bytes(
+        self: &Arc<Self>,
+        path: &Path,
+        bytes: Vec<u8>,
+        artifact: Option<Artifact>,
+    ) -> Result<Change, Error> {
         let digest = hex::encode(Sha256::digest(&bytes));
         let (running, name) = {
             let slots = lock(&self.slots);
@@ -577,6 +698,9 @@ impl Shared {
             // by the good one): nothing to do but forget the rejection.
             if let Some(slot) = lock(&self.slots).iter_mut().find(|s| s.path == path) {
                 slot.rejected = None;
+                if let (Some(version), Some(artifact)) = (slot.version.as_mut(), artifact) {
+                    version.artifact = Some(artifact);
+                }
             }
             return Ok(Change::Unchanged(name));
         }
@@ -584,7 +708,7 @@ impl Shared {
             Ok(loaded) => loaded,
             Err(e) => return Err(self.reject(path, Some(&digest), e)),
         };
-        self.install(path, loaded).await.map_err(|e| self.reject(path, Some(&digest), e))
+        self.install(path, loaded, artifact).await.map_err(|e| self.reject(path, Some(&digest), e))
     }
 
     /// Compiles and checks a component: everything that can reject it.
@@ -673,8 +797,14 @@ impl Shared {
 
     /// Runs an admitted component: swaps it into the controller its file
     /// ran, or starts a new controller.
-    async fn install(self: &Arc<Self>, path: &Path, loaded: Loaded) -> Result<Change, Error> {
+    async fn install(
+        self: &Arc<Self>,
+        path: &Path,
+        loaded: Loaded,
+        artifact: Option<Artifact>,
+    ) -> Result<Change, Error> {
         let version = Version {
+            artifact,
             name: loaded.manifest.name.clone(),
             digest: loaded.digest.clone(),
             contract: loaded.contract.clone(),
@@ -975,6 +1105,8 @@ impl Shared {
                 let version = slot.version.as_ref();
                 ComponentStatus {
                     path: slot.path.clone(),
+                    reference: version.and_then(|v| v.artifact.as_ref().map(|a| a.reference.clone())),
+                    manifest_digest: version.and_then(|v| v.artifact.as_ref().map(|a| a.manifest_digest.clone())),
                     name: slot.version.as_ref().map(|v| v.name.clone()),
                     digest: version.map(|v| format!("sha256:{}", v.digest)),
                     contract: version.map(|v| v.contract.clone()),
@@ -1048,6 +1180,7 @@ async fn install_crd(cluster: &KubeCluster, crd: &Value, controller: &str) -> Re
 pub struct Host {
     shared: Arc<Shared>,
     dir: Mutex<Option<DirWatch>>,
+    follows: Mutex<Vec<Follow>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -1131,6 +1264,7 @@ impl Host {
         if let Some(dir) = lock(&self.dir).take() {
             dir.stop();
         }
+        lock(&self.follows).clear();
         let controllers = self.shared.controllers();
         for c in &controllers {
             c.reconciler().end_trial(false);

@@ -18,11 +18,13 @@
 //! - [`leader`]: leader election, one Lease per controller;
 //! - [`scheduler`]: custom schedulers, guest logic that picks a Node for
 //!   each pending Pod that names it;
-//! - [`host`], [`reload`], [`access`]: the host that runs components as
-//!   controllers, follows a components directory, and reviews permissions;
+//! - [`host`], [`reload`], [`follow`], [`access`]: the host that runs
+//!   components as controllers, follows a components directory and OCI
+//!   references, and reviews permissions;
 //! - [`metrics`] and [`server`]: Prometheus metrics and the host's HTTP
 //!   endpoints (`/metrics`, `/healthz`, `/readyz`, `/status`);
 //! - [`webhook`]: admission and conversion webhooks served over HTTPS;
+//! - [`oci`]: components pushed to and pulled from OCI registries;
 //! - [`testing`]: the mock host for authors' unit tests.
 
 pub mod access;
@@ -33,6 +35,7 @@ pub mod component;
 pub mod controller;
 pub mod e2e;
 pub mod engine;
+pub mod follow;
 pub mod generate;
 pub mod grants;
 pub mod host;
@@ -44,6 +47,7 @@ pub mod manifest;
 pub mod mapping;
 pub mod metrics;
 pub mod object;
+pub mod oci;
 pub mod queue;
 pub mod reconciler;
 pub mod reload;

@@ -15,6 +15,14 @@
 //! version ([`Host::load`](crate::host::Host::load)), a removed one stops
 //! its controller ([`Host::unload`](crate::host::Host::unload)). A file that
 //! is rejected leaves the running version serving.
+//!
+//! A `*.oci` file names a component in an OCI registry instead: its first
+//! line that is not empty or a `#` comment is a reference
+//! (`oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`). The component is
+//! pulled and run as if it were the file, and its tag is followed (see
+//! [`crate::follow`]); editing the file to name another reference pulls
+//! that one; removing it stops the controller. A file whose reference does
+//! not parse is rejected, and what ran from it keeps serving.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -25,7 +33,9 @@ use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
 use tokio::sync::mpsc;
 
+use crate::follow::Follow;
 use crate::host::{Error, Shared};
+use crate::oci::Reference;
 
 /// Events closer together than this are handled as one.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
@@ -39,6 +49,14 @@ pub const RESCAN: Duration = Duration::from_secs(30);
 
 /// Size and mtime of a file, as last looked at.
 type Stamp = (u64, Option<SystemTime>);
+
+/// What the watch knows of the directory.
+#[derive(Debug, Default)]
+struct Known {
+    stamps: HashMap<PathBuf, Stamp>,
+    /// The `*.oci` files followed, with their references.
+    follows: HashMap<PathBuf, (Reference, Follow)>,
+}
 
 /// A running watch of a components directory; stops when dropped.
 pub struct DirWatch {
@@ -76,9 +94,9 @@ impl DirWatch {
         .map_err(|e| watch_error(e.to_string()))?;
         debouncer.watcher().watch(&dir, RecursiveMode::NonRecursive).map_err(|e| watch_error(e.to_string()))?;
 
-        let mut known = HashMap::new();
+        let mut known = Known::default();
         look(&shared, &dir, &mut known).await;
-        tracing::info!(dir = %dir.display(), components = known.len(), "following components directory");
+        tracing::info!(dir = %dir.display(), components = known.stamps.len(), "following components directory");
         let task = tokio::spawn(async move {
             let mut rescan = tokio::time::interval(RESCAN);
             rescan.tick().await;
@@ -114,9 +132,24 @@ fn components_in(dir: &Path) -> HashMap<PathBuf, Stamp> {
         .collect()
 }
 
-/// `*.wasm`, or `*.wasm.gz` (gzipped, e.g. from a ConfigMap).
+/// `*.wasm`, `*.wasm.gz` (gzipped, e.g. from a ConfigMap), or `*.oci` (a
+/// reference).
 fn is_component_file(path: &Path) -> bool {
-    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".wasm") || n.ends_with(".wasm.gz"))
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".wasm") || n.ends_with(".wasm.gz") || is_reference_file(path))
+}
+
+/// `*.oci`: a file naming a component in a registry.
+fn is_reference_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "oci")
+}
+
+/// The reference a `*.oci` file names: its first line that is not empty
+/// or a `#` comment.
+pub fn reference_in(text: &str) -> Result<Reference, crate::oci::Error> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or_default();
+    line.parse()
 }
 
 fn stamp(m: &std::fs::Metadata) -> Stamp {
@@ -138,19 +171,63 @@ async fn settled(path: &Path) -> Option<Stamp> {
 }
 
 /// Compares the directory with `known` and loads, reloads or unloads.
-async fn look(shared: &Arc<Shared>, dir: &Path, known: &mut HashMap<PathBuf, Stamp>) {
+async fn look(shared: &Arc<Shared>, dir: &Path, known: &mut Known) {
     let present = components_in(dir);
-    let gone: Vec<PathBuf> = known.keys().filter(|p| !present.contains_key(*p)).cloned().collect();
+    let gone: Vec<PathBuf> = known.stamps.keys().filter(|p| !present.contains_key(*p)).cloned().collect();
     for path in gone {
-        known.remove(&path);
+        known.stamps.remove(&path);
+        known.follows.remove(&path);
         shared.unload(&path).await;
     }
-    let mut changed: Vec<&PathBuf> = present.iter().filter(|(p, s)| known.get(*p) != Some(s)).map(|(p, _)| p).collect();
+    let mut changed: Vec<&PathBuf> =
+        present.iter().filter(|(p, s)| known.stamps.get(*p) != Some(s)).map(|(p, _)| p).collect();
     changed.sort();
     for path in changed {
         let Some(stamp) = settled(path).await else { continue };
-        known.insert(path.clone(), stamp);
-        // Errors are logged and kept in the host's status by `load`.
-        let _ = shared.load(path).await;
+        known.stamps.insert(path.clone(), stamp);
+        if is_reference_file(path) {
+            follow(shared, path, &mut known.follows).await;
+        } else {
+            // Errors are logged and kept in the host's status by `load`.
+            let _ = shared.load(path).await;
+        }
+    }
+}
+
+/// Follows the reference a new or changed `*.oci` file names (unless it
+/// is the one followed already).
+async fn follow(shared: &Arc<Shared>, path: &Path, follows: &mut HashMap<PathBuf, (Reference, Follow)>) {
+    let reference = match tokio::fs::read_to_string(path).await {
+        Ok(text) => reference_in(&text),
+        Err(e) => Err(crate::oci::Error::Reference { reference: path.display().to_string(), reason: e.to_string() }),
+    };
+    let reference = match reference {
+        Ok(reference) => reference,
+        Err(error) => {
+            shared.reject_pull(path, None, error);
+            return;
+        }
+    };
+    if follows.get(path).is_some_and(|(followed, _)| *followed == reference) {
+        return;
+    }
+    // The old reference stops being followed; what it loaded serves until
+    // the new one replaces it.
+    follows.remove(path);
+    let (follow, _first) = Follow::start(Arc::clone(shared), path.to_owned(), reference.clone()).await;
+    follows.insert(path.to_owned(), (reference, follow));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_file_names_its_first_line_that_is_not_a_comment() {
+        let text = "# the greeter, pushed by CI\n\n  oci://127.0.0.1:5000/capstan/greeter:v2  \noci://ignored/x:y\n";
+        assert_eq!(reference_in(text).expect("parses").to_string(), "oci://127.0.0.1:5000/capstan/greeter:v2");
+        assert_eq!(reference_in("# nothing\n").expect_err("empty").reason(), "reference");
+        assert!(is_component_file(Path::new("/c/greeter.oci")) && is_reference_file(Path::new("/c/greeter.oci")));
+        assert!(!is_component_file(Path::new("/c/greeter.oci.tmp")));
     }
 }

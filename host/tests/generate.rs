@@ -213,7 +213,7 @@ fn gen_rbac_with_watched_namespaces_grants_namespaced_kinds_only_there() {
 
 #[test]
 fn gen_manifest_with_watched_namespaces_passes_them_to_the_host() {
-    let objects = objects(&["gen", "manifest", &greeter(), "-w", "ns1,ns2"]);
+    let objects = objects(&["gen", "manifest", &greeter(), "-w", "ns1,ns2", "--server-side"]);
     let deployment = find(&objects, "Deployment", "capstan");
     let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
     assert_eq!(
@@ -235,19 +235,35 @@ fn gen_rbac_with_install_crds_allows_patching_only_the_greeters_crd() {
 }
 
 #[test]
-fn gen_manifest_fits_the_greeter_into_a_config_map_gzipped_and_refuses_what_does_not_fit() {
-    // 1.9 MB, about 0.5 MB gzipped: fits.
-    let objects = objects(&["gen", "manifest", &greeter()]);
-    let cm = find(&objects, "ConfigMap", "capstan-components");
-    assert!(cm["binaryData"]["greeter.wasm.gz"].is_string(), "{cm}");
-    // The Python greeter (19 MB) does not, even gzipped.
-    let python = component("greeter-python");
-    let out = capstan(&["gen", "manifest", &python.display().to_string()]);
+fn gen_manifest_carries_what_fits_the_way_it_is_applied_and_refers_to_the_rest() {
+    // 1.9 MB, about 0.5 MB gzipped: more than the last-applied annotation
+    // of a client-side `kubectl apply` holds.
+    let out = capstan(&["gen", "manifest", &greeter()]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("bytes gzipped"), "{stderr}");
+    assert!(stderr.contains("more than the 262144 bytes (256 KiB) the last-applied annotation"), "{stderr}");
+    assert!(stderr.contains("capstan push FILE oci://"), "{stderr}");
+    // Server-side it fits.
+    let server_side = objects(&["gen", "manifest", &greeter(), "--server-side"]);
+    let cm = find(&server_side, "ConfigMap", "capstan-components");
+    assert!(cm["binaryData"]["greeter.wasm.gz"].is_string(), "{cm}");
+    // The Python greeter (19 MB) does not, even gzipped and server-side.
+    let python = component("greeter-python").display().to_string();
+    let out = capstan(&["gen", "manifest", &python, "--server-side"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("gzipped"), "{stderr}");
     assert!(stderr.contains("more than the 1048576 bytes (1 MiB) a ConfigMap holds"), "{stderr}");
-    assert!(stderr.contains("--components-in-image"), "{stderr}");
+    // By reference, any size, client-side: the ConfigMap names it.
+    let reference = "oci://registry.example/capstan/greeter-python:v1";
+    let objects =
+        objects(&["gen", "manifest", &format!("{python}={reference}"), "--image", "registry.example/capstan:1"]);
+    let cm = find(&objects, "ConfigMap", "capstan-components");
+    assert_eq!(cm["data"], json!({"greeter.oci": format!("{reference}\n")}), "{cm}");
+    assert!(cm.get("binaryData").is_none(), "{cm}");
+    let out = capstan(&["gen", "manifest", &format!("{python}=oci://Not A Reference")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid reference"));
 }
 
 #[test]

@@ -26,6 +26,8 @@
 //! failed test left behind are deleted by the harness the next time it starts
 //! once they are older than [`STALE_NAMESPACE_AGE`].
 
+pub mod registry;
+
 use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};

@@ -469,9 +469,18 @@ async fn the_committed_greeter_overlay_renders_with_kustomize() -> Result<()> {
     ] {
         ensure!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
     }
+    // Nothing published is named: placeholders under the reserved
+    // `registry.invalid`, to replace with your own.
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").context("no Deployment")?;
-    let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"].as_str().context("no image")?;
-    ensure!(image.starts_with("ghcr.io/capstan-dev/capstan-greeter:"), "the overlay's image: {image}");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let image = pod["containers"][0]["image"].as_str().context("no image")?;
+    ensure!(image.starts_with("registry.invalid/capstan:"), "the overlay's image: {image}");
+    ensure!(
+        pod["volumes"].as_array().is_some_and(|v| v.iter().any(|v| v["configMap"]["name"] == "capstan-components"))
+    );
+    let cm = objects.iter().find(|o| o["kind"] == "ConfigMap").context("no components ConfigMap")?;
+    let reference = cm["data"]["greeter.oci"].as_str().context("no greeter.oci")?;
+    ensure!(reference.starts_with("oci://registry.invalid/capstan/greeter:"), "{reference}");
     Ok(())
 }
 
@@ -628,7 +637,8 @@ fn project_like_the_kubelet(dir: &std::path::Path, files: &BTreeMap<String, Byte
 async fn components_delivered_by_config_map_run_and_a_new_config_map_hot_loads() -> Result<()> {
     ControlPlane::shared().await?;
     let ns = TestNamespace::new("gen-cm").await?;
-    let options = Options::default().namespace(ns.name()).name(ns.name());
+    // Applied server-side: the greeter (0.46 MB gzipped) fits 1 MiB.
+    let options = Options::default().namespace(ns.name()).name(ns.name()).server_side(true);
     let configmaps: Api<ConfigMap> = ns.api();
     let cm_name = format!("{}-components", ns.name());
     // Generate the ConfigMap, apply it, read it back as the kubelet would.
@@ -693,7 +703,8 @@ async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its
     let plane = ControlPlane::shared().await?;
     let admin = ns.client();
     let hooks = built_component("greeter-webhooks").await?;
-    let options = Options::default().namespace(ns.name()).name(ns.name());
+    // The component is baked in (the ConfigMap is not applied here).
+    let options = Options::default().namespace(ns.name()).name(ns.name()).delivery(Delivery::Image);
     // What needs no kubelet: CRD, RBAC, Service and the webhook
     // configurations (the namespace exists; no Deployment, no ConfigMap).
     let files = generate::files(std::slice::from_ref(&hooks), &options)?;
@@ -776,5 +787,96 @@ async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its
     server.shutdown().await;
     kubectl(plane, &["delete", "-f", &file, "--ignore-not-found", "--wait=false"]).await?;
     std::fs::remove_file(&file)?;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manifest_with_a_python_component_by_reference_applies_with_plain_kubectl_apply_and_its_account_serves_it()
+-> Result<()> {
+    use capstan_host::oci::{Options as RegistryOptions, Registry, Summary};
+    use capstan_tests::registry::TestRegistry;
+    let plane = ControlPlane::shared().await?;
+    let ns = TestNamespace::new("gen-oci").await?;
+    let admin = ns.client();
+    let server = TestRegistry::start().await?;
+    let registry = Arc::new(Registry::new(RegistryOptions::default()));
+    let python = find_component("greeter-python").map_err(anyhow::Error::msg)?;
+    let reference = server.reference("capstan/greeter-python:v1");
+    let summary = Summary { controller: "greeter".into(), contract: "0.3.0".into(), grants_digest: String::new() };
+    registry.push(&reference.parse()?, std::fs::read(&python)?, &summary, "greeter-python.wasm").await?;
+
+    // `capstan gen manifest` with the Python greeter by reference (pulled to
+    // read its manifest) and a small component carried whole.
+    let noop = find_component("noop").map_err(anyhow::Error::msg)?;
+    let capstan = capstan_tests::capstan_binary().await?;
+    let out = tokio::process::Command::new(&capstan)
+        .args(["gen", "manifest", &reference])
+        .arg(&noop)
+        .args(["--namespace", ns.name(), "--name", ns.name(), "--image", "registry.invalid/capstan:test"])
+        .output()
+        .await?;
+    ensure!(out.status.success(), "capstan gen manifest: {}", String::from_utf8_lossy(&out.stderr));
+    let file = std::env::temp_dir().join(format!("{}.yaml", ns.name()));
+    std::fs::write(&file, &out.stdout)?;
+    let file = file.to_string_lossy().into_owned();
+
+    // Plain client-side `kubectl apply -f`, as a new user would.
+    kubectl(plane, &["apply", "-f", &file]).await?;
+    let cm: ConfigMap = ns.api().get(&format!("{}-components", ns.name())).await?;
+    let last_applied =
+        cm.metadata.annotations.as_ref().and_then(|a| a.get("kubectl.kubernetes.io/last-applied-configuration"));
+    ensure!(last_applied.is_some(), "applied client-side: {:?}", cm.metadata.annotations);
+    let data = cm.data.clone().unwrap_or_default();
+    ensure!(data.get("greeter.oci").map(|r| r.trim()) == Some(reference.as_str()), "{data:?}");
+    let binary = cm.binary_data.clone().unwrap_or_default();
+    ensure!(binary.keys().collect::<Vec<_>>() == ["noop.wasm.gz"], "{binary:?}");
+
+    // No kubelet here: the host runs in this process, with the token of the
+    // ServiceAccount the manifest created, the ConfigMap projected as the
+    // kubelet would, and pulls the Python greeter from the registry.
+    let token = token_for_service_account(&admin, ns.name(), ns.name()).await?;
+    let sa = plane.client_with_token(&token)?;
+    let dir = std::env::temp_dir().join(format!("capstan-{}", ns.name()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut files = binary;
+    files.extend(data.into_iter().map(|(k, v)| (k, ByteString(v.into_bytes()))));
+    project_like_the_kubelet(&dir, &files)?;
+    // Its own namespace only: other tests' Greetings are not its business.
+    let host = HostBuilder::new(sa)
+        .namespace(Some(ns.name().to_owned()))
+        .check_permissions(true)
+        .registry(Some(Arc::clone(&registry)))
+        .poll_interval(Duration::from_millis(500))
+        .cache_dir(default_cache_dir())
+        .components_dir(Some(dir.clone()))
+        .start()
+        .await?;
+    let api = greetings(admin.clone(), ns.name());
+    api.create(&PostParams::default(), &greeting("py", "from the registry", 1)?).await?;
+    let status = host.status();
+    ensure!(
+        status.iter().any(|s| s.reference.as_deref() == Some(reference.as_str()) && s.state == "running"),
+        "the Python greeter runs from its reference: {status:?}"
+    );
+    wait_for(Duration::from_secs(90), || async {
+        api.get("py").await.ok().filter(|g| capstan_tests::greeting_ready(g, 1))
+    })
+    .await
+    .context("the Python greeter from the registry made the Greeting Ready")?;
+    let counts = host.controller("greeter").context("greeter")?.counts();
+    let last_error = counts.last_error.clone().unwrap_or_default().to_lowercase();
+    ensure!(
+        !["forbidden", "denied"].iter().any(|w| last_error.contains(w)),
+        "denied under the generated RBAC: {counts:?}"
+    );
+
+    api.delete("py", &DeleteParams::default()).await?;
+    wait_for(TIMEOUT, || async { api.get_opt("py").await.ok().and_then(|g| g.is_none().then_some(())) }).await?;
+    host.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    // Cluster-scoped objects of this installation (the CRD is shared, it stays).
+    let selector = format!("app.kubernetes.io/name={}", ns.name());
+    kubectl(plane, &["delete", "clusterrole,clusterrolebinding", "-l", &selector, "--wait=false"]).await?;
     ns.cleanup().await
 }

@@ -31,10 +31,15 @@ pub enum Command {
         rbac: RbacArgs,
     },
     /// Everything to install the host: Namespace, CRDs, RBAC, the
-    /// components ConfigMap and the Deployment. Apply it with
-    /// `kubectl apply --server-side -f`.
+    /// components ConfigMap and the Deployment. Apply it with `kubectl
+    /// apply -f` (or, with `--server-side`, `kubectl apply --server-side
+    /// -f`).
     Manifest {
-        /// Components (.wasm).
+        /// Components: files (.wasm, carried in the ConfigMap gzipped),
+        /// references (`oci://REGISTRY/REPOSITORY:TAG`, pulled to read
+        /// their manifest; the ConfigMap names them and the host pulls
+        /// them), or `FILE=oci://…` (the manifest read from the file, the
+        /// component delivered by the reference it was pushed to).
         components: Vec<PathBuf>,
         /// Installation options.
         #[command(flatten)]
@@ -47,7 +52,8 @@ pub enum Command {
     /// an overlay that adds the components to a base generated without
     /// them.
     Kustomize {
-        /// Components (.wasm).
+        /// Components: files, references, or `FILE=oci://…`, as for
+        /// `manifest`.
         components: Vec<PathBuf>,
         /// Installation options.
         #[command(flatten)]
@@ -118,13 +124,28 @@ pub struct InstallArgs {
     /// RBAC options.
     #[command(flatten)]
     pub rbac: RbacArgs,
-    /// The host's image [default: ghcr.io/capstan-dev/capstan:VERSION].
+    /// The host's image. No image is published: build deploy/Dockerfile
+    /// and push it where your cluster pulls from [default: the
+    /// placeholder registry.invalid/capstan:VERSION].
     #[arg(long)]
     pub image: Option<String>,
-    /// The components are in the image, at /components, instead of in a
-    /// ConfigMap (which holds 1 MiB at most).
+    /// The component files are in the image, at /components, instead of
+    /// in the ConfigMap (references still go in the ConfigMap).
     #[arg(long, requires = "image")]
     pub components_in_image: bool,
+    /// The manifest is applied server-side (`kubectl apply --server-side`):
+    /// the ConfigMap may carry 1 MiB of components instead of the 256 KiB
+    /// a client-side `kubectl apply` keeps in its last-applied annotation.
+    #[arg(long)]
+    pub server_side: bool,
+    /// An image pull secret (`kubernetes.io/dockerconfigjson`) in the
+    /// host's namespace: the host pulls components with its credentials,
+    /// and the pod pulls its image with it.
+    #[arg(long, value_name = "SECRET")]
+    pub registry_secret: Option<String>,
+    /// How to reach the registries of component references.
+    #[command(flatten)]
+    pub registry: super::RegistryArgs,
     /// Leave out the Deployment and the components ConfigMap, to run the
     /// host outside the cluster.
     #[arg(long)]
@@ -140,8 +161,24 @@ impl RbacArgs {
 }
 
 impl InstallArgs {
+    /// Says on stderr that the Deployment names the placeholder image.
+    fn warn_placeholder_image(&self) {
+        if self.image.is_none() && !self.skip_deployment {
+            eprintln!(
+                "note: the Deployment names the placeholder image {}: no host image is published; build \
+                 deploy/Dockerfile, push it where your cluster pulls from, and pass --image",
+                generate::DEFAULT_IMAGE
+            );
+        }
+    }
+
     fn options(&self) -> Options {
-        let mut options = self.rbac.options().skip_deployment(self.skip_deployment);
+        let mut options = self
+            .rbac
+            .options()
+            .skip_deployment(self.skip_deployment)
+            .server_side(self.server_side)
+            .registry_secret(self.registry_secret.clone());
         if let Some(image) = &self.image {
             options = options.image(image);
         }
@@ -152,12 +189,31 @@ impl InstallArgs {
     }
 }
 
-/// Reads and loads each component.
-async fn load(paths: &[PathBuf]) -> anyhow::Result<Vec<Component>> {
+/// Reads and loads each component: a file, a reference (pulled), or
+/// `FILE=oci://…` (the file, delivered by the reference).
+async fn load(paths: &[PathBuf], registry: &super::RegistryArgs) -> anyhow::Result<Vec<Component>> {
     let loader = super::loader()?;
     let mut components = Vec::with_capacity(paths.len());
     for path in paths {
-        let wasm = tokio::fs::read(path).await.with_context(|| format!("cannot read {}", path.display()))?;
+        let text = path.to_string_lossy();
+        let (file, reference) = match text.split_once("=oci://") {
+            Some((file, rest)) => (Some(PathBuf::from(file)), Some(format!("{}{rest}", crate::oci::SCHEME))),
+            None if crate::oci::is_reference(&text) => (None, Some(text.into_owned())),
+            None => (Some(path.clone()), None),
+        };
+        let wasm = match (&file, &reference) {
+            (Some(file), _) => {
+                tokio::fs::read(file).await.with_context(|| format!("cannot read {}", file.display()))?
+            }
+            (None, reference) => {
+                let reference = reference.as_deref().context("a component is a file or a reference")?;
+                registry.registry().pull(&reference.parse()?).await?.bytes
+            }
+        };
+        if let Some(reference) = &reference {
+            reference.parse::<crate::oci::Reference>()?;
+        }
+        let path = file.as_deref().unwrap_or(path.as_path());
         let loaded = loader.load_bytes(path, wasm.clone()).await?;
         for p in loaded.manifest.wildcard_permissions() {
             let verbs: Vec<&str> = p.verbs.iter().map(|v| v.as_str()).collect();
@@ -171,7 +227,11 @@ async fn load(paths: &[PathBuf]) -> anyhow::Result<Vec<Component>> {
                 p.kind
             );
         }
-        components.push(Component::new((*loaded.manifest).clone(), wasm));
+        let component = Component::new((*loaded.manifest).clone(), wasm);
+        components.push(match reference {
+            Some(reference) => component.reference(reference),
+            None => component,
+        });
     }
     Ok(components)
 }
@@ -203,7 +263,7 @@ fn print_or_write(files: Vec<File>, output: Option<&Path>, header: &str) -> anyh
 pub async fn run(command: Command) -> anyhow::Result<i32> {
     match command {
         Command::Crd { components, output } => {
-            let components = load(&components).await?;
+            let components = load(&components, &super::RegistryArgs::default()).await?;
             let header = generate::header("capstan gen crd", &components);
             let files = generate::crds(&components)?
                 .into_iter()
@@ -215,17 +275,21 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             print_or_write(files, output.as_deref(), &header)?;
         }
         Command::Rbac { components, rbac } => {
-            let components = load(&components).await?;
+            let components = load(&components, &super::RegistryArgs::default()).await?;
             let header = generate::header("capstan gen rbac", &components);
             print!("{}", generate::to_yaml(&generate::rbac(&components, &rbac.options())?, &header)?);
         }
         Command::Manifest { components, install, output } => {
-            let components = load(&components).await?;
+            let components = load(&components, &install.registry).await?;
+            install.warn_placeholder_image();
             let header = generate::header("capstan gen manifest", &components);
             print_or_write(generate::files(&components, &install.options())?, output.as_deref(), &header)?;
         }
         Command::Kustomize { components, install, base, output } => {
-            let components = load(&components).await?;
+            let components = load(&components, &install.registry).await?;
+            if base.is_none() {
+                install.warn_placeholder_image();
+            }
             let header = generate::header("capstan gen kustomize", &components);
             write(&output, &generate::kustomize(&components, &install.options(), base.as_deref())?, &header)?;
         }

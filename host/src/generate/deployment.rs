@@ -7,8 +7,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, Namespace, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    EnvVarSource, HTTPGetAction, KeyToPath, LocalObjectReference, Namespace, ObjectFieldSelector, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -20,6 +21,17 @@ use super::{Component, Error, Options, to_value};
 /// The most a ConfigMap holds (`data` and `binaryData` together), as the
 /// API server checks it.
 pub const CONFIG_MAP_LIMIT: usize = 1024 * 1024;
+
+/// The most the annotations of an object hold, as the API server checks
+/// them: a client-side `kubectl apply` keeps the whole object, as JSON,
+/// in its `kubectl.kubernetes.io/last-applied-configuration` annotation.
+pub const LAST_APPLIED_LIMIT: usize = 256 * 1024;
+
+/// The annotation a client-side `kubectl apply` writes.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Where the host's docker config (from the registry secret) is mounted.
+pub const REGISTRY_CREDENTIALS_DIR: &str = "/var/run/capstan/registry";
 
 /// Where the components are in the host's container.
 pub const COMPONENTS_DIR: &str = "/components";
@@ -49,27 +61,37 @@ pub(crate) fn config_map_name(options: &Options) -> String {
     format!("{}-components", options.name)
 }
 
-/// The ConfigMap carrying the components, one `<controller>.wasm.gz` key
-/// each, gzipped (the host loads them as they are; a component compresses
-/// to about a quarter of its size, which lets the greeter fit).
+/// The ConfigMap carrying the components: a `<controller>.oci` key with
+/// the reference of each component that has one, a gzipped
+/// `<controller>.wasm.gz` key in `binaryData` for the others (the host
+/// loads them as they are; a component compresses to about a quarter of
+/// its size).
 ///
 /// # Errors
 ///
-/// [`Error::TooLargeForConfigMap`] when they add up to more than
-/// [`CONFIG_MAP_LIMIT`] compressed.
+/// [`Error::TooLargeForConfigMap`] when it does not fit what applies it
+/// ([`LAST_APPLIED_LIMIT`] for the object as JSON, or with
+/// [`Options::server_side`] [`CONFIG_MAP_LIMIT`] for its data);
+/// [`Error::Reference`] for a reference that does not parse.
 pub(crate) fn components_config_map(components: &[Component], options: &Options) -> Result<Value, Error> {
-    let gzipped: Vec<(String, Vec<u8>)> =
-        components.iter().map(|c| (format!("{}.wasm.gz", c.manifest.name), gzip(&c.wasm))).collect();
-    let total: usize = gzipped.iter().map(|(_, bytes)| bytes.len()).sum();
-    if total > CONFIG_MAP_LIMIT {
-        let sizes = components
-            .iter()
-            .zip(&gzipped)
-            .map(|(c, (_, gz))| format!("{} {} bytes, {} gzipped", c.manifest.name, c.wasm.len(), gz.len()))
-            .collect();
-        return Err(Error::TooLargeForConfigMap { total, sizes });
+    let mut data = BTreeMap::new();
+    let mut binary = BTreeMap::new();
+    let mut sizes = Vec::new();
+    for c in components {
+        let controller = c.manifest.name.clone();
+        match &c.reference {
+            Some(reference) => {
+                let parsed: crate::oci::Reference =
+                    reference.parse().map_err(|error| Error::Reference { controller: controller.clone(), error })?;
+                data.insert(format!("{controller}.oci"), format!("{parsed}\n"));
+            }
+            None => {
+                let gz = gzip(&c.wasm);
+                sizes.push(format!("{controller} {} bytes, {} gzipped", c.wasm.len(), gz.len()));
+                binary.insert(format!("{controller}.wasm.gz"), ByteString(gz));
+            }
+        }
     }
-    let data: BTreeMap<String, ByteString> = gzipped.into_iter().map(|(key, bytes)| (key, ByteString(bytes))).collect();
     let cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some(config_map_name(options)),
@@ -77,10 +99,23 @@ pub(crate) fn components_config_map(components: &[Component], options: &Options)
             labels: Some(options.labels(None)),
             ..ObjectMeta::default()
         },
-        binary_data: Some(data),
+        data: (!data.is_empty()).then_some(data),
+        binary_data: (!binary.is_empty()).then_some(binary),
         ..ConfigMap::default()
     };
-    to_value(&cm)
+    let value = to_value(&cm)?;
+    let (total, limit) = if options.server_side {
+        let data = cm.data.iter().flatten().map(|(k, v)| k.len() + v.len());
+        let binary = cm.binary_data.iter().flatten().map(|(k, v)| k.len() + v.0.len());
+        (data.chain(binary).sum(), CONFIG_MAP_LIMIT)
+    } else {
+        let json = serde_json::to_vec(&value).map_or(usize::MAX, |j| j.len());
+        (json.saturating_add(LAST_APPLIED.len()), LAST_APPLIED_LIMIT)
+    };
+    if total > limit {
+        return Err(Error::TooLargeForConfigMap { total, sizes, server_side: options.server_side });
+    }
+    Ok(value)
 }
 
 /// `bytes`, gzipped at the best compression. (Writing to a `Vec` cannot
@@ -122,6 +157,37 @@ fn components_volume(options: &Options) -> (Volume, VolumeMount) {
         ..VolumeMount::default()
     };
     (volume, mount)
+}
+
+/// The registry secret as the host's docker config: its volume, mount and
+/// `DOCKER_CONFIG`.
+fn registry_credentials(options: &Options) -> Option<(Volume, VolumeMount, EnvVar)> {
+    let name = options.registry_secret.as_ref()?;
+    let volume = Volume {
+        name: "registry-credentials".to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(name.clone()),
+            items: Some(vec![KeyToPath {
+                key: ".dockerconfigjson".to_owned(),
+                path: "config.json".to_owned(),
+                ..KeyToPath::default()
+            }]),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mount = VolumeMount {
+        name: "registry-credentials".to_owned(),
+        mount_path: REGISTRY_CREDENTIALS_DIR.to_owned(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    };
+    let var = EnvVar {
+        name: "DOCKER_CONFIG".to_owned(),
+        value: Some(REGISTRY_CREDENTIALS_DIR.to_owned()),
+        ..EnvVar::default()
+    };
+    Some((volume, mount, var))
 }
 
 /// The host's command line: `run --components /components --leader-elect`,
@@ -202,16 +268,22 @@ pub(crate) fn deployment(options: &Options, with_config_map: bool, with_webhooks
         volumes.push(volume);
         mounts.push(mount);
     }
+    let mut env = vec![
+        EnvVar { name: "CAPSTAN_CACHE".to_owned(), value: Some(CACHE_DIR.to_owned()), ..EnvVar::default() },
+        downward("POD_NAME", "metadata.name"),
+        downward("POD_NAMESPACE", "metadata.namespace"),
+    ];
+    if let Some((volume, mount, var)) = registry_credentials(options) {
+        volumes.push(volume);
+        mounts.push(mount);
+        env.push(var);
+    }
     let container = Container {
         name: "capstan".to_owned(),
         image: Some(options.image.clone()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         args: Some(args(options, with_webhooks)),
-        env: Some(vec![
-            EnvVar { name: "CAPSTAN_CACHE".to_owned(), value: Some(CACHE_DIR.to_owned()), ..EnvVar::default() },
-            downward("POD_NAME", "metadata.name"),
-            downward("POD_NAMESPACE", "metadata.namespace"),
-        ]),
+        env: Some(env),
         ports: Some(ports(with_webhooks)),
         liveness_probe: Some(probe("/healthz", 15, 20)),
         readiness_probe: Some(probe("/readyz", 5, 10)),
@@ -260,6 +332,10 @@ pub(crate) fn deployment(options: &Options, with_config_map: bool, with_webhooks
                     }),
                     containers: vec![container],
                     volumes: Some(volumes),
+                    image_pull_secrets: options
+                        .registry_secret
+                        .as_ref()
+                        .map(|name| vec![LocalObjectReference { name: name.clone() }]),
                     ..PodSpec::default()
                 }),
             },
@@ -335,8 +411,45 @@ mod tests {
     }
 
     #[test]
-    fn components_are_gzipped_and_what_does_not_fit_compressed_fails_clearly() {
+    fn references_go_as_text_and_files_must_fit_the_last_applied_annotation_unless_applied_server_side() {
         let options = Options::default();
+        let reference = "oci://registry.example/capstan/big:v1";
+        let cm = components_config_map(
+            &[incompressible("big", 4 * CONFIG_MAP_LIMIT).reference(reference), component("small", 10_000)],
+            &options,
+        )
+        .expect("a reference takes a line");
+        assert_eq!(cm["data"]["big.oci"], format!("{reference}\n"));
+        assert!(cm["binaryData"]["small.wasm.gz"].is_string(), "{cm}");
+        assert!(cm["binaryData"].get("big.wasm.gz").is_none(), "{cm}");
+        // 200 KiB of incompressible bytes: 267 KiB as base64, too much for
+        // the annotation; server-side it fits.
+        let file = [incompressible("a", 200 * 1024)];
+        let err = components_config_map(&file, &options).expect_err("too large for a client-side apply");
+        assert!(matches!(err, Error::TooLargeForConfigMap { server_side: false, .. }), "{err}");
+        assert!(err.to_string().contains("256 KiB"), "{err}");
+        components_config_map(&file, &options.clone().server_side(true)).expect("fits server-side");
+        let bad = component("bad", 1).reference("ghcr.io/no-scheme:v1");
+        assert!(matches!(components_config_map(&[bad], &options), Err(Error::Reference { .. })));
+    }
+
+    #[test]
+    fn a_registry_secret_becomes_the_hosts_docker_config_and_a_pull_secret() {
+        let d = deployment(&Options::default().registry_secret(Some("pull".into())), false, false).expect("serialises");
+        let pod = d.pointer("/spec/template/spec").expect("pod spec");
+        assert_eq!(pod["imagePullSecrets"], json!([{"name": "pull"}]));
+        assert_eq!(
+            pod["volumes"][1]["secret"],
+            json!({"secretName": "pull", "items": [{"key": ".dockerconfigjson", "path": "config.json"}]})
+        );
+        let c = &pod["containers"][0];
+        assert_eq!(c["env"][3], json!({"name": "DOCKER_CONFIG", "value": REGISTRY_CREDENTIALS_DIR}));
+        assert_eq!(c["volumeMounts"][1]["mountPath"], REGISTRY_CREDENTIALS_DIR);
+    }
+
+    #[test]
+    fn components_are_gzipped_and_what_does_not_fit_compressed_fails_clearly() {
+        let options = Options::default().server_side(true);
         // 4 MiB that compress well fit.
         let cm = components_config_map(&[component("a", 4 * CONFIG_MAP_LIMIT)], &options).expect("compresses");
         let gz = cm.pointer("/binaryData/a.wasm.gz").and_then(Value::as_str).expect("a.wasm.gz");
