@@ -390,7 +390,10 @@ async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
         let manifest = Arc::clone(&manifest);
         let queue = Arc::clone(queue);
         let primary = Arc::clone(&primary_informer);
-        routers.spawn(async move { route(manifest, namespaced, kind, receiver, informer, primary, queue).await });
+        let reconciler = Arc::clone(&parts.reconciler);
+        routers.spawn(async move {
+            route(manifest, namespaced, kind, receiver, informer, primary, reconciler, queue).await;
+        });
     }
     let worker =
         Arc::new(Worker { parts: Arc::clone(&parts), failures: Mutex::default(), span: tracing::Span::current() });
@@ -540,7 +543,9 @@ fn primary_ref(primary: &Gvk, object: &DynamicObject) -> Option<ObjectRef> {
     Some(ObjectRef::new(primary.clone(), object.metadata.namespace.as_deref(), object.metadata.name.clone()?))
 }
 
-/// Turns the changes of one watched kind into queue entries.
+/// Turns the changes of one watched kind into queue entries (except the
+/// object whose reconcile made a change, see [`Reconciler::written_for`]).
+#[allow(clippy::too_many_arguments, reason = "one private task wiring a watch to its queue")]
 async fn route(
     manifest: Arc<Manifest>,
     namespaced: bool,
@@ -548,14 +553,15 @@ async fn route(
     mut receiver: tokio::sync::broadcast::Receiver<Change>,
     informer: Arc<Informer>,
     primary: Arc<Informer>,
+    reconciler: Arc<Reconciler>,
     queue: Arc<Queue>,
 ) {
     loop {
-        let changes: Vec<Arc<DynamicObject>> = match receiver.recv().await {
-            Ok(change) => vec![change.object],
+        let changes: Vec<Change> = match receiver.recv().await {
+            Ok(change) => vec![change],
             Err(RecvError::Lagged(missed)) => {
                 tracing::warn!(kind = %kind, missed, "change stream lagged, rereading the cache");
-                informer.store().state()
+                informer.store().state().iter().map(|o| Change::of(o, false)).collect()
             }
             Err(RecvError::Closed) => return,
         };
@@ -567,8 +573,13 @@ async fn route(
                 .filter_map(|p| primary_ref(&manifest.primary, p))
                 .collect()
         };
-        for object in changes {
-            for r in mapping::targets(&manifest, namespaced, &kind, &object.metadata, &primaries) {
+        for Change { meta, deleted } in changes {
+            let own = reconciler.written_for(&kind, &meta, deleted);
+            for r in mapping::targets(&manifest, namespaced, &kind, &meta, &primaries) {
+                if own.as_ref() == Some(&r) {
+                    tracing::trace!(from = %kind, object = %r, "the host's own write: not queued");
+                    continue;
+                }
                 tracing::trace!(from = %kind, object = %r, "queued");
                 queue.add(r);
             }

@@ -5,12 +5,18 @@
 //! interleaved relists of two watchers), presented as one cache and one
 //! stream of changes. Restarts, relists and bookmarks are handled by
 //! kube-runtime's watcher, so an API server restart only delays events.
+//!
+//! Cached objects keep their `managedFields` trimmed to the managers (see
+//! [`trim_managed_fields`]), and each store has an [`OwnerIndex`], so a
+//! controller finds an owner's children at a cost that grows with the
+//! children, not with the namespace.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector;
@@ -18,20 +24,33 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{broadcast, watch};
 
 use crate::cluster;
-use crate::cluster::kube::{Cache, KubeCluster};
+use crate::cluster::kube::{Cache, KubeCluster, OwnerIndex, trim_managed_fields};
 use crate::object::Gvk;
 
 /// Changes buffered per subscriber before it lags (a lagging subscriber
 /// re-reads the whole store instead).
 pub const CHANGE_BUFFER: usize = 4096;
 
-/// One change seen by a watch.
+/// One change seen by a watch: the object's metadata, which is what
+/// routing a change needs (the object itself is in the cache). A change
+/// stream buffers up to [`CHANGE_BUFFER`] changes per kind, so carrying
+/// whole objects would keep that many stale copies alive.
 #[derive(Clone, Debug)]
 pub struct Change {
-    /// The object (its last state, for a deletion).
-    pub object: Arc<DynamicObject>,
+    /// The object's metadata (its last state, for a deletion), without
+    /// `managedFields`.
+    pub meta: Arc<ObjectMeta>,
     /// True if it was deleted.
     pub deleted: bool,
+}
+
+impl Change {
+    /// The change of `object`.
+    pub fn of(object: &DynamicObject, deleted: bool) -> Self {
+        let mut meta = object.metadata.clone();
+        meta.managed_fields = None;
+        Self { meta: Arc::new(meta), deleted }
+    }
 }
 
 /// A running watch of one kind, with its cache: one watcher for all
@@ -208,7 +227,8 @@ impl Informers {
                 None => Api::all_with(client.clone(), &resolved.resource),
             };
             let writer = reflector::store::Writer::new(resolved.resource.clone());
-            stores.push((namespace.map(str::to_owned), writer.as_reader()));
+            let index = OwnerIndex::default();
+            stores.push((namespace.map(str::to_owned), writer.as_reader(), index.clone()));
             let (synced_tx, synced) = watch::channel(false);
             let last_error = Arc::new(Mutex::new(None));
             let span = tracing::info_span!(
@@ -222,6 +242,7 @@ impl Informers {
                 api,
                 config.clone(),
                 writer,
+                index,
                 changes.clone(),
                 synced_tx,
                 Arc::clone(&restarts),
@@ -230,13 +251,7 @@ impl Informers {
             let task = tokio::spawn(tracing::Instrument::instrument(run, span));
             watches.push(Watch { namespace: namespace.map(str::to_owned), synced, last_error, task });
         }
-        let cache = match stores.as_slice() {
-            [(None, store)] => Cache::all(resolved.resource.clone(), store.clone()),
-            _ => Cache::namespaced(
-                resolved.resource.clone(),
-                stores.into_iter().filter_map(|(ns, store)| Some((ns?, store))),
-            ),
-        };
+        let cache = Cache::indexed(resolved.resource.clone(), stores);
         let informer = Arc::new(Informer { gvk: gvk.clone(), cache, changes, restarts, watches });
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         // Another caller may have started it meanwhile: keep theirs.
@@ -291,13 +306,18 @@ async fn run_watch(
     api: Api<DynamicObject>,
     config: watcher::Config,
     writer: reflector::store::Writer<DynamicObject>,
+    index: OwnerIndex,
     changes: broadcast::Sender<Change>,
     synced: watch::Sender<bool>,
     restarts: Arc<AtomicU64>,
     last_error: Arc<Mutex<Option<String>>>,
 ) {
     tracing::info!(kind = %gvk, "watch starting");
-    let stream = watcher::watcher(api, config).backoff(WatchBackoff::default()).reflect(writer);
+    // Cached objects keep who manages them, not the field sets.
+    let stream = watcher::watcher(api, config)
+        .backoff(WatchBackoff::default())
+        .modify(|o| trim_managed_fields(&mut o.metadata))
+        .reflect(writer);
     let mut stream = std::pin::pin!(stream);
     let mut first_list_done = false;
     // Objects of a (re)list are announced only once the list is complete:
@@ -308,14 +328,17 @@ async fn run_watch(
         let mut error = last_error.lock().unwrap_or_else(PoisonError::into_inner);
         *error = event.as_ref().err().map(ToString::to_string);
         drop(error);
+        if let Ok(event) = &event {
+            index.apply(event);
+        }
         match event {
             Ok(Event::Apply(o)) => {
                 tracing::trace!(kind = %gvk, name = ?o.metadata.name, "applied");
-                let _ = changes.send(Change { object: Arc::new(o), deleted: false });
+                let _ = changes.send(Change::of(&o, false));
             }
             Ok(Event::InitApply(o)) => listed.push(o),
             Ok(Event::Delete(o)) => {
-                let _ = changes.send(Change { object: Arc::new(o), deleted: true });
+                let _ = changes.send(Change::of(&o, true));
             }
             Ok(Event::Init) => {
                 listed.clear();
@@ -328,7 +351,7 @@ async fn run_watch(
             Ok(Event::InitDone) => {
                 tracing::debug!(kind = %gvk, objects = listed.len(), "list done");
                 for o in listed.drain(..) {
-                    let _ = changes.send(Change { object: Arc::new(o), deleted: false });
+                    let _ = changes.send(Change::of(&o, false));
                 }
                 first_list_done = true;
                 let _ = synced.send(true);

@@ -45,6 +45,13 @@
 //!   `Reconciled=False`. A terminal failure is not retried until the object
 //!   changes: triggers caused by the host's own writes, children, watched
 //!   objects or resyncs do not call the guest again.
+//! - A change the host itself made is no trigger: the watch event of its
+//!   own finalizer patch, status write or child apply (recognised by the
+//!   resourceVersion the write returned, see [`Reconciler::written_for`])
+//!   does not queue the object whose reconcile wrote it, so a reconcile is
+//!   not followed by a second one that would only find its own work done.
+//!   A change anyone else makes to the object or a child is a trigger as
+//!   before, and so is every object after a relist.
 //! - A reconcile whose guest log lines did not all reach the host's log
 //!   (over the per-invocation cap, or over the controller's log budget)
 //!   records one `LogsDropped` Warning Event on the primary object, with
@@ -62,6 +69,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::bindings::capstan::operator::types as wit;
@@ -228,12 +236,30 @@ struct Handled {
     /// The resourceVersion the guest saw, and the one after the host's own
     /// writes: a cache that has not caught up yet shows the first.
     resource_versions: [Option<String>; 2],
-    /// Last state seen, for a best-effort `deleted` without finalizer.
-    last: Value,
+    /// Last state seen, for a best-effort `deleted` without finalizer
+    /// (`None` for a controller with a finalizer: it never needs it).
+    last: Option<Value>,
     /// The last attempt ended in a terminal failure: not retried until the
     /// object changes.
     terminal: bool,
 }
+
+/// An object the host wrote, by group, kind, namespace and name: the watch
+/// of a kind may use another version than the write.
+type WriteKey = (String, String, Option<String>, String);
+
+fn write_key(gvk: &Gvk, namespace: Option<&str>, name: &str) -> WriteKey {
+    (gvk.group.clone(), gvk.kind.clone(), namespace.map(str::to_owned), name.to_owned())
+}
+
+/// Most writes of the host's to one object whose watch events are awaited
+/// (a reconcile writes its primary object twice: finalizer and status).
+const MAX_OWN_WRITES: usize = 4;
+
+/// The host's writes to one object whose watch events have not been seen
+/// yet, oldest first: the resourceVersion each returned, and the primary
+/// object it was written for.
+type OwnWrites = Vec<(String, ObjectRef)>;
 
 /// A new version on trial (a canary) for a share of the objects.
 struct Trial {
@@ -271,6 +297,20 @@ pub fn in_share(r: &ObjectRef, percent: u8) -> bool {
     hash % 100 < u32::from(percent)
 }
 
+/// A child of an outcome as the cache holds it before the apply.
+enum Existing {
+    /// Not there yet.
+    Absent,
+    /// There, controlled by no other owner.
+    Ours {
+        /// Its resourceVersion (an apply that returns the same changed
+        /// nothing).
+        resource_version: Option<String>,
+    },
+    /// Controlled by another owner, named.
+    ControlledBy(String),
+}
+
 /// The host's condition to merge into a status.
 #[derive(Clone)]
 struct HostCondition {
@@ -293,6 +333,10 @@ pub struct Reconciler {
     adding: Mutex<HashSet<ObjectRef>>,
     /// Children of the last outcome per object that were refused.
     refused: Mutex<HashMap<ObjectRef, Vec<ChildFailure>>>,
+    /// The resourceVersion each of the host's own writes (finalizer, status,
+    /// children) returned, until its watch event is seen: that event is no
+    /// trigger.
+    own_writes: Mutex<HashMap<WriteKey, OwnWrites>>,
     /// Kinds whose status schema declares no `conditions`: the API server
     /// refuses a status carrying them, so the host writes its condition
     /// into the status of no object of these kinds (warned once each).
@@ -324,6 +368,7 @@ impl Reconciler {
             handled: Mutex::new(HashMap::new()),
             adding: Mutex::new(HashSet::new()),
             refused: Mutex::new(HashMap::new()),
+            own_writes: Mutex::new(HashMap::new()),
             without_conditions: Mutex::new(HashSet::new()),
         }
     }
@@ -486,6 +531,55 @@ impl Reconciler {
         lock(&self.handled).clear();
         lock(&self.adding).clear();
         lock(&self.refused).clear();
+        lock(&self.own_writes).clear();
+    }
+
+    /// The primary object whose reconcile made the change of `meta` (an
+    /// object of `kind`), if the change is the watch event of one of the
+    /// host's own writes: a finalizer patch or status write of that object,
+    /// or an apply of its child (seen by the resourceVersion the write
+    /// returned). The change triggers everything it would trigger except
+    /// that object, which has already seen its own work (a child that is a
+    /// primary object too is still reconciled itself). Each write is
+    /// recognised once; a deletion forgets the object's write and is always
+    /// a trigger.
+    ///
+    /// A watch event that overtakes the response to the write is not
+    /// recognised, and costs one reconcile that finds nothing to do.
+    pub fn written_for(&self, kind: &Gvk, meta: &ObjectMeta, deleted: bool) -> Option<ObjectRef> {
+        let key = write_key(kind, meta.namespace.as_deref(), meta.name.as_deref()?);
+        let mut writes = lock(&self.own_writes);
+        if deleted {
+            writes.remove(&key);
+            return None;
+        }
+        let seen = meta.resource_version.as_deref()?;
+        let pending = writes.get_mut(&key)?;
+        let at = pending.iter().position(|(written, _)| written == seen)?;
+        // Watch events come in order: the writes before this one were seen
+        // (or will never be, after a compaction).
+        let (_, primary) = pending.drain(..=at).last().expect("`at` is in range");
+        if pending.is_empty() {
+            writes.remove(&key);
+        }
+        Some(primary)
+    }
+
+    /// Notes a write of the host's to `r`, made while reconciling
+    /// `primary`, that returned `written`, unless it changed nothing
+    /// (`before` has the same resourceVersion: no watch event follows).
+    fn note_write(&self, primary: &ObjectRef, r: &ObjectRef, before: Option<&str>, written: &Value) {
+        let Some(rv) = object::meta_str(written, "resourceVersion") else { return };
+        if before == Some(rv) {
+            return;
+        }
+        let key = write_key(&r.gvk, r.namespace.as_deref(), &r.name);
+        let mut writes = lock(&self.own_writes);
+        let pending = writes.entry(key).or_default();
+        if pending.len() == MAX_OWN_WRITES {
+            pending.remove(0);
+        }
+        pending.push((rv.to_owned(), primary.clone()));
     }
 
     fn derive_event(&self, manifest: &Manifest, r: &ObjectRef, object: &Value) -> EventKind {
@@ -521,13 +615,13 @@ impl Reconciler {
             && h.resource_versions.iter().any(|v| v.as_deref() == rv)
     }
 
-    fn remember(&self, r: &ObjectRef, seen: &Value, object: &Value, terminal: bool) {
+    fn remember(&self, manifest: &Manifest, r: &ObjectRef, seen: &Value, object: &Value, terminal: bool) {
         let rv = |o: &Value| object::meta_str(o, "resourceVersion").map(str::to_owned);
         let handled = Handled {
             uid: object::meta_str(object, "uid").map(str::to_owned),
             generation: object::generation(object),
             resource_versions: [rv(seen), rv(object)],
-            last: object.clone(),
+            last: manifest.finalizer.is_none().then(|| object.clone()),
             terminal,
         };
         lock(&self.handled).insert(r.clone(), handled);
@@ -563,7 +657,7 @@ impl Reconciler {
             Ok(o) => o,
             Err(e) if e.is_not_found() => {
                 // Gone. Without a finalizer, deliver `deleted` once if we saw it.
-                let last = lock(&self.handled).remove(r).map(|h| h.last);
+                let last = lock(&self.handled).remove(r).and_then(|h| h.last);
                 lock(&self.adding).remove(r);
                 lock(&self.refused).remove(r);
                 if let (Some(last), None) = (last, &manifest.finalizer) {
@@ -581,7 +675,7 @@ impl Reconciler {
         if object::is_deleting(&object) {
             let ours = manifest.finalizer.as_ref().is_some_and(|f| object::finalizers(&object).contains(f));
             let delivered_before = manifest.finalizer.is_none()
-                && lock(&self.handled).get(r).is_some_and(|h| object::is_deleting(&h.last));
+                && lock(&self.handled).get(r).and_then(|h| h.last.as_ref()).is_some_and(object::is_deleting);
             if (manifest.finalizer.is_some() && !ours) || delivered_before {
                 return Ok(Action::AwaitChange);
             }
@@ -595,7 +689,7 @@ impl Reconciler {
                 lock(&self.handled).remove(r);
                 lock(&self.refused).remove(r);
             } else {
-                self.remember(r, &object, &object, false);
+                self.remember(manifest, r, &object, &object, false);
             }
             return Ok(Action::AwaitChange);
         }
@@ -635,7 +729,7 @@ impl Reconciler {
         }
         lock(&self.refused).remove(r);
         lock(&self.adding).remove(r);
-        self.remember(r, &object, &latest, false);
+        self.remember(manifest, r, &object, &latest, false);
         Ok(match (requeue, manifest.resync) {
             (Some(a), Some(b)) => Action::Requeue(a.min(b)),
             (Some(d), None) | (None, Some(d)) => Action::Requeue(d),
@@ -726,7 +820,7 @@ impl Reconciler {
         self.record_events(component, r, object, failure.events).await;
         if terminal {
             self.record(self.warning(component, r, object, "ReconcileFailed", failure.message.clone())).await;
-            self.remember(r, object, &latest, true);
+            self.remember(&component.manifest, r, object, &latest, true);
             lock(&self.adding).remove(r);
             Error::Terminal(failure.message)
         } else {
@@ -743,7 +837,7 @@ impl Reconciler {
             tracing::debug!(object = %r, error = %e, "no condition written");
             object.clone()
         });
-        self.remember(r, object, &latest, true);
+        self.remember(&component.manifest, r, object, &latest, true);
     }
 
     /// Writes `status` (the guest's, or with `None` the current one) with
@@ -755,6 +849,19 @@ impl Reconciler {
     /// fields): the status is written without it, and a warning says once
     /// per kind what to add to the CRD.
     async fn write_status(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        object: &Value,
+        status: Option<Value>,
+        condition: Option<HostCondition>,
+    ) -> Result<Value, Error> {
+        let written = self.send_status(component, r, object, status, condition).await?;
+        self.note_write(r, r, object::meta_str(object, "resourceVersion"), &written);
+        Ok(written)
+    }
+
+    async fn send_status(
         &self,
         component: &Loaded,
         r: &ObjectRef,
@@ -807,7 +914,10 @@ impl Reconciler {
             "resourceVersion": object::meta_str(object, "resourceVersion"),
         }});
         match self.cluster.patch(r, Patch::Merge(patch), Subresource::Main).await {
-            Ok(v) => Ok(v),
+            Ok(v) => {
+                self.note_write(r, r, object::meta_str(object, "resourceVersion"), &v);
+                Ok(v)
+            }
             // Removed meanwhile: the finalizer no longer matters.
             Err(e) if e.is_not_found() && !add => Ok(object.clone()),
             Err(e) => Err(e.into()),
@@ -852,18 +962,25 @@ impl Reconciler {
         let mut desired = BTreeSet::new();
         for (child_ref, child) in children {
             desired.insert(child_ref.clone());
-            if let Some(other) = self.controlled_by_another(&child_ref, &uid).await? {
-                refused.push(ChildFailure {
-                    child: child_ref,
-                    code: 409,
-                    reason: "AlreadyOwned".into(),
-                    message: format!("controlled by {other}; the host does not take it over"),
-                });
-                continue;
-            }
+            let before = match self.existing_child(&child_ref, &uid).await? {
+                Existing::Absent => None,
+                Existing::Ours { resource_version } => resource_version,
+                Existing::ControlledBy(other) => {
+                    refused.push(ChildFailure {
+                        child: child_ref,
+                        code: 409,
+                        reason: "AlreadyOwned".into(),
+                        message: format!("controlled by {other}; the host does not take it over"),
+                    });
+                    continue;
+                }
+            };
             let patch = Patch::Apply { object: child, field_manager: field_manager.clone(), force: true };
             match self.cluster.patch(&child_ref, patch, Subresource::Main).await {
-                Ok(_) => report.applied.push(child_ref),
+                Ok(written) => {
+                    self.note_write(r, &child_ref, before.as_deref(), &written);
+                    report.applied.push(child_ref);
+                }
                 Err(e) => match refusal(&e) {
                     Some((code, reason, message)) => {
                         refused.push(ChildFailure { child: child_ref, code, reason, message });
@@ -899,12 +1016,12 @@ impl Reconciler {
         Ok((latest, refused))
     }
 
-    /// The owner that controls the existing object `child`, if it is not
-    /// the object `uid`.
-    async fn controlled_by_another(&self, child: &ObjectRef, uid: &str) -> Result<Option<String>, Error> {
+    /// Whether `child` exists, and whether an owner other than the object
+    /// `uid` controls it.
+    async fn existing_child(&self, child: &ObjectRef, uid: &str) -> Result<Existing, Error> {
         let existing = match self.cluster.get(child).await {
             Ok(o) => o,
-            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) if e.is_not_found() => return Ok(Existing::Absent),
             Err(e) => return Err(e.into()),
         };
         let controller = existing
@@ -913,10 +1030,15 @@ impl Reconciler {
             .into_iter()
             .flatten()
             .find(|o| o.get("controller") == Some(&json!(true)));
-        Ok(controller.filter(|o| o.get("uid").and_then(Value::as_str) != Some(uid)).map(|o| {
-            let field = |f: &str| o.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
-            format!("{} {}", field("kind"), field("name"))
-        }))
+        Ok(match controller.filter(|o| o.get("uid").and_then(Value::as_str) != Some(uid)) {
+            Some(o) => {
+                let field = |f: &str| o.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
+                Existing::ControlledBy(format!("{} {}", field("kind"), field("name")))
+            }
+            None => {
+                Existing::Ours { resource_version: object::meta_str(&existing, "resourceVersion").map(str::to_owned) }
+            }
+        })
     }
 
     /// Deletes the children of owned kinds this object controls that are

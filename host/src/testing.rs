@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cluster::mock::MockCluster;
+use crate::cluster::mock::{ChangeKind, MockCluster};
 use crate::cluster::{self, Cluster, EventRecord, ListParams};
 use crate::component::{self, Loader};
 use crate::engine::{self, Engine, EngineConfig};
@@ -455,11 +455,13 @@ impl MockHost {
         for change in changes {
             let gvk = &change.object_ref.gvk;
             let meta = mapping::meta_of(&change.object);
+            let deleted = change.kind == ChangeKind::Deleted;
             for index in 0..self.controllers.len() {
                 let manifest = Arc::clone(&self.controllers[index].manifest);
                 if !manifest.roles.reconcile {
                     continue;
                 }
+                let own = self.controllers[index].reconciler.written_for(gvk, &meta, deleted);
                 let namespaced = self.cluster.kind_info(&manifest.primary).is_none_or(|k| k.namespaced);
                 let cluster = Arc::clone(&self.cluster);
                 let primaries = |namespace: Option<&str>| -> Vec<ObjectRef> {
@@ -471,7 +473,9 @@ impl MockHost {
                         .collect()
                 };
                 for r in mapping::targets(&manifest, namespaced, gvk, &meta, &primaries) {
-                    self.enqueue(index, r);
+                    if own.as_ref() != Some(&r) {
+                        self.enqueue(index, r);
+                    }
                 }
             }
         }

@@ -66,6 +66,25 @@ async fn a_new_greeting_gets_owned_children_a_ready_status_and_an_event() {
 }
 
 #[tokio::test]
+async fn the_hosts_own_writes_trigger_no_second_pass_but_a_change_to_a_child_does() {
+    let mut host = host_with_greeter().await;
+    host.seed(greeting("hello", "hi", 1)).expect("seeded");
+    let run = host.run_until_idle().await.expect("settles");
+    // Its finalizer, children and status were written by the host: none of
+    // those changes calls the guest again.
+    assert_eq!(run.events(), [("hello".to_owned(), EventKind::Added)]);
+
+    // Someone else changes a child: the Greeting is reconciled, the child
+    // put back, and that write of the host's triggers nothing either.
+    let patch = Patch::Merge(json!({"data": {"message": "tampered"}}));
+    host.cluster().patch(&configmap("hello-greeting"), patch, Subresource::Main).await.expect("patched");
+    let run = host.run_until_idle().await.expect("settles");
+    assert_eq!(run.events(), [("hello".to_owned(), EventKind::Resync)]);
+    let cm = host.cluster().get_sync(&configmap("hello-greeting")).expect("configmap");
+    assert_eq!(cm["data"]["message"], "hi");
+}
+
+#[tokio::test]
 async fn a_spec_change_is_modified_and_updates_the_children() {
     let mut host = host_with_greeter().await;
     host.seed(greeting("hello", "hi", 1)).expect("seeded");

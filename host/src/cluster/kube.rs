@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PatchParams, PostParams, PropagationPolicy};
 use kube::discovery::{ApiCapabilities, Scope};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -19,7 +20,7 @@ use crate::sync::lock;
 
 mod cache;
 
-pub use cache::Cache;
+pub use cache::{Cache, OwnerIndex};
 
 /// A kind as the API server serves it.
 #[derive(Clone, Debug)]
@@ -173,6 +174,37 @@ fn to_value(object: &DynamicObject, gvk: &Gvk) -> Value {
     value
 }
 
+/// Trims the `managedFields` of an object the host caches to who manages
+/// it: each entry keeps `manager`, `operation`, `apiVersion`, `time` and
+/// `subresource`, and loses `fieldsType` and `fieldsV1` (the field sets,
+/// often the bulk of a cached object). The host reads only the managers
+/// (to know, after a restart, whether its field manager wrote an object);
+/// the API server keeps the full field sets either way (see
+/// [`drop_trimmed_managed_fields`]).
+pub fn trim_managed_fields(meta: &mut ObjectMeta) {
+    for entry in meta.managed_fields.iter_mut().flatten() {
+        entry.fields_type = None;
+        entry.fields_v1 = None;
+    }
+}
+
+/// Removes `metadata.managedFields` from a body about to be written when it
+/// is the trimmed form the cache holds (no entry has a `fieldsType`), so an
+/// object read from the cache and written back leaves the server's field
+/// ownership as it is (an update without `managedFields` keeps them) instead
+/// of replacing it with entries that have no fields. A body that sets full
+/// entries is sent as it is.
+pub fn drop_trimmed_managed_fields(body: &mut Value) {
+    let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    let trimmed = meta
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| entries.iter().all(|e| e.get("fieldsType").is_none()));
+    if trimmed {
+        meta.remove("managedFields");
+    }
+}
+
 fn from_value(value: Value) -> Result<DynamicObject> {
     serde_json::from_value(value).map_err(|e| Error::BadRequest(format!("not a Kubernetes object: {e}")))
 }
@@ -225,15 +257,11 @@ impl Cluster for KubeCluster {
             let all = self.list(kind, namespace, &ListParams::default()).await?;
             return Ok(all.into_iter().filter(|o| crate::object::owner_uids(o).any(|u| u == owner_uid)).collect());
         };
-        Ok(cache
-            .list(namespace)
-            .iter()
-            .filter(|o| o.metadata.owner_references.iter().flatten().any(|r| r.uid == owner_uid))
-            .map(|o| to_value(o, kind))
-            .collect())
+        Ok(cache.owned_by(namespace, owner_uid).iter().map(|o| to_value(o, kind)).collect())
     }
 
-    async fn create(&self, object: Value) -> Result<Value> {
+    async fn create(&self, mut object: Value) -> Result<Value> {
+        drop_trimmed_managed_fields(&mut object);
         let r =
             ObjectRef::of(&object).ok_or_else(|| Error::BadRequest("object lacks apiVersion, kind or name".into()))?;
         let api = self.api_for(&r).await?;
@@ -241,7 +269,8 @@ impl Cluster for KubeCluster {
         Ok(to_value(&created, &r.gvk))
     }
 
-    async fn replace(&self, object: Value, subresource: Subresource) -> Result<Value> {
+    async fn replace(&self, mut object: Value, subresource: Subresource) -> Result<Value> {
+        drop_trimmed_managed_fields(&mut object);
         let r =
             ObjectRef::of(&object).ok_or_else(|| Error::BadRequest("object lacks apiVersion, kind or name".into()))?;
         let api = self.api_for(&r).await?;
@@ -264,7 +293,8 @@ impl Cluster for KubeCluster {
                     serde_json::from_value(v).map_err(|e| Error::BadRequest(format!("invalid JSON patch: {e}")))?;
                 (PatchParams::default(), kube::api::Patch::Json::<Value>(ops))
             }
-            Patch::Apply { object, field_manager, force } => {
+            Patch::Apply { mut object, field_manager, force } => {
+                drop_trimmed_managed_fields(&mut object);
                 let mut params = PatchParams::apply(&field_manager);
                 if force {
                     params = params.force();
@@ -337,6 +367,31 @@ mod tests {
         let cut = truncate("é".repeat(1000), MAX_EVENT_NOTE);
         assert!(cut.len() <= MAX_EVENT_NOTE && cut.ends_with('…'));
         assert_eq!(truncate("short".into(), MAX_EVENT_NOTE), "short");
+    }
+
+    #[test]
+    fn cached_managed_fields_keep_the_managers_and_go_back_to_the_server_untouched() {
+        let mut object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "managedFields": [{
+                "manager": "capstan-greeter", "operation": "Apply", "apiVersion": "v1",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:message": {}}},
+            }]},
+        }))
+        .expect("a valid object");
+        trim_managed_fields(&mut object.metadata);
+        let mut cached = serde_json::to_value(&object).expect("serializes");
+        assert_eq!(
+            cached["metadata"]["managedFields"],
+            serde_json::json!([{"manager": "capstan-greeter", "operation": "Apply", "apiVersion": "v1"}])
+        );
+        // Written back as read from the cache: the server keeps its own.
+        drop_trimmed_managed_fields(&mut cached);
+        assert!(cached["metadata"].get("managedFields").is_none());
+        // Full entries a writer sets on purpose are sent.
+        let mut full = serde_json::json!({"metadata": {"managedFields": [{"manager": "m", "fieldsType": "FieldsV1"}]}});
+        drop_trimmed_managed_fields(&mut full);
+        assert!(full["metadata"]["managedFields"].is_array());
     }
 
     #[test]
