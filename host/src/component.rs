@@ -375,6 +375,13 @@ impl Loader {
         Ok(Loaded { path, digest, contract, manifest: Arc::new(manifest), pre, source, compile_time })
     }
 
+    /// True if the compile cache holds the component whose (decompressed)
+    /// bytes have the SHA-256 `digest`: a version compiled before, which
+    /// loads in milliseconds.
+    pub fn is_cached(&self, digest: &str) -> bool {
+        self.cache_path(digest).is_some_and(|p| p.is_file())
+    }
+
     fn cache_path(&self, digest: &str) -> Option<PathBuf> {
         let dir = self.cache_dir.as_ref()?;
         Some(dir.join(format!("{digest}-{}.cwasm", self.runtime.engine().fingerprint())))

@@ -645,6 +645,23 @@ impl Shared {
         self.load_bytes(path, bytes, None).await
     }
 
+    /// Loads the component at `path` now if it is complete and a version
+    /// seen before: its bytes read whole and their digest is one the compile
+    /// cache holds, or the one that runs from `path`. Returns `None`
+    /// without loading otherwise (a new version, or a file still being
+    /// written, waits until it holds still; see [`crate::reload`]).
+    pub(crate) async fn load_if_known(self: &Arc<Self>, path: &Path) -> Option<Result<Change, Error>> {
+        let bytes = component::read(path).await.ok()?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let running =
+            lock(&self.slots).iter().any(|s| s.path == path && s.version.as_ref().is_some_and(|v| v.digest == digest));
+        if !running && !self.loader.is_cached(&digest) {
+            return None;
+        }
+        let _one_at_a_time = self.changes.lock().await;
+        Some(self.load_bytes(path, bytes, None).await)
+    }
+
     /// Loads (or reloads) a component pulled from a registry under `key`
     /// (the reference, or the `*.oci` file naming it).
     pub(crate) async fn load_pulled(

@@ -4,9 +4,11 @@
 //! each look compares the directory's `*.wasm` and `*.wasm.gz` files (size and mtime, then
 //! digest) with what it knows, so it does not matter which events a
 //! platform reports, or how an editor, `cp`, or a ConfigMap volume's
-//! symlink swap writes the file. A file whose size or mtime is still moving
-//! is not loaded until it holds still ([`SETTLE`]), so a half-written file
-//! is not loaded; write to a temporary name (not ending in `.wasm`) and
+//! symlink swap writes the file. A version seen before (its digest is in
+//! the compile cache, or it is the one running) is loaded as soon as the
+//! events stop ([`DEBOUNCE`]): its bytes are complete. Any other file whose
+//! size or mtime is still moving is not loaded until it holds still
+//! ([`SETTLE`]), so a half-written file is not loaded; write to a temporary name (not ending in `.wasm`) and
 //! rename it into place to be sure (`greeter.wasm.tmp`, then
 //! `greeter.wasm`). A periodic look ([`RESCAN`]) covers file systems that
 //! report no events.
@@ -38,8 +40,9 @@ use crate::host::{Error, Shared};
 use crate::oci::Reference;
 
 /// Events closer together than this are handled as one.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
-/// How long a file's size and mtime must hold still before it is loaded.
+pub const DEBOUNCE: Duration = Duration::from_millis(20);
+/// How long a file's size and mtime must hold still before it is loaded
+/// (unless it is a version seen before, which is loaded at once).
 pub const SETTLE: Duration = Duration::from_millis(100);
 /// Longest wait for a file to hold still; it is loaded (and most likely
 /// rejected, then loaded again on its next change) after that.
@@ -183,6 +186,15 @@ async fn look(shared: &Arc<Shared>, dir: &Path, known: &mut Known) {
         present.iter().filter(|(p, s)| known.stamps.get(*p) != Some(s)).map(|(p, _)| p).collect();
     changed.sort();
     for path in changed {
+        // A version seen before (its digest in the compile cache, or the
+        // one running) is complete: no need to wait for it to hold still.
+        if !is_reference_file(path)
+            && let Some(stamp) = std::fs::metadata(path).ok().map(|m| stamp(&m))
+            && let Some(_result) = shared.load_if_known(path).await
+        {
+            known.stamps.insert(path.clone(), stamp);
+            continue;
+        }
         let Some(stamp) = settled(path).await else { continue };
         known.stamps.insert(path.clone(), stamp);
         if is_reference_file(path) {
