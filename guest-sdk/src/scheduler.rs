@@ -10,8 +10,10 @@
 //! `Scheduled` / `FailedScheduling` Events and retries with backoff.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use serde::Deserialize;
 
 use crate::wit::capstan::operator::types as wit;
 
@@ -20,21 +22,150 @@ use crate::wit::capstan::operator::types as wit;
 pub type Resources = BTreeMap<String, i64>;
 
 /// A candidate Node and what the host knows of it.
+///
+/// What a policy reads of every Node (labels, `spec.unschedulable`, taints,
+/// the conditions' statuses) is at hand through [`label`](Self::label),
+/// [`labels`](Self::labels), [`unschedulable`](Self::unschedulable),
+/// [`taints`](Self::taints), [`condition`](Self::condition) and
+/// [`ready`](Self::ready); the whole `v1` Node through
+/// [`node`](Self::node), decoded on first use. The host hands over every
+/// Node at every attempt, so decoding only that much of each is most of
+/// what a decision saves.
+///
+/// ```
+/// use capstan_guest::k8s_openapi::api::core::v1::Node;
+/// use capstan_guest::scheduler::NodeInfo;
+///
+/// let node: Node = serde_json::from_value(serde_json::json!({
+///     "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "a"}},
+///     "status": {"allocatable": {"cpu": "2"}, "conditions": [{"type": "Ready", "status": "True"}]},
+/// }))
+/// .unwrap();
+/// let info = NodeInfo::new(node);
+/// assert_eq!(info.label("topology.kubernetes.io/zone"), Some("a"));
+/// assert!(info.ready() && !info.unschedulable());
+/// assert_eq!(info.free("cpu"), 2000);
+/// ```
 #[derive(Clone, Debug)]
 pub struct NodeInfo {
     /// The Node's name.
     pub name: String,
-    /// The Node: labels, taints, conditions.
-    pub node: Node,
     /// Allocatable resources.
     pub allocatable: Resources,
     /// Requested by the Pods bound there (assumed ones included).
     pub requested: Resources,
     /// How many Pods are bound there.
     pub pods: u32,
+    summary: Summary,
+    /// The Node as JSON, decoded into `node` on first use.
+    json: Vec<u8>,
+    node: OnceLock<Node>,
+}
+
+/// What a policy reads of every Node, decoded at once.
+#[derive(Clone, Debug, Default)]
+struct Summary {
+    labels: BTreeMap<String, String>,
+    unschedulable: bool,
+    taints: Vec<Taint>,
+    /// `(type, status)` of each condition.
+    conditions: Vec<(String, String)>,
+}
+
+/// The part of a Node's JSON that [`Summary`] holds; the rest is skipped
+/// without being decoded.
+#[derive(Deserialize)]
+struct Essentials {
+    metadata: Option<EssentialMetadata>,
+    spec: Option<EssentialSpec>,
+    status: Option<EssentialStatus>,
+}
+
+#[derive(Deserialize)]
+struct EssentialMetadata {
+    labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize)]
+struct EssentialSpec {
+    unschedulable: Option<bool>,
+    taints: Option<Vec<Taint>>,
+}
+
+#[derive(Deserialize)]
+struct EssentialStatus {
+    conditions: Option<Vec<EssentialCondition>>,
+}
+
+#[derive(Deserialize)]
+struct EssentialCondition {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+}
+
+impl Summary {
+    fn decode(json: &[u8]) -> serde_json::Result<Self> {
+        let e: Essentials = serde_json::from_slice(json)?;
+        let spec = e.spec;
+        let conditions = e.status.and_then(|s| s.conditions).unwrap_or_default();
+        Ok(Self {
+            labels: e.metadata.and_then(|m| m.labels).unwrap_or_default(),
+            unschedulable: spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+            taints: spec.and_then(|s| s.taints).unwrap_or_default(),
+            conditions: conditions.into_iter().map(|c| (c.type_, c.status)).collect(),
+        })
+    }
+
+    fn of(node: &Node) -> Self {
+        let spec = node.spec.as_ref();
+        let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+        Self {
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+            conditions: conditions.into_iter().flatten().map(|c| (c.type_.clone(), c.status.clone())).collect(),
+        }
+    }
 }
 
 impl NodeInfo {
+    /// A Node with nothing requested and no Pods: its name and allocatable
+    /// resources are taken from it. For tests of a policy; the host makes
+    /// the `NodeInfo`s a policy gets.
+    pub fn new(node: Node) -> Self {
+        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+        let allocatable = allocatable
+            .into_iter()
+            .flatten()
+            .map(|(name, q)| (name.clone(), parse_quantity(&q.0).unwrap_or(0)))
+            .collect();
+        Self {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            allocatable,
+            requested: Resources::new(),
+            pods: 0,
+            summary: Summary::of(&node),
+            json: Vec::new(),
+            node: OnceLock::from(node),
+        }
+    }
+
+    /// The whole `v1` Node, as the host hands it over: `metadata` (name,
+    /// uid, resourceVersion, generation, labels, annotations,
+    /// creationTimestamp), `spec`, and `status`'s `capacity`, `allocatable`
+    /// and `conditions`. Decoded on the first call; what the other methods
+    /// answer needs no decoding.
+    ///
+    /// # Panics
+    ///
+    /// If the host handed over a Node that does not decode as a `v1` Node
+    /// (it serializes each from a decoded Node: a bug, and a trap of this
+    /// attempt, reported as a failed scheduling).
+    pub fn node(&self) -> &Node {
+        self.node.get_or_init(|| serde_json::from_slice(&self.json).expect("the host hands over a v1 Node"))
+    }
+
     /// What is left of `resource` (allocatable minus requested), in
     /// milli-units; a resource the Node does not list has none.
     pub fn free(&self, resource: &str) -> i64 {
@@ -48,7 +179,56 @@ impl NodeInfo {
 
     /// The value of a label of the Node.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.node.metadata.labels.as_ref()?.get(key).map(String::as_str)
+        self.summary.labels.get(key).map(String::as_str)
+    }
+
+    /// The Node's labels.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.summary.labels
+    }
+
+    /// True if the Node is cordoned (`spec.unschedulable`).
+    pub fn unschedulable(&self) -> bool {
+        self.summary.unschedulable
+    }
+
+    /// The Node's taints (`spec.taints`).
+    pub fn taints(&self) -> &[Taint] {
+        &self.summary.taints
+    }
+
+    /// The status (`True`, `False`, `Unknown`) of the Node's condition of
+    /// type `type_` (`Ready`, `MemoryPressure`, …), if it has one.
+    pub fn condition(&self, type_: &str) -> Option<&str> {
+        self.summary.conditions.iter().find(|(t, _)| t == type_).map(|(_, s)| s.as_str())
+    }
+
+    /// True if the Node's `Ready` condition is `True`.
+    pub fn ready(&self) -> bool {
+        self.condition("Ready") == Some("True")
+    }
+
+    /// The Node as the host hands it over; decodes its summary only.
+    fn from_wit(n: wit::NodeInfo) -> Result<Self, wit::Unschedulable> {
+        let summary = Summary::decode(&n.node)
+            .map_err(|e| wit::Unschedulable { reasons: vec![format!("Node {} does not decode: {e}", n.name)] })?;
+        Ok(Self {
+            name: n.name,
+            allocatable: resources(n.allocatable),
+            requested: resources(n.requested),
+            pods: n.pods,
+            summary,
+            json: n.node,
+            node: OnceLock::new(),
+        })
+    }
+
+    /// Sets what is requested on the Node and how many Pods are bound
+    /// there (for tests of a policy).
+    pub fn with_requested(mut self, requested: Resources, pods: u32) -> Self {
+        self.requested = requested;
+        self.pods = pods;
+        self
     }
 }
 
@@ -152,31 +332,101 @@ fn resources(list: Vec<wit::ResourceAmount>) -> Resources {
 }
 
 /// Answers one request through `S` (used by [`export!`](crate::export)).
+/// Each Node is decoded only as far as [`NodeInfo`]'s summary goes; the
+/// policy decodes the rest if it asks for [`NodeInfo::node`].
 pub(crate) fn schedule<S: Scheduler>(request: wit::ScheduleRequest) -> Result<String, wit::Unschedulable> {
     let unschedulable = |reason: String| wit::Unschedulable { reasons: vec![reason] };
     let pod: Pod =
         serde_json::from_slice(&request.pod).map_err(|e| unschedulable(format!("the Pod does not decode: {e}")))?;
-    let nodes = request
-        .nodes
-        .into_iter()
-        .map(|n| {
-            let node: Node = serde_json::from_slice(&n.node)
-                .map_err(|e| unschedulable(format!("Node {} does not decode: {e}", n.name)))?;
-            Ok(NodeInfo {
-                name: n.name,
-                node,
-                allocatable: resources(n.allocatable),
-                requested: resources(n.requested),
-                pods: n.pods,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let nodes = request.nodes.into_iter().map(NodeInfo::from_wit).collect::<Result<Vec<_>, _>>()?;
     S::default().schedule(&pod, &nodes).map_err(|u| wit::Unschedulable { reasons: u.reasons })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_quantity;
+    use serde_json::json;
+
+    use super::*;
+
+    fn node_json() -> serde_json::Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n1", "uid": "u1", "labels": {"zone": "a", "disk": "ssd"}},
+            "spec": {"unschedulable": true, "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
+            "status": {
+                "allocatable": {"cpu": "2"},
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                ],
+            },
+        })
+    }
+
+    fn from_host(node: &serde_json::Value) -> NodeInfo {
+        let amount = |name: &str, milli| wit::ResourceAmount { name: name.into(), milli };
+        NodeInfo::from_wit(wit::NodeInfo {
+            name: "n1".into(),
+            node: serde_json::to_vec(node).expect("json"),
+            allocatable: vec![amount("cpu", 2000)],
+            requested: vec![amount("cpu", 500)],
+            pods: 1,
+        })
+        .expect("decodes")
+    }
+
+    #[test]
+    fn a_node_from_the_host_answers_what_a_policy_reads_and_decodes_whole_on_demand() {
+        let info = from_host(&node_json());
+        assert_eq!(info.label("zone"), Some("a"));
+        assert_eq!(info.labels().len(), 2);
+        assert!(info.unschedulable());
+        assert_eq!(info.taints().len(), 1);
+        assert_eq!(info.taints()[0].effect, "NoSchedule");
+        assert_eq!(info.condition("MemoryPressure"), Some("False"));
+        assert_eq!(info.condition("DiskPressure"), None);
+        assert!(info.ready());
+        assert_eq!(info.free("cpu"), 1500);
+        let whole: Node = serde_json::from_value(node_json()).expect("a Node");
+        assert!(info.node.get().is_none(), "not decoded before it is asked for");
+        assert_eq!(info.node(), &whole);
+    }
+
+    #[test]
+    fn a_node_made_in_a_test_answers_like_one_from_the_host() {
+        let whole: Node = serde_json::from_value(node_json()).expect("a Node");
+        let made = NodeInfo::new(whole.clone()).with_requested([("cpu".to_owned(), 500)].into(), 1);
+        let hosted = from_host(&node_json());
+        assert_eq!(made.name, hosted.name);
+        assert_eq!(made.allocatable, hosted.allocatable);
+        assert_eq!((made.requested.clone(), made.pods), (hosted.requested.clone(), hosted.pods));
+        assert_eq!(made.labels(), hosted.labels());
+        assert_eq!((made.unschedulable(), made.ready()), (hosted.unschedulable(), hosted.ready()));
+        assert_eq!(made.taints(), hosted.taints());
+        assert_eq!(made.node(), &whole);
+    }
+
+    #[test]
+    fn a_node_without_spec_or_status_is_schedulable_unready_and_unlabelled() {
+        let info = from_host(&json!({"metadata": {"name": "n1"}}));
+        assert!(!info.unschedulable() && !info.ready());
+        assert!(info.labels().is_empty() && info.taints().is_empty());
+    }
+
+    #[test]
+    fn a_node_that_is_not_json_is_unschedulable_with_the_reason() {
+        let err = NodeInfo::from_wit(wit::NodeInfo {
+            name: "n1".into(),
+            node: b"{".to_vec(),
+            allocatable: Vec::new(),
+            requested: Vec::new(),
+            pods: 0,
+        })
+        .expect_err("not json");
+        assert!(err.reasons[0].starts_with("Node n1 does not decode: "), "{:?}", err.reasons);
+    }
 
     #[test]
     fn quantities_parse_to_milli_units() {

@@ -10,8 +10,10 @@
 //! bound that the watch has not shown yet, and schedules one Pod at a time
 //! from a keyed [`Queue`], so each decision sees the ones before it:
 //!
-//! 1. the guest's `scheduler.schedule` gets the Pod and every Node, in name
-//!    order, with allocatable, requested and Pod count in milli-units;
+//! 1. the guest's `scheduler.schedule` gets the Pod (without its
+//!    managedFields) and every Node, in name order (each trimmed to what a
+//!    policy reads, see [`guest_node`]), with allocatable, requested and Pod
+//!    count in milli-units;
 //! 2. a Node name that exists: the Pod is assumed there, bound through the
 //!    `pods/binding` subresource (with the Pod's uid as a precondition) and
 //!    a Normal `Scheduled` Event is recorded ("Successfully assigned ns/pod
@@ -52,7 +54,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -82,6 +84,12 @@ pub const ASSUME_TTL: Duration = Duration::from_secs(60);
 /// Most bindings in flight at once (the next Pod is scheduled while the
 /// previous ones are being bound).
 pub const MAX_BINDINGS_IN_FLIGHT: usize = 16;
+
+/// Most Events and `PodScheduled` conditions being written at once. They
+/// are written after the binding (or the failed attempt) they report, and
+/// hold up neither the next decision nor the next binding, as
+/// kube-scheduler's Event broadcaster does not.
+pub const MAX_REPORTS_IN_FLIGHT: usize = 16;
 
 /// The reason of the Event recorded when a Pod is bound.
 pub const SCHEDULED: &str = "Scheduled";
@@ -206,6 +214,8 @@ struct Parts {
     view: Mutex<View>,
     /// How many watches have listed once.
     synced: watch::Sender<usize>,
+    /// Turns to write Events and conditions ([`MAX_REPORTS_IN_FLIGHT`]).
+    reports: Semaphore,
 }
 
 /// One change a watch shows; a relist comes whole, once complete.
@@ -318,6 +328,13 @@ fn strip_nulls(value: &mut Value) {
     }
 }
 
+/// A pending Pod as it is kept and handed to the guest: without its
+/// managedFields (as kube-scheduler trims them from its informers), which
+/// no policy reads and which the guest would parse at every attempt.
+fn trim(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+}
+
 fn entry(pod: &Pod) -> Option<(String, account::Entry)> {
     let node = pod.spec.as_ref()?.node_name.clone().filter(|n| !n.is_empty())?;
     let entry =
@@ -371,6 +388,7 @@ impl Scheduler {
             state: Mutex::new(State::Syncing),
             view: Mutex::default(),
             synced: watch::channel(0).0,
+            reports: Semaphore::new(MAX_REPORTS_IN_FLIGHT),
         });
         let span = tracing::info_span!("scheduler", scheduler = %name, controller = %manifest.name);
         let client = parts.setup.cluster.client().clone();
@@ -530,6 +548,23 @@ struct Decision {
     started: Instant,
 }
 
+/// How an attempt ended.
+enum Attempt {
+    /// The Pod is to be bound (and is assumed on its Node).
+    Bind(Decision),
+    /// It failed: counted and queued again, to be reported.
+    Failed(Report),
+    /// The Pod is gone, bound, or being deleted.
+    Dropped,
+}
+
+/// A failed attempt to report.
+struct Report {
+    r: ObjectRef,
+    uid: String,
+    failure: Failure,
+}
+
 /// Why an attempt did not bind.
 enum Failure {
     /// The guest found no Node (or chose one that does not exist).
@@ -609,8 +644,9 @@ impl Parts {
         let mut view = lock(&self.view);
         let mut queue = Vec::new();
         match seen {
-            Seen::Applied(pod) => {
+            Seen::Applied(mut pod) => {
                 let Some(r) = pod_ref(&pod) else { return };
+                trim(&mut pod);
                 // A status change (the condition this scheduler sets) is
                 // not a reason to try again; a new Pod or a new spec is.
                 let new = view.pending.get(&r).is_none_or(|old| {
@@ -632,8 +668,9 @@ impl Parts {
             }
             Seen::Relisted(pods) => {
                 view.pending.retain(|r, _| scope.is_some_and(|ns| r.namespace.as_deref() != Some(ns)));
-                for pod in pods {
+                for mut pod in pods {
                     if let Some(r) = pod_ref(&pod) {
+                        trim(&mut pod);
                         queue.push(r.clone());
                         view.pending.insert(r, Arc::new(pod));
                     }
@@ -645,28 +682,37 @@ impl Parts {
         self.listed(first);
     }
 
-    /// Schedules Pods from the queue until it is closed.
+    /// Schedules Pods from the queue until it is closed. Decisions are made
+    /// one at a time; bindings and reports run in tasks of their own, at
+    /// most [`MAX_BINDINGS_IN_FLIGHT`] bindings at once (a decision waits
+    /// for a free slot).
     async fn work(self: Arc<Self>) {
-        let mut bindings = JoinSet::new();
+        let slots = Arc::new(Semaphore::new(MAX_BINDINGS_IN_FLIGHT));
+        let mut tasks = JoinSet::new();
         while let Some(r) = self.queue.next().await {
-            while bindings.try_join_next().is_some() {}
-            while bindings.len() >= MAX_BINDINGS_IN_FLIGHT {
-                bindings.join_next().await;
-            }
+            while tasks.try_join_next().is_some() {}
+            let slot = Arc::clone(&slots).acquire_owned().await.expect("the semaphore is never closed");
             match self.attempt(&r).await {
-                Some(decision) => {
+                Attempt::Bind(decision) => {
                     let parts = Arc::clone(&self);
-                    bindings.spawn(async move { parts.bind(decision).await }.in_current_span());
+                    tasks.spawn(async move { parts.bind(decision, slot).await }.in_current_span());
                 }
-                None => self.queue.done(&r),
+                Attempt::Failed(report) => {
+                    drop(slot);
+                    self.queue.done(&r);
+                    let parts = Arc::clone(&self);
+                    tasks.spawn(async move { parts.report(report).await }.in_current_span());
+                }
+                Attempt::Dropped => self.queue.done(&r),
             }
         }
-        while bindings.join_next().await.is_some() {}
+        while tasks.join_next().await.is_some() {}
     }
 
-    /// Asks the guest where `r` goes. `Some` when it is to be bound there
-    /// (it is assumed there already); otherwise the failure is handled.
-    async fn attempt(&self, r: &ObjectRef) -> Option<Decision> {
+    /// Asks the guest where `r` goes. A decision to bind has the Pod
+    /// assumed on its Node already; a failure is counted and its retry
+    /// queued, its report is to be written.
+    async fn attempt(&self, r: &ObjectRef) -> Attempt {
         let started = Instant::now();
         let (pod, request) = {
             let mut view = lock(&self.view);
@@ -674,12 +720,12 @@ impl Parts {
             let Some(pod) = view.pending.get(r).cloned() else {
                 // Deleted or bound meanwhile.
                 view.forget(r);
-                return None;
+                return Attempt::Dropped;
             };
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             if pod.metadata.deletion_timestamp.is_some() || view.account.knows(&uid) {
                 view.forget(r);
-                return None;
+                return Attempt::Dropped;
             }
             let nodes = view
                 .nodes
@@ -714,7 +760,7 @@ impl Parts {
                         requests: quantity::pod_requests(&pod),
                     };
                     view.account.assume(&uid, entry, Instant::now());
-                    return Some(Decision { r: r.clone(), uid, node, started });
+                    return Attempt::Bind(Decision { r: r.clone(), uid, node, started });
                 }
                 Failure::Unschedulable(format!("the scheduler chose Node {node:?}, which does not exist"))
             }
@@ -724,12 +770,11 @@ impl Parts {
             }
             Err(e) => Failure::Error(format!("the scheduler failed: {e}")),
         };
-        self.failed(r, &uid, failure, started).await;
-        None
+        Attempt::Failed(self.failed(r, &uid, failure, started))
     }
 
-    /// Binds a decided Pod, and reports how it went.
-    async fn bind(&self, d: Decision) {
+    /// Binds a decided Pod, frees its `slot`, and reports how it went.
+    async fn bind(&self, d: Decision, slot: OwnedSemaphorePermit) {
         let namespace = d.r.namespace.as_deref().unwrap_or_default();
         let binding = json!({
             "apiVersion": "v1",
@@ -739,14 +784,16 @@ impl Parts {
         });
         let api = Api::<Pod>::namespaced(self.setup.cluster.client().clone(), namespace);
         let result = api.create_subresource::<_, Value>("binding", &d.r.name, &PostParams::default(), &binding).await;
+        drop(slot);
         match result.map_err(map_error) {
             Ok(_) => {
                 lock(&self.view).forget(&d.r);
                 metrics().scheduler_attempted(&self.name, "scheduled", d.started.elapsed());
                 tracing::info!(pod = %d.r, node = %d.node, "pod bound");
-                let note = format!("Successfully assigned {namespace}/{} to {}", d.r.name, d.node);
-                self.event(&d.r, &d.uid, false, SCHEDULED, "Binding", note).await;
                 self.queue.done(&d.r);
+                let note = format!("Successfully assigned {namespace}/{} to {}", d.r.name, d.node);
+                let _turn = self.reports.acquire().await.expect("the semaphore is never closed");
+                self.event(&d.r, &d.uid, false, SCHEDULED, "Binding", note).await;
             }
             Err(e @ (cluster::Error::Conflict(_) | cluster::Error::AlreadyExists(_) | cluster::Error::NotFound(_))) => {
                 // Bound already (by an earlier attempt, another replica or
@@ -760,16 +807,17 @@ impl Parts {
             }
             Err(e) => {
                 lock(&self.view).account.forget(&d.uid);
-                self.failed(&d.r, &d.uid, Failure::Error(format!("binding to {} failed: {e}", d.node)), d.started)
-                    .await;
+                let failure = Failure::Error(format!("binding to {} failed: {e}", d.node));
+                let report = self.failed(&d.r, &d.uid, failure, d.started);
                 self.queue.done(&d.r);
+                self.report(report).await;
             }
         }
     }
 
-    /// Reports a failed attempt (Event, condition, metrics) and retries
-    /// it with backoff.
-    async fn failed(&self, r: &ObjectRef, uid: &str, failure: Failure, started: Instant) {
+    /// Counts a failed attempt (metrics, backoff) and queues its retry;
+    /// returns what is to be reported.
+    fn failed(&self, r: &ObjectRef, uid: &str, failure: Failure, started: Instant) -> Report {
         let (result, message) = match &failure {
             Failure::Unschedulable(m) => ("unschedulable", m),
             Failure::Error(m) => ("error", m),
@@ -790,9 +838,20 @@ impl Parts {
             .map(|d| d.subsec_nanos().into())
             .unwrap_or(0);
         self.queue.add_after(r.clone(), self.setup.settings.backoff.delay(failures, seed));
-        self.event(r, uid, true, FAILED_SCHEDULING, "Scheduling", message.clone()).await;
+        Report { r: r.clone(), uid: uid.to_owned(), failure }
+    }
+
+    /// Reports a failed attempt: the Event, and the condition of an
+    /// unschedulable Pod.
+    async fn report(&self, report: Report) {
+        let Report { r, uid, failure } = report;
+        let _turn = self.reports.acquire().await.expect("the semaphore is never closed");
+        let message = match &failure {
+            Failure::Unschedulable(m) | Failure::Error(m) => m.clone(),
+        };
+        self.event(&r, &uid, true, FAILED_SCHEDULING, "Scheduling", message).await;
         if let Failure::Unschedulable(message) = &failure {
-            self.set_unschedulable(r, message).await;
+            self.set_unschedulable(&r, message).await;
         }
     }
 

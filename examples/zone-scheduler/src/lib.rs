@@ -40,17 +40,10 @@ impl Component for ZoneSpread {
 
 /// Why one Node cannot take the Pod (kube-scheduler's wording).
 fn misfits(node: &NodeInfo, pod: &Pod, needed: &Resources) -> Vec<String> {
-    let spec = node.node.spec.as_ref();
-    if spec.and_then(|s| s.unschedulable).unwrap_or(false) {
+    if node.unschedulable() {
         return vec!["node(s) were unschedulable".into()];
     }
-    let ready = node
-        .node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    if !ready {
+    if !node.ready() {
         return vec!["node(s) were not ready".into()];
     }
     let selector = pod.spec.as_ref().and_then(|s| s.node_selector.as_ref());
@@ -127,32 +120,26 @@ mod tests {
     /// CPUs, 4 GiB and room for 10 Pods, nothing requested.
     struct Candidate {
         node: serde_json::Value,
-        info: NodeInfo,
+        requested: Resources,
+        pods: u32,
     }
 
     fn node(name: &str, zone: &str) -> Candidate {
         let node = json!({
             "metadata": {"name": name, "labels": {ZONE_LABEL: zone, "disk": "hdd"}},
             "spec": {},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            "status": {
+                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
         });
-        let gib = 1024 * 1024 * 1024 * 1000;
-        let allocatable: Resources =
-            [("cpu".to_owned(), 2000), ("memory".to_owned(), 4 * gib), ("pods".to_owned(), 10_000)].into();
-        let info = NodeInfo {
-            name: name.to_owned(),
-            node: Node::default(),
-            allocatable,
-            requested: Resources::new(),
-            pods: 0,
-        };
-        Candidate { node, info }
+        Candidate { node, requested: Resources::new(), pods: 0 }
     }
 
     impl Candidate {
         fn requested(mut self, cpu: i64, pods: u32) -> Self {
-            self.info.requested = [("cpu".to_owned(), cpu), ("pods".to_owned(), i64::from(pods) * 1000)].into();
-            self.info.pods = pods;
+            self.requested = [("cpu".to_owned(), cpu), ("pods".to_owned(), i64::from(pods) * 1000)].into();
+            self.pods = pods;
             self
         }
 
@@ -161,9 +148,9 @@ mod tests {
             self
         }
 
-        fn build(mut self) -> NodeInfo {
-            self.info.node = serde_json::from_value(self.node).expect("a Node");
-            self.info
+        fn build(self) -> NodeInfo {
+            let node: Node = serde_json::from_value(self.node).expect("a Node");
+            NodeInfo::new(node).with_requested(self.requested, self.pods)
         }
     }
 
