@@ -85,12 +85,12 @@ impl RequestCounts {
 
     /// Requests with a [mutating verb](MUTATING_VERBS).
     pub fn writes(&self) -> f64 {
-        self.by_call.iter().filter(|(call, _)| is_mutating(call)).map(|(_, n)| n).sum()
+        self.by_call.iter().filter(|(call, _)| is_mutating(call)).fold(0.0, |sum, (_, n)| sum + n)
     }
 
     /// Requests with any other verb (`GET`, `LIST`, `WATCH`).
     pub fn reads(&self) -> f64 {
-        self.by_call.iter().filter(|(call, _)| !is_mutating(call)).map(|(_, n)| n).sum()
+        self.by_call.iter().filter(|(call, _)| !is_mutating(call)).fold(0.0, |sum, (_, n)| sum + n)
     }
 }
 

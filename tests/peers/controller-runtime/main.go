@@ -197,7 +197,10 @@ func main() {
 	// No client-side rate limit: kube-rs and Capstan have none.
 	cfg.QPS = -1
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{*namespace: {}}},
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{*namespace: {}}},
+		// Greetings are read as unstructured objects: from the cache too,
+		// not (the default) from the API server.
+		Client:                 client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
