@@ -5,9 +5,13 @@
 //! ```sh
 //! cargo build --release -p capstan-host -p capstan-tests --bin capstan --bin bench-greetings
 //! tests/build-guests.sh      # the greeter component; export CAPSTAN_GUESTS=<the dir it prints> if not found
-//! flock /tmp/capstan-bench.lock target/release/bench-greetings --counts 1000 --rounds 3
+//! flock -o /tmp/capstan-bench.lock target/release/bench-greetings --counts 1000 --rounds 3
 //! capstan cluster down --name bench --purge    # when done
 //! ```
+//!
+//! `flock -o` (one benchmark at a time on the machine) closes the lock before
+//! the benchmark starts: without `-o` the control plane it starts would
+//! inherit the lock and hold it until `capstan cluster down`.
 //!
 //! It needs `go` on `PATH` (or `--go`) once, to build the controller-runtime
 //! peer, and the control-plane binaries that `capstan cluster up` builds
