@@ -558,7 +558,7 @@ impl Reconciler {
         let at = pending.iter().position(|(written, _)| written == seen)?;
         // Watch events come in order: the writes before this one were seen
         // (or will never be, after a compaction).
-        let (_, primary) = pending.drain(..=at).last().expect("`at` is in range");
+        let (_, primary) = pending.drain(..=at).next_back().expect("`at` is in range");
         if pending.is_empty() {
             writes.remove(&key);
         }
