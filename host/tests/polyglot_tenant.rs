@@ -232,7 +232,12 @@ async fn life(stem: &str) -> Vec<(&'static str, Value)> {
     }))
     .expect("seeded");
     host.seed(tenant("globex", &["carol"])).expect("seeded");
-    let run = host.run_until_idle().await.expect("settles");
+    let mut run = host.run_until_idle().await.expect("settles");
+    // The refused child is reported to the guest at the retry, after the
+    // first backoff (the host's own writes trigger no earlier pass).
+    let retry = host.advance(capstan_host::testing::backoff(1)).await.expect("settles");
+    run.steps.extend(retry.steps);
+    run.attempts.extend(retry.attempts);
     stages.push(("refused children", snapshot(&host, &run)));
 
     host.cluster().delete(&acme, Propagation::Default).await.expect("deleted");
