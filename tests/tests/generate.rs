@@ -854,11 +854,15 @@ async fn a_manifest_with_a_python_component_by_reference_applies_with_plain_kube
         .await?;
     let api = greetings(admin.clone(), ns.name());
     api.create(&PostParams::default(), &greeting("py", "from the registry", 1)?).await?;
-    let status = host.status();
-    ensure!(
-        status.iter().any(|s| s.reference.as_deref() == Some(reference.as_str()) && s.state == "running"),
-        "the Python greeter runs from its reference: {status:?}"
-    );
+    // The controller reports "syncing" until its caches are filled.
+    wait_for(TIMEOUT, || async {
+        host.status()
+            .iter()
+            .any(|s| s.reference.as_deref() == Some(reference.as_str()) && s.state == "running")
+            .then_some(())
+    })
+    .await
+    .with_context(|| format!("the Python greeter runs from its reference: {:?}", host.status()))?;
     wait_for(Duration::from_secs(90), || async {
         api.get("py").await.ok().filter(|g| capstan_tests::greeting_ready(g, 1))
     })
