@@ -52,10 +52,10 @@
 //!   not followed by a second one that would only find its own work done.
 //!   A change anyone else makes to the object or a child is a trigger as
 //!   before, and so is every object after a relist.
-//! - A reconcile whose guest log lines did not all reach the host's log
-//!   (over the per-invocation cap, or over the controller's log budget)
-//!   records one `LogsDropped` Warning Event on the primary object, with
-//!   the counts.
+//! - A reconcile whose guest logged more lines than the per-invocation
+//!   cap records one `LogsDropped` Warning Event on the primary object,
+//!   with the counts (lines over the controller's log budget alone are
+//!   reported in the host's log and metrics, not per object).
 //!
 //! # Caveats
 //!
@@ -67,7 +67,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
@@ -166,6 +166,12 @@ pub enum Error {
     /// Reading the object or applying the outcome failed. Retried.
     #[error("applying the outcome failed: {0}")]
     Cluster(#[from] cluster::Error),
+    /// The cache has not shown the host's last write to the object yet:
+    /// reconciling it now would work from the state before that write.
+    /// The guest is not called; the object is looked at again shortly,
+    /// like after a conflict.
+    #[error("the cache is behind the host's last write to the object")]
+    CacheBehind,
 }
 
 fn plural(n: usize) -> String {
@@ -187,11 +193,12 @@ impl Error {
         }
     }
 
-    /// True for an optimistic-concurrency conflict (409) while applying:
-    /// the cache was behind a write. Not a failure: the object is simply
-    /// reconciled again from fresher state.
+    /// True for an optimistic-concurrency conflict (409) while applying,
+    /// or a cache known to be behind the host's own write: the cache was
+    /// behind a write. Not a failure: the object is simply reconciled
+    /// again from fresher state.
     pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Cluster(cluster::Error::Conflict(_)))
+        matches!(self, Error::Cluster(cluster::Error::Conflict(_)) | Error::CacheBehind)
     }
 }
 
@@ -208,6 +215,10 @@ pub struct Report {
     pub journal: Journal,
     /// Children applied.
     pub applied: Vec<ObjectRef>,
+    /// Children not applied because the apply would have changed nothing:
+    /// the host applied the same object last time, and the child has not
+    /// changed since (see [`Reconciler`]).
+    pub unchanged: Vec<ObjectRef>,
     /// Children pruned.
     pub pruned: Vec<ObjectRef>,
 }
@@ -259,7 +270,23 @@ const MAX_OWN_WRITES: usize = 4;
 /// The host's writes to one object whose watch events have not been seen
 /// yet, oldest first: the resourceVersion each returned, and the primary
 /// object it was written for.
-type OwnWrites = Vec<(String, ObjectRef)>;
+type OwnWrites = Vec<(String, ObjectRef, Instant)>;
+
+/// How long a write of the host's to an object, whose watch event has not
+/// been seen, keeps that object's reconciles waiting for the cache. Past
+/// it the event counts as lost (a relist after a watch restart shows only
+/// the latest version) and the object is reconciled from what the cache
+/// holds.
+const OWN_WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// The host's last apply of a child: the resourceVersion it returned and
+/// the SHA-256 of the object it sent.
+type LastApply = (String, [u8; 32]);
+
+fn digest(child: &Value) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(serde_json::to_vec(child).expect("a JSON value serialises")).into()
+}
 
 /// A new version on trial (a canary) for a share of the objects.
 struct Trial {
@@ -337,6 +364,13 @@ pub struct Reconciler {
     /// children) returned, until its watch event is seen: that event is no
     /// trigger.
     own_writes: Mutex<HashMap<WriteKey, OwnWrites>>,
+    /// The host's last apply of each child. The same object applied again
+    /// to a child still at the resourceVersion that apply returned would
+    /// change nothing (no one else has written it since), so it is not
+    /// sent: a pass that finds nothing to do, a resync and a new version
+    /// that wants the same children cost no writes. Forgotten when the
+    /// child is deleted or differs.
+    applied: Mutex<HashMap<WriteKey, LastApply>>,
     /// Kinds whose status schema declares no `conditions`: the API server
     /// refuses a status carrying them, so the host writes its condition
     /// into the status of no object of these kinds (warned once each).
@@ -369,6 +403,7 @@ impl Reconciler {
             adding: Mutex::new(HashSet::new()),
             refused: Mutex::new(HashMap::new()),
             own_writes: Mutex::new(HashMap::new()),
+            applied: Mutex::new(HashMap::new()),
             without_conditions: Mutex::new(HashSet::new()),
         }
     }
@@ -532,6 +567,7 @@ impl Reconciler {
         lock(&self.adding).clear();
         lock(&self.refused).clear();
         lock(&self.own_writes).clear();
+        lock(&self.applied).clear();
     }
 
     /// The primary object whose reconcile made the change of `meta` (an
@@ -551,18 +587,33 @@ impl Reconciler {
         let mut writes = lock(&self.own_writes);
         if deleted {
             writes.remove(&key);
+            lock(&self.applied).remove(&key);
             return None;
         }
         let seen = meta.resource_version.as_deref()?;
         let pending = writes.get_mut(&key)?;
-        let at = pending.iter().position(|(written, _)| written == seen)?;
+        let at = pending.iter().position(|(written, _, _)| written == seen)?;
         // Watch events come in order: the writes before this one were seen
         // (or will never be, after a compaction).
-        let (_, primary) = pending.drain(..=at).next_back().expect("`at` is in range");
+        let (_, primary, _) = pending.drain(..=at).next_back().expect("`at` is in range");
         if pending.is_empty() {
             writes.remove(&key);
         }
         Some(primary)
+    }
+
+    /// True if the host wrote `r` less than [`OWN_WRITE_WAIT`] ago and the
+    /// watch has not shown that write yet: the cache is behind it.
+    fn behind_own_write(&self, r: &ObjectRef) -> bool {
+        let key = write_key(&r.gvk, r.namespace.as_deref(), &r.name);
+        let mut writes = lock(&self.own_writes);
+        let Some(pending) = writes.get_mut(&key) else { return false };
+        pending.retain(|(_, _, at)| at.elapsed() < OWN_WRITE_WAIT);
+        if pending.is_empty() {
+            writes.remove(&key);
+            return false;
+        }
+        true
     }
 
     /// Notes a write of the host's to `r`, made while reconciling
@@ -579,7 +630,7 @@ impl Reconciler {
         if pending.len() == MAX_OWN_WRITES {
             pending.remove(0);
         }
-        pending.push((rv.to_owned(), primary.clone()));
+        pending.push((rv.to_owned(), primary.clone(), Instant::now()));
     }
 
     fn derive_event(&self, manifest: &Manifest, r: &ObjectRef, object: &Value) -> EventKind {
@@ -635,6 +686,7 @@ impl Reconciler {
             result: Ok(Action::AwaitChange),
             journal: Journal::default(),
             applied: Vec::new(),
+            unchanged: Vec::new(),
             pruned: Vec::new(),
         };
         let (component, on_trial) = self.version_for(r);
@@ -671,6 +723,10 @@ impl Reconciler {
             }
             Err(e) => return Err(e.into()),
         };
+        if self.behind_own_write(r) {
+            tracing::debug!(object = %r, "the cache has not shown the host's last write yet: looked at again shortly");
+            return Err(Error::CacheBehind);
+        }
 
         if object::is_deleting(&object) {
             let ours = manifest.finalizer.as_ref().is_some_and(|f| object::finalizers(&object).contains(f));
@@ -975,10 +1031,23 @@ impl Reconciler {
                     continue;
                 }
             };
+            let key = write_key(&child_ref.gvk, child_ref.namespace.as_deref(), &child_ref.name);
+            let sent = digest(&child);
+            let same = lock(&self.applied)
+                .get(&key)
+                .is_some_and(|(rv, last)| before.as_deref() == Some(rv.as_str()) && *last == sent);
+            if same {
+                report.unchanged.push(child_ref);
+                continue;
+            }
             let patch = Patch::Apply { object: child, field_manager: field_manager.clone(), force: true };
             match self.cluster.patch(&child_ref, patch, Subresource::Main).await {
                 Ok(written) => {
                     self.note_write(r, &child_ref, before.as_deref(), &written);
+                    match object::meta_str(&written, "resourceVersion") {
+                        Some(rv) => lock(&self.applied).insert(key, (rv.to_owned(), sent)),
+                        None => lock(&self.applied).remove(&key),
+                    };
                     report.applied.push(child_ref);
                 }
                 Err(e) => match refusal(&e) {
@@ -1065,6 +1134,11 @@ impl Reconciler {
                 let child_ref = ObjectRef { gvk: owned.kind.clone(), ..child_ref };
                 let selected = owned.selects(child.pointer("/metadata/labels"));
                 if controlled_by_us && selected && !desired.contains(&child_ref) && !object::is_deleting(&child) {
+                    lock(&self.applied).remove(&write_key(
+                        &child_ref.gvk,
+                        child_ref.namespace.as_deref(),
+                        &child_ref.name,
+                    ));
                     match self.cluster.delete(&child_ref, Propagation::Background).await {
                         Ok(()) => report.pruned.push(child_ref),
                         Err(e) if e.is_not_found() => {}
@@ -1174,12 +1248,16 @@ pub fn prepare_children(
 }
 
 /// The note of the one `LogsDropped` Warning Event a reconcile records
-/// when its guest's log lines did not all reach the host's log: over the
-/// per-invocation cap (gone), or over the controller's log budget (kept in
-/// the journal only). `None` when every line was logged.
+/// when its guest logged more lines than the per-invocation cap (those are
+/// gone); it also counts the lines over the controller's log budget (kept
+/// in the journal only). `None` when no line was over the cap: lines over
+/// the budget alone are the whole controller's doing, reported in the
+/// host's log and `capstan_guest_log_lines_dropped_total`, and an Event per
+/// reconcile for them would add a write to every reconcile exactly when
+/// the controller is busiest.
 fn logs_dropped_note(journal: &Journal) -> Option<String> {
     let (capped, throttled) = (journal.dropped_logs, journal.throttled_logs);
-    if capped == 0 && throttled == 0 {
+    if capped == 0 {
         return None;
     }
     Some(format!(
@@ -1337,6 +1415,9 @@ mod tests {
     fn a_journal_that_logged_every_line_records_no_logs_dropped_event() {
         let mut journal = Journal::default();
         assert_eq!(logs_dropped_note(&journal), None);
+        // Over the shared budget only: the host's log and metrics say so.
+        journal.throttled_logs = 7;
+        assert_eq!(logs_dropped_note(&journal), None);
         journal.dropped_logs = 3;
         journal.throttled_logs = 2;
         assert_eq!(
@@ -1421,6 +1502,7 @@ mod tests {
             result,
             journal: Journal::default(),
             applied: vec![],
+            unchanged: vec![],
             pruned: vec![],
         };
         let conflict =

@@ -82,6 +82,31 @@ async fn the_hosts_own_writes_trigger_no_second_pass_but_a_change_to_a_child_doe
     assert_eq!(run.events(), [("hello".to_owned(), EventKind::Resync)]);
     let cm = host.cluster().get_sync(&configmap("hello-greeting")).expect("configmap");
     assert_eq!(cm["data"]["message"], "hi");
+    // Only the changed child is written again: the Deployment is still as
+    // the host last applied it.
+    let report = &run.steps[0].report;
+    assert_eq!(report.applied, [configmap("hello-greeting")]);
+    assert_eq!(report.unchanged, [deployment("hello-greeter")]);
+}
+
+#[tokio::test]
+async fn a_resync_that_finds_everything_in_place_writes_nothing() {
+    let mut host = host_with_greeter().await;
+    host.seed(greeting("hello", "hi", 1)).expect("seeded");
+    host.run_until_idle().await.expect("settles");
+    let versions = |host: &MockHost| {
+        [configmap("hello-greeting"), deployment("hello-greeter"), r(greeting_kind(), "hello")]
+            .map(|o| host.cluster().get_sync(&o).expect("there")["metadata"]["resourceVersion"].clone())
+    };
+    let before = versions(&host);
+    // The greeter asks for a resync every 300 s.
+    let run = host.advance(std::time::Duration::from_secs(301)).await.expect("resyncs");
+    assert_eq!(run.events(), [("hello".to_owned(), EventKind::Resync)]);
+    let report = &run.steps[0].report;
+    assert!(report.applied.is_empty(), "{:?}", report.applied);
+    assert_eq!(report.unchanged, [configmap("hello-greeting"), deployment("hello-greeter")]);
+    // Not a write reached the cluster: children and status as they were.
+    assert_eq!(versions(&host), before);
 }
 
 #[tokio::test]
