@@ -67,8 +67,16 @@ impl wit::Host for HostState {
         let message = cap(message);
         let fields: Vec<(String, String)> = fields.into_iter().map(|f| (cap(f.key), cap(f.value))).collect();
         let rendered = fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
-        let logged = self.may_log();
-        if !logged {
+        // A line the host's log level filters out uses none of the budget.
+        let enabled = match level {
+            Level::Trace => tracing::enabled!(target: "guest", tracing::Level::TRACE),
+            Level::Debug => tracing::enabled!(target: "guest", tracing::Level::DEBUG),
+            Level::Info => tracing::enabled!(target: "guest", tracing::Level::INFO),
+            Level::Warn => tracing::enabled!(target: "guest", tracing::Level::WARN),
+            Level::Error => tracing::enabled!(target: "guest", tracing::Level::ERROR),
+        };
+        let logged = enabled && self.may_log();
+        if enabled && !logged {
             self.journal.throttled_logs += 1;
         }
         match level {
