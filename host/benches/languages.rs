@@ -36,14 +36,14 @@ use std::time::{Duration, Instant};
 
 use capstan_host::cluster::Cluster;
 use capstan_host::cluster::mock::MockCluster;
-use capstan_host::component::{CompileSource, Loaded, Loader};
-use capstan_host::engine::{Engine, EngineConfig};
-use capstan_host::grants::Grants;
-use capstan_host::imports::{Caller, HostState};
-use capstan_host::limits::Limits;
+use capstan_host::control::reconciler::{EventKind, Reconciler};
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::reconciler::{EventKind, Reconciler};
-use capstan_host::runtime::Runtime;
+use capstan_host::runtime::component::{CompileSource, Loaded, Loader};
+use capstan_host::runtime::engine::{Engine, EngineConfig};
+use capstan_host::runtime::grants::Grants;
+use capstan_host::runtime::imports::{Caller, HostState};
+use capstan_host::runtime::invocation::Runtime;
+use capstan_host::runtime::limits::Limits;
 use capstan_host::testing::find_component;
 use serde_json::json;
 use wasmtime::Store;
@@ -183,11 +183,11 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
         store.limiter(|s| &mut s.limiter);
         // Epochs tick every 10 ms; this deadline is hours away.
         store.set_epoch_deadline(1 << 20);
-        let capstan_host::runtime::Pre::Current(pre) = &loaded.pre else {
+        let capstan_host::runtime::invocation::Pre::Current(pre) = &loaded.pre else {
             panic!("{label}: built against an older contract");
         };
         let instance = pre.instantiate_async(&mut store).await.expect("instantiates");
-        let request = capstan_host::bindings::capstan::operator::types::ReconcileRequest {
+        let request = capstan_host::runtime::bindings::capstan::operator::types::ReconcileRequest {
             event: EventKind::Resync.into(),
             object: object.clone(),
             failed_children: Vec::new(),

@@ -12,14 +12,14 @@ use std::sync::Arc;
 
 use capstan_host::cluster::Cluster;
 use capstan_host::cluster::mock::MockCluster;
-use capstan_host::component::{Loaded, Loader};
-use capstan_host::engine::{Engine, EngineConfig};
-use capstan_host::grants::Grants;
-use capstan_host::imports::Caller;
-use capstan_host::limits::Limits;
+use capstan_host::control::reconciler::Reconciler;
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::reconciler::Reconciler;
-use capstan_host::runtime::Runtime;
+use capstan_host::runtime::component::{Loaded, Loader};
+use capstan_host::runtime::engine::{Engine, EngineConfig};
+use capstan_host::runtime::grants::Grants;
+use capstan_host::runtime::imports::Caller;
+use capstan_host::runtime::invocation::Runtime;
+use capstan_host::runtime::limits::Limits;
 use capstan_host::testing::find_component;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
@@ -83,7 +83,7 @@ fn benches(c: &mut Criterion) {
     // context (clocks, random, captured stdio), limiter, Store.
     group.bench_function("store_setup_only", |b| {
         b.iter(|| {
-            let state = capstan_host::imports::HostState::new(&Limits::default(), None);
+            let state = capstan_host::runtime::imports::HostState::new(&Limits::default(), None);
             black_box(wasmtime::Store::new(engine.wasmtime(), state))
         })
     });
@@ -149,8 +149,11 @@ fn benches(c: &mut Criterion) {
 /// resourceVersion, timestamps, a `Ready` condition, as bench-scheduler
 /// makes them), each `trimmed` to what the host's Node cache hands the
 /// guest or whole.
-fn schedule_request(n: usize, trimmed: bool) -> capstan_host::bindings::capstan::operator::types::ScheduleRequest {
-    use capstan_host::bindings::capstan::operator::types::{NodeInfo, ResourceAmount, ScheduleRequest};
+fn schedule_request(
+    n: usize,
+    trimmed: bool,
+) -> capstan_host::runtime::bindings::capstan::operator::types::ScheduleRequest {
+    use capstan_host::runtime::bindings::capstan::operator::types::{NodeInfo, ResourceAmount, ScheduleRequest};
     let amount = |name: &str, milli: i64| ResourceAmount { name: name.into(), milli };
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -187,7 +190,7 @@ fn schedule_request(n: usize, trimmed: bool) -> capstan_host::bindings::capstan:
             NodeInfo {
                 name,
                 node: if trimmed {
-                    capstan_host::scheduler::guest_node(&node)
+                    capstan_host::control::scheduler::guest_node(&node)
                 } else {
                     serde_json::to_vec(&node).expect("json")
                 },
@@ -201,14 +204,15 @@ fn schedule_request(n: usize, trimmed: bool) -> capstan_host::bindings::capstan:
 }
 
 #[allow(non_upper_case_globals, reason = "reads like the enum variant it stands for")]
-const EventKindAdded: capstan_host::reconciler::EventKind = capstan_host::reconciler::EventKind::Added;
+const EventKindAdded: capstan_host::control::reconciler::EventKind =
+    capstan_host::control::reconciler::EventKind::Added;
 
 /// A reconcile request for `event` with `object`.
 fn request(
-    event: capstan_host::reconciler::EventKind,
+    event: capstan_host::control::reconciler::EventKind,
     object: &[u8],
-) -> capstan_host::bindings::capstan::operator::types::ReconcileRequest {
-    capstan_host::bindings::capstan::operator::types::ReconcileRequest {
+) -> capstan_host::runtime::bindings::capstan::operator::types::ReconcileRequest {
+    capstan_host::runtime::bindings::capstan::operator::types::ReconcileRequest {
         event: black_box(event).into(),
         object: object.to_vec(),
         failed_children: Vec::new(),
@@ -216,7 +220,8 @@ fn request(
 }
 
 #[allow(non_upper_case_globals, reason = "reads like the enum variant it stands for")]
-const EventKindResync: capstan_host::reconciler::EventKind = capstan_host::reconciler::EventKind::Resync;
+const EventKindResync: capstan_host::control::reconciler::EventKind =
+    capstan_host::control::reconciler::EventKind::Resync;
 
 criterion_group!(runtime_benches, benches);
 criterion_main!(runtime_benches);

@@ -3,62 +3,37 @@
 //!
 //! The host owns every conversation with the cluster; controller logic is
 //! a component exporting the `capstan:operator/controller` interface (see
-//! `wit/`). The pieces, in dependency order:
+//! `wit/`). The modules are grouped by layer, each using those above it
+//! (and [`tooling::generate`], which renders the RBAC that
+//! [`control::access`] reviews and the CRDs [`serve::host`] installs):
 //!
-//! - [`engine`]: the one wasmtime configuration and the epoch ticker;
-//! - [`component`]: loading, validating and caching components;
-//! - [`manifest`]: what a controller declares;
-//! - [`mapping`]: which primary objects a change triggers;
-//! - [`runtime`]: a fresh sandboxed instance per call, with limits;
-//! - [`imports`]: the host functions guests call, checked by [`grants`];
+//! - [`manifest`], [`object`] and [`metrics`]: what a controller declares,
+//!   the JSON helpers every layer shares, and the Prometheus metrics every
+//!   layer counts into;
 //! - [`cluster`]: where objects live (the real API server or the mock);
-//! - [`reconciler`]: one reconcile, from object to applied outcome;
-//! - [`informer`], [`queue`], [`controller`]: shared watches, the work
-//!   queue, and the loop that runs a reconciler on a cluster;
-//! - [`leader`]: leader election, one Lease per controller;
-//! - [`scheduler`]: custom schedulers, guest logic that picks a Node for
-//!   each pending Pod that names it;
-//! - [`host`], [`reload`], [`follow`], [`access`]: the host that runs
-//!   components as controllers, follows a components directory and OCI
-//!   references, and reviews permissions;
-//! - [`metrics`] and [`server`]: Prometheus metrics and the host's HTTP
-//!   endpoints (`/metrics`, `/healthz`, `/readyz`, `/status`);
-//! - [`webhook`]: admission and conversion webhooks served over HTTPS;
-//! - [`oci`]: components pushed to and pulled from OCI registries;
-//! - [`testing`]: the mock host for authors' unit tests.
+//! - [`runtime`]: the Wasm side — one wasmtime engine, loading and caching
+//!   components, a fresh sandboxed instance per call with limits, and the
+//!   host functions guests call, checked against their grants;
+//! - [`control`]: the control loop — shared watches, the work queue, one
+//!   reconcile from object to applied outcome, the loop that runs it,
+//!   leader election, permission reviews and custom schedulers;
+//! - [`serve`]: the running host — components loaded from a directory or
+//!   an OCI reference, its HTTP endpoints, and the admission and conversion
+//!   webhooks;
+//! - [`tooling`]: the author's commands — the CLI, generated manifests,
+//!   scaffolding, the embedded SDKs, scenario tests and the mock host
+//!   ([`testing`]).
 
-pub mod access;
-pub mod bindings;
-pub mod cli;
 pub mod cluster;
-pub mod component;
-pub mod controller;
-pub mod e2e;
-pub mod engine;
-pub mod follow;
-pub mod generate;
-pub mod grants;
-pub mod host;
-pub mod imports;
-pub mod informer;
-pub mod leader;
-pub mod limits;
+pub mod control;
 pub mod manifest;
-pub mod mapping;
 pub mod metrics;
 pub mod object;
-pub mod oci;
-pub mod queue;
-pub mod reconciler;
-pub mod reload;
 pub mod runtime;
-pub mod scaffold;
-pub mod scenario;
-pub mod scheduler;
-pub mod sdk;
-pub mod server;
+pub mod serve;
 mod sync;
-pub mod testing;
-pub mod webhook;
+pub mod tooling;
 
-pub use bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};
+pub use runtime::bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};
+/// The mock host for authors' unit tests (`capstan_host::testing::MockHost`).
+pub use tooling::testing;

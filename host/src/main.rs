@@ -1,7 +1,7 @@
 //! The `capstan` command: runs Kubernetes controllers written as
 //! WebAssembly components. See `capstan --help`.
 
-use capstan_host::cli::{Cli, LogFormat};
+use capstan_host::tooling::cli::{Cli, LogFormat};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -17,7 +17,7 @@ async fn main() {
         LogFormat::Human => logs.init(),
         LogFormat::Json => logs.json().flatten_event(true).with_current_span(false).with_span_list(true).init(),
     }
-    match capstan_host::cli::run(cli).await {
+    match capstan_host::tooling::cli::run(cli).await {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             // Every stderr line of a JSON log is JSON, the last error too.

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::bindings::capstan::operator::types as wit;
-use crate::bindings::v0_1::capstan::operator::types as wit_v0_1;
 use crate::cluster::mock::selector::LabelSelector;
 use crate::object::Gvk;
+use crate::runtime::bindings::capstan::operator::types as wit;
+use crate::runtime::bindings::v0_1::capstan::operator::types as wit_v0_1;
 
 mod roles;
 pub use roles::{

@@ -1,6 +1,6 @@
 //! Prometheus metrics of the host: one process-wide registry ([`metrics`]),
 //! typed methods for the places that count, and the text exposition served
-//! on `/metrics` (see [`server`](crate::server)).
+//! on `/metrics` (see [`server`](crate::serve::server)).
 //!
 //! Names and labels follow Prometheus conventions and read next to
 //! controller-runtime's (`controller_runtime_reconcile_total{controller,result}`,
@@ -545,7 +545,7 @@ impl Metrics {
     }
 
     /// Counts a guest invocation ended by a trap, the deadline, the memory
-    /// cap or a failed instantiation (`kind`: [`TrapKind::as_str`](crate::runtime::TrapKind::as_str)).
+    /// cap or a failed instantiation (`kind`: [`TrapKind::as_str`](crate::runtime::invocation::TrapKind::as_str)).
     pub fn guest_trapped(&self, controller_name: &str, kind: &'static str) {
         self.guest_traps.get_or_create(&TrapLabels { controller: controller_name.to_owned(), kind }).inc();
     }
@@ -614,7 +614,7 @@ impl Metrics {
 
     /// Counts a component rejected, with a short snake-case reason
     /// (`compile`, `world`, `contract`, `manifest`, …; see
-    /// [`component::Error::reason`](crate::component::Error::reason)).
+    /// [`component::Error::reason`](crate::runtime::component::Error::reason)).
     pub fn component_rejected(&self, reason: &'static str) {
         self.component_loads.get_or_create(&LoadLabels { result: "rejected", reason }).inc();
     }

@@ -8,13 +8,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use capstan_host::component::{self, CompileSource, Loader};
-use capstan_host::engine::{Engine, EngineConfig};
-use capstan_host::imports::CallResult;
-use capstan_host::limits::Limits;
+use capstan_host::control::reconciler::{self, EventKind};
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::reconciler::{self, EventKind};
-use capstan_host::runtime::{self, Runtime};
+use capstan_host::runtime::component::{self, CompileSource, Loader};
+use capstan_host::runtime::engine::{Engine, EngineConfig};
+use capstan_host::runtime::imports::CallResult;
+use capstan_host::runtime::invocation::{self as runtime, Runtime};
+use capstan_host::runtime::limits::Limits;
 use capstan_host::testing::{BACKOFF_BASE, MockHost};
 use serde_json::json;
 

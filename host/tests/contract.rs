@@ -3,12 +3,12 @@
 //! (`tests/fixtures/contract-0.1.0`) against today's host, and the `noop`
 //! fixture, built against the frozen 0.2.0 WIT.
 
-use capstan_host::component::Loader;
-use capstan_host::engine::{Engine, EngineConfig};
-use capstan_host::limits::Limits;
-use capstan_host::runtime::Runtime;
-use capstan_host::scenario;
+use capstan_host::runtime::component::Loader;
+use capstan_host::runtime::engine::{Engine, EngineConfig};
+use capstan_host::runtime::invocation::Runtime;
+use capstan_host::runtime::limits::Limits;
 use capstan_host::testing::{MockHost, find_component};
+use capstan_host::tooling::scenario;
 use serde_json::json;
 
 fn old_greeter() -> std::path::PathBuf {

@@ -17,14 +17,14 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use capstan_host::cluster::{Cluster, Patch, Propagation, Subresource};
-use capstan_host::component::Loader;
-use capstan_host::engine::{Engine, EngineConfig};
-use capstan_host::limits::Limits;
 use capstan_host::manifest::Roles;
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::runtime::Runtime;
-use capstan_host::scenario;
+use capstan_host::runtime::component::Loader;
+use capstan_host::runtime::engine::{Engine, EngineConfig};
+use capstan_host::runtime::invocation::Runtime;
+use capstan_host::runtime::limits::Limits;
 use capstan_host::testing::{MockHost, default_cache_dir, find_component, warm_compile_cache};
+use capstan_host::tooling::scenario;
 use serde_json::{Value, json};
 
 /// The ports of the Rust greeter, by component file stem.

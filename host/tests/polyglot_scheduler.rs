@@ -10,9 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use capstan_host::cli::manifest_document;
-use capstan_host::scenario;
 use capstan_host::testing::{MockHost, find_component, warm_compile_cache};
+use capstan_host::tooling::cli::manifest_document;
+use capstan_host::tooling::scenario;
 
 /// The Rust zone scheduler, by component file stem.
 const RUST: &str = "zone-scheduler";

@@ -15,11 +15,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use capstan_host::cli::manifest_document;
 use capstan_host::cluster::{Cluster, Patch, Propagation, Subresource};
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::scenario;
 use capstan_host::testing::{MockHost, Run, find_component, warm_compile_cache};
+use capstan_host::tooling::cli::manifest_document;
+use capstan_host::tooling::scenario;
 use serde_json::{Value, json};
 
 /// The Rust tenant and its port, by component file stem.

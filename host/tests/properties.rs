@@ -10,15 +10,15 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use capstan_host::bindings::capstan::operator::types as wit;
 use capstan_host::cluster::mock::MockCluster;
 use capstan_host::cluster::{Cluster, ListParams, Patch, Subresource};
-use capstan_host::grants::Grants;
-use capstan_host::imports::validate;
+use capstan_host::control::reconciler::{self, prepare_children};
 use capstan_host::manifest::{self, FieldRef, Manifest, Mapping, Scope, Verb};
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::reconciler::{self, prepare_children};
-use capstan_host::scenario;
+use capstan_host::runtime::bindings::capstan::operator::types as wit;
+use capstan_host::runtime::grants::Grants;
+use capstan_host::runtime::imports::validate;
+use capstan_host::tooling::scenario;
 use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Value, json};

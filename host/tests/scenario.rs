@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use capstan_host::scenario;
 use capstan_host::testing::find_component;
+use capstan_host::tooling::scenario;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -4,8 +4,8 @@
 //! Needs the guest components built by `tests/build-guests.sh`, like
 //! `bad_input.rs`.
 
+use capstan_host::control::reconciler::EventKind;
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::reconciler::EventKind;
 use capstan_host::testing::MockHost;
 use serde_json::{Value, json};
 

@@ -30,7 +30,7 @@ pub async fn binary() -> Result<PathBuf> {
     // start a registry on a cold cache would otherwise each build it.
     static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _one = BUILD.lock().await;
-    let root = capstan_host::cli::cluster::build::cache_root()?;
+    let root = capstan_host::tooling::cli::cluster::build::cache_root()?;
     let dir = root.join("registry").join(format!("distribution-{DISTRIBUTION_VERSION}"));
     let binary = dir.join("registry");
     if binary.is_file() {
@@ -192,7 +192,7 @@ impl TestRegistry {
     ///
     /// When the registry refuses it.
     pub async fn put_blob(&self, repository: &str, bytes: &[u8]) -> Result<String> {
-        let digest = capstan_host::oci::sha256(bytes);
+        let digest = capstan_host::serve::oci::sha256(bytes);
         let path = format!("/v2/{repository}/blobs/uploads/");
         let (code, head, _) = request(self.port, "POST", &path, &[], b"").await?;
         ensure!(code == 202, "POST {path}: {code}");

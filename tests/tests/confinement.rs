@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use capstan_host::host::HostBuilder;
+use capstan_host::serve::host::HostBuilder;
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -114,7 +114,7 @@ async fn a_component_may_not_replace_a_crd_another_component_installed() -> Resu
     let thief = find_component("crd-thief").map_err(anyhow::Error::msg)?;
     let err = host.load(&thief).await.expect_err("the thief is refused");
     assert!(
-        matches!(&err, capstan_host::host::Error::CrdOwned { owner, controller, .. } if owner == "greeter" && controller == "thief"),
+        matches!(&err, capstan_host::serve::host::Error::CrdOwned { owner, controller, .. } if owner == "greeter" && controller == "thief"),
         "{err}"
     );
     let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
@@ -134,7 +134,7 @@ async fn a_wildcard_permission_is_refused_unless_the_host_allows_it() -> Result<
     let wildcard = find_component("wildcard").map_err(anyhow::Error::msg)?;
     let host = HostBuilder::new(ns.client()).namespace(Some(ns.name().to_owned())).start().await?;
     let err = host.load(&wildcard).await.expect_err("refused by default");
-    assert!(matches!(&err, capstan_host::host::Error::Wildcard { what, .. } if what.contains("*/*")), "{err}");
+    assert!(matches!(&err, capstan_host::serve::host::Error::Wildcard { what, .. } if what.contains("*/*")), "{err}");
     assert!(err.to_string().contains("--allow-wildcard-permissions"), "{err}");
     host.shutdown().await;
     let allowing = HostBuilder::new(ns.client())

@@ -158,7 +158,7 @@ async fn projects_made_outside_a_checkout_build_and_pass_their_scenarios_on_the_
     let home = std::env::temp_dir().join(format!("capstan-from-zero-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&home);
     std::fs::create_dir_all(&home)?;
-    ensure!(capstan_host::scaffold::find_checkout(&home).is_none(), "{} is inside a checkout", home.display());
+    ensure!(capstan_host::tooling::scaffold::find_checkout(&home).is_none(), "{} is inside a checkout", home.display());
     // The workspace's target folder: the Rust dependencies are built there
     // for wasm32-wasip2 already.
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().context("CARGO_TARGET_TMPDIR is <target>/tmp")?;
@@ -173,7 +173,10 @@ async fn projects_made_outside_a_checkout_build_and_pass_their_scenarios_on_the_
             std::process::Command::new(&capstan).args(["new", name, "--lang", lang]).current_dir(&home).output()?;
         ensure!(out.status.success(), "capstan new --lang {lang}: {}", String::from_utf8_lossy(&out.stderr));
         let project = home.join(name);
-        ensure!(capstan_host::scaffold::is_sdk(&project.join("capstan-sdk/guest-sdk")), "{lang}: no capstan-sdk/");
+        ensure!(
+            capstan_host::tooling::scaffold::is_sdk(&project.join("capstan-sdk/guest-sdk")),
+            "{lang}: no capstan-sdk/"
+        );
         if lang == "rust" {
             let cargo_toml = std::fs::read_to_string(project.join("Cargo.toml"))?;
             ensure!(cargo_toml.contains("capstan-guest = { path = \"capstan-sdk/guest-sdk\" }"), "{cargo_toml}");

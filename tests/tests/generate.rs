@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use capstan_host::component::Loader;
-use capstan_host::engine::{Engine, EngineConfig};
-use capstan_host::generate::{self, Component, Delivery, Options};
-use capstan_host::host::HostBuilder;
-use capstan_host::limits::Limits;
-use capstan_host::runtime::Runtime;
+use capstan_host::runtime::component::Loader;
+use capstan_host::runtime::engine::{Engine, EngineConfig};
+use capstan_host::runtime::invocation::Runtime;
+use capstan_host::runtime::limits::Limits;
+use capstan_host::serve::host::HostBuilder;
 use capstan_host::testing::{default_cache_dir, find_component};
+use capstan_host::tooling::generate::{self, Component, Delivery, Options};
 use capstan_tests::{ControlPlane, FIELD_MANAGER, TestNamespace, install_crd, token_for_service_account, wait_for};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -376,7 +376,7 @@ async fn the_host_running_as_the_generated_service_account_converges_the_greeter
         .start()
         .await;
     match refused {
-        Err(e @ capstan_host::host::Error::Access { .. }) => {
+        Err(e @ capstan_host::serve::host::Error::Access { .. }) => {
             let message = e.to_string();
             let place = format!("(core) in namespace {}", ns.name());
             for verb in ["get", "list", "watch"] {
@@ -553,7 +553,7 @@ async fn a_permission_removed_from_the_generated_role_surfaces_as_a_403() -> Res
     })
     .await
     .context("the host did not report the 403")?;
-    assert_eq!(host.controllers()[0].state(), capstan_host::controller::State::Syncing, "{reported}");
+    assert_eq!(host.controllers()[0].state(), capstan_host::control::controller::State::Syncing, "{reported}");
     let g = api.get("hello").await?;
     assert!(g.data.get("status").is_none_or(|s| s.get("observedGeneration").is_none()), "must not converge: {g:?}");
     assert!(ns.api::<ConfigMap>().get_opt("hello-greeting").await?.is_none());
@@ -564,7 +564,7 @@ async fn a_permission_removed_from_the_generated_role_surfaces_as_a_403() -> Res
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_project_made_by_capstan_new_runs_on_the_control_plane() -> Result<()> {
-    use capstan_host::scaffold::{self, Options as NewOptions, Sdk};
+    use capstan_host::tooling::scaffold::{self, Options as NewOptions, Sdk};
     let ns = TestNamespace::new("gen-new").await?;
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").canonicalize()?;
     let target =
@@ -697,8 +697,8 @@ async fn components_delivered_by_config_map_run_and_a_new_config_map_hot_loads()
 async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its_account_fills_in_the_ca_bundle()
 -> Result<()> {
     use base64::Engine as _;
-    use capstan_host::webhook::tls::Certs;
-    use capstan_host::webhook::{Endpoint, Install, Registry, ServiceRef};
+    use capstan_host::serve::webhook::tls::Certs;
+    use capstan_host::serve::webhook::{Endpoint, Install, Registry, ServiceRef};
     let ns = TestNamespace::new("gen-hooks").await?;
     let plane = ControlPlane::shared().await?;
     let admin = ns.client();
@@ -744,7 +744,7 @@ async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its
     let ca = base64::engine::general_purpose::STANDARD.encode(certs.ca_bundle());
     let install = Install { endpoint: Endpoint::Service(service), ca_bundle: certs.ca_bundle() };
     let registry = Arc::new(Registry::new().installing(Some(install)));
-    let server = capstan_host::webhook::serve(([127, 0, 0, 1], 0).into(), certs, Arc::clone(&registry)).await?;
+    let server = capstan_host::serve::webhook::serve(([127, 0, 0, 1], 0).into(), certs, Arc::clone(&registry)).await?;
     let host = wait_for(TIMEOUT, || {
         let (sa, registry) = (sa.clone(), Arc::clone(&registry));
         async move {
@@ -793,7 +793,7 @@ async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its
 #[tokio::test(flavor = "multi_thread")]
 async fn a_manifest_with_a_python_component_by_reference_applies_with_plain_kubectl_apply_and_its_account_serves_it()
 -> Result<()> {
-    use capstan_host::oci::{Options as RegistryOptions, Registry, Summary};
+    use capstan_host::serve::oci::{Options as RegistryOptions, Registry, Summary};
     use capstan_tests::registry::TestRegistry;
     let plane = ControlPlane::shared().await?;
     let ns = TestNamespace::new("gen-oci").await?;

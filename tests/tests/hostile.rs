@@ -10,14 +10,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use capstan_host::component::{CompileSource, Loader};
-use capstan_host::engine::{Engine, EngineConfig};
-use capstan_host::host::HostBuilder;
-use capstan_host::imports::STDIO_CAPACITY;
-use capstan_host::limits::Limits;
+use capstan_host::control::reconciler::Error as ReconcileError;
 use capstan_host::metrics::metrics;
-use capstan_host::reconciler::Error as ReconcileError;
-use capstan_host::runtime::{self, Runtime};
+use capstan_host::runtime::component::{CompileSource, Loader};
+use capstan_host::runtime::engine::{Engine, EngineConfig};
+use capstan_host::runtime::imports::STDIO_CAPACITY;
+use capstan_host::runtime::invocation::{self as runtime, Runtime};
+use capstan_host::runtime::limits::Limits;
+use capstan_host::serve::host::HostBuilder;
 use capstan_host::testing::{MockHost, Run, find_component};
 use capstan_tests::{
     ControlPlane, PrivateControlPlane, TestNamespace, capstan_binary, free_port, random_suffix, wait_for,
@@ -60,7 +60,7 @@ fn sample(scrape: &str, series: &str) -> f64 {
 }
 
 /// The first reconcile of `name` in `run`.
-fn first<'a>(run: &'a Run, name: &str) -> Result<&'a capstan_host::reconciler::Report> {
+fn first<'a>(run: &'a Run, name: &str) -> Result<&'a capstan_host::control::reconciler::Report> {
     run.steps.iter().map(|s| &s.report).find(|r| r.object.name == name).context("the object was reconciled")
 }
 
@@ -196,7 +196,10 @@ async fn stdout_past_the_cap_is_truncated_and_counted_not_a_trap() -> Result<()>
     assert_eq!(journal.stdout.len(), STDIO_CAPACITY);
     assert_eq!(journal.stdout_dropped, (1024 * 1024 - STDIO_CAPACITY) as u64);
     // The fixture's own "reconciling" line and 1 000 more; 256 are kept.
-    assert_eq!((journal.logs.len(), journal.dropped_logs), (capstan_host::imports::MAX_LOG_LINES, 1_001 - 256));
+    assert_eq!(
+        (journal.logs.len(), journal.dropped_logs),
+        (capstan_host::runtime::imports::MAX_LOG_LINES, 1_001 - 256)
+    );
     let after = metrics().encode();
     assert!(sample(&after, bytes) - sample(&before, bytes) >= journal.stdout_dropped as f64, "{after}");
     assert!(sample(&after, lines) - sample(&before, lines) >= 745.0, "{after}");
@@ -264,7 +267,8 @@ async fn a_rejected_file_with_no_running_version_makes_the_host_unready_naming_i
         .components_dir(Some(dir.clone()))
         .start()
         .await?;
-    let running = || host.controller("fixture").is_some_and(|c| c.state() == capstan_host::controller::State::Running);
+    let running =
+        || host.controller("fixture").is_some_and(|c| c.state() == capstan_host::control::controller::State::Running);
     wait_for(TIMEOUT, || async { running().then_some(()) }).await.context("the fixture runs")?;
     let reasons = host.readiness().expect_err("a controller that should run does not");
     assert_eq!(reasons.len(), 1, "{reasons:?}");

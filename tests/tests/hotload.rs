@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use capstan_host::host::{ComponentStatus, Host, HostBuilder};
+use capstan_host::serve::host::{ComponentStatus, Host, HostBuilder};
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;

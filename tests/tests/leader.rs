@@ -1,4 +1,4 @@
-//! Leader election (`capstan_host::leader`) against the real API server:
+//! Leader election (`capstan_host::control::leader`) against the real API server:
 //! one Lease per controller, spreading across replicas, takeover after a
 //! crash or a resignation, and losing the Lease at once. Every test works
 //! in its own namespace with short timings; the time bounds asserted are
@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use capstan_host::leader::{Elections, Leadership, LeaseSettings, lease_name};
+use capstan_host::control::leader::{Elections, Leadership, LeaseSettings, lease_name};
 use capstan_tests::{ControlPlane, PrivateControlPlane, TestNamespace, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use capstan_host::host::{ComponentStatus, Host, HostBuilder};
-use capstan_host::oci::{self, Options, Reference, Registry, Summary};
+use capstan_host::serve::host::{ComponentStatus, Host, HostBuilder};
+use capstan_host::serve::oci::{self, Options, Reference, Registry, Summary};
 use capstan_host::testing::find_component;
 use capstan_tests::registry::TestRegistry;
 use capstan_tests::{ControlPlane, TestNamespace, capstan_binary, random_suffix, wait_for};

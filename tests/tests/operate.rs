@@ -9,8 +9,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use capstan_host::host::{Host, HostBuilder};
-use capstan_host::leader::LeaseSettings;
+use capstan_host::control::leader::LeaseSettings;
+use capstan_host::serve::host::{Host, HostBuilder};
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, PrivateControlPlane, TestNamespace, capstan_binary, free_port, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use capstan_host::controller::{Backoff, Settings};
-use capstan_host::host::{Host, HostBuilder};
-use capstan_host::limits::Limits;
+use capstan_host::control::controller::{Backoff, Settings};
+use capstan_host::runtime::limits::Limits;
+use capstan_host::serve::host::{Host, HostBuilder};
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, greeting, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -301,22 +301,22 @@ async fn a_crd_installed_after_the_host_started_is_picked_up() -> Result<()> {
     let settings = Settings { rediscovery: Duration::from_millis(500), ..Settings::default() };
     let host = HostBuilder::new(client.clone()).component(component("greeter")).settings(settings).start().await?;
     wait_for(TIMEOUT, || async {
-        matches!(host.controllers()[0].state(), capstan_host::controller::State::WaitingForKinds(ref k) if !k.is_empty())
+        matches!(host.controllers()[0].state(), capstan_host::control::controller::State::WaitingForKinds(ref k) if !k.is_empty())
             .then_some(())
     })
     .await
     .context("the controller waits for the Greeting kind")?;
 
-    let engine = capstan_host::engine::Engine::new(Default::default())?;
-    let runtime =
-        capstan_host::runtime::Runtime::new(&engine, Limits::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let loaded = capstan_host::component::Loader::new(runtime, None).load(&component("greeter")).await?;
+    let engine = capstan_host::runtime::engine::Engine::new(Default::default())?;
+    let runtime = capstan_host::runtime::invocation::Runtime::new(&engine, Limits::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loaded = capstan_host::runtime::component::Loader::new(runtime, None).load(&component("greeter")).await?;
     capstan_tests::install_crd(&client, loaded.manifest.crds[0].clone()).await?;
 
     let greetings = greetings_in(&client, "late");
     greetings.create(&PostParams::default(), &greeting("hello", "better late", 1)).await?;
     wait_for(TIMEOUT, || async { greetings.get("hello").await.ok().filter(|g| ready(g, 1)) }).await?;
-    assert_eq!(host.controllers()[0].state(), capstan_host::controller::State::Running);
+    assert_eq!(host.controllers()[0].state(), capstan_host::control::controller::State::Running);
     host.shutdown().await;
     Ok(())
 }

@@ -15,9 +15,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use capstan_host::controller::{Backoff, Settings};
-use capstan_host::host::{Change, Error as HostError, Host, HostBuilder};
-use capstan_host::leader::LeaseSettings;
+use capstan_host::control::controller::{Backoff, Settings};
+use capstan_host::control::leader::LeaseSettings;
+use capstan_host::serve::host::{Change, Error as HostError, Host, HostBuilder};
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, random_suffix, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -202,7 +202,7 @@ async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_nev
                 .as_ref()
                 .map(|s| &s.containers[0])
                 .and_then(|c| c.resources.as_ref()?.requests.as_ref()?.get("cpu").cloned());
-            let milli = capstan_host::scheduler::quantity::parse_milli(&requested.context("a cpu request")?.0)
+            let milli = capstan_host::control::scheduler::quantity::parse_milli(&requested.context("a cpu request")?.0)
                 .context("a quantity")?;
             *cpu.entry(n).or_default() += milli;
         }

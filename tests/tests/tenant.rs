@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use capstan_host::host::{Host, HostBuilder};
+use capstan_host::serve::host::{Host, HostBuilder};
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, random_suffix, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use capstan_host::host::{Change, HostBuilder};
+use capstan_host::serve::host::{Change, HostBuilder};
+use capstan_host::serve::webhook::tls::Certs;
+use capstan_host::serve::webhook::{self, Endpoint, Install, Registry};
 use capstan_host::testing::find_component;
-use capstan_host::webhook::tls::Certs;
-use capstan_host::webhook::{self, Endpoint, Install, Registry};
 use capstan_tests::{ControlPlane, TestNamespace, free_port, wait_for};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -4,8 +4,8 @@
 //! `tests/build-guests.sh`).
 
 use capstan_host::cluster::{Cluster, Patch, Propagation, Subresource};
+use capstan_host::control::reconciler::EventKind;
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::reconciler::EventKind;
 use capstan_host::testing::{MockHost, find_component};
 use serde_json::{Value, json};
 

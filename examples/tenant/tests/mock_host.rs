@@ -3,10 +3,10 @@
 //! component first (`tests/build-guests.sh`).
 
 use capstan_host::cluster::{Cluster, Patch, Subresource};
+use capstan_host::control::reconciler::{CONDITION, EventKind};
 use capstan_host::object::{Gvk, ObjectRef};
-use capstan_host::reconciler::{CONDITION, EventKind};
-use capstan_host::scenario;
 use capstan_host::testing::{MockHost, find_component};
+use capstan_host::tooling::scenario;
 use serde_json::{Value, json};
 
 fn tenant_kind() -> Gvk {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{Error, MAX_ENTRIES, check_len, is_dns1123_subdomain, kind_of};
-use crate::bindings::capstan::operator::types as wit;
 use crate::object::Gvk;
+use crate::runtime::bindings::capstan::operator::types as wit;
 
 /// Most admission webhooks one component serves.
 pub const MAX_WEBHOOKS: usize = 16;

@@ -753,10 +753,10 @@ impl Cluster {
 }
 
 async fn install_crd(client: &Client, greeter: &Path) -> Result<()> {
-    let engine = capstan_host::engine::Engine::new(Default::default())?;
-    let runtime =
-        capstan_host::runtime::Runtime::new(&engine, Default::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let loaded = capstan_host::component::Loader::new(runtime, None).load(greeter).await?;
+    let engine = capstan_host::runtime::engine::Engine::new(Default::default())?;
+    let runtime = capstan_host::runtime::invocation::Runtime::new(&engine, Default::default())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loaded = capstan_host::runtime::component::Loader::new(runtime, None).load(greeter).await?;
     capstan_tests::install_crd(client, loaded.manifest.crds[0].clone()).await?;
     Ok(())
 }
@@ -771,7 +771,9 @@ fn go_peer(go: &Path) -> Result<PathBuf> {
         hash.update(text.as_bytes());
     }
     let key = hex::encode(&hash.finalize()[..8]);
-    let dir = capstan_host::cli::cluster::build::cache_root()?.join("peers").join(format!("controller-runtime-{key}"));
+    let dir = capstan_host::tooling::cli::cluster::build::cache_root()?
+        .join("peers")
+        .join(format!("controller-runtime-{key}"));
     let binary = dir.join("controller-runtime-greeter");
     if binary.is_file() {
         return Ok(binary);

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use capstan_host::host::{Host, HostBuilder};
+use capstan_host::serve::host::{Host, HostBuilder};
 use capstan_host::testing::find_component;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Namespace;

@@ -31,11 +31,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use capstan_host::host::HostBuilder;
 use capstan_host::metrics::metrics;
+use capstan_host::serve::host::HostBuilder;
+use capstan_host::serve::webhook::tls::Certs;
+use capstan_host::serve::webhook::{self, Endpoint, Install, Registry};
 use capstan_host::testing::find_component;
-use capstan_host::webhook::tls::Certs;
-use capstan_host::webhook::{self, Endpoint, Install, Registry};
 use clap::Parser;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::Namespace;

@@ -1,0 +1,1545 @@
+//! One reconcile, from an object reference to an applied outcome: the
+//! controller semantics shared by the real host and the mock host.
+//!
+//! # Guarantees
+//!
+//! - The event kind is derived from state, not from watch events: the
+//!   object is compared with what this controller last handled
+//!   successfully (new uid → `added`, changed generation or
+//!   resourceVersion → `modified`, deletion timestamp → `deleted`,
+//!   unchanged → `resync`). Merged triggers lose nothing.
+//! - After a host restart, what survives the host says whether an object
+//!   was handled before: the controller's finalizer on it, a
+//!   `status.observedGeneration`, or fields its field manager wrote. Such
+//!   an object is `modified` if its generation is newer than its
+//!   `status.observedGeneration`, else `resync`; only an object with none
+//!   of these marks is `added`.
+//! - With a finalizer declared, it is added before the first `added`, and
+//!   removed only after `deleted` succeeds.
+//! - Children are checked before any is applied: a declared kind, a valid
+//!   name, the namespace the grants allow (a namespaced owner's own
+//!   namespace; for a cluster-scoped owner, the scope its manifest gives
+//!   the kind; never a namespace the host does not watch), the owned
+//!   kind's label selector, `bind` declared for a role a binding refers
+//!   to. Guest-made ownerReferences are dropped; the host sets the one
+//!   controller ownerReference. A child another owner controls is refused.
+//! - Children are applied by server-side apply with this controller's field
+//!   manager; with `children-policy: prune`, children of owned kinds that
+//!   the outcome no longer lists are deleted, and only when every child
+//!   was applied.
+//! - A child the API server refuses for a reason a retry cannot fix (400,
+//!   403, 404, 422, or owned by another) is reported: a Warning Event
+//!   naming it, the host's `Reconciled=False` condition, and the guest's
+//!   next `reconcile-request.failed-children`. The object is retried with
+//!   backoff [`Error::retry_limit`] times, then waits for a change.
+//! - The status is written through the status subresource, with
+//!   `observedGeneration` filled in when the guest left it out, and only
+//!   when it differs from the current one. The host's own condition
+//!   ([`CONDITION`]) is merged into it by type, keeping its
+//!   `lastTransitionTime` while its status stays the same, and removed at
+//!   the next success; all of it is written with the controller's field
+//!   manager, so it behaves the same whether the schema makes `conditions`
+//!   an atomic list or a list-map.
+//! - A failure keeps the children as they are, writes the failure's status
+//!   and events, and (terminal) records a Warning Event and sets
+//!   `Reconciled=False`. A terminal failure is not retried until the object
+//!   changes: triggers caused by the host's own writes, children, watched
+//!   objects or resyncs do not call the guest again.
+//! - A change the host itself made is no trigger: the watch event of its
+//!   own finalizer patch, status write or child apply (recognised by the
+//!   resourceVersion the write returned, see [`Reconciler::written_for`])
+//!   does not queue the object whose reconcile wrote it, so a reconcile is
+//!   not followed by a second one that would only find its own work done.
+//!   A change anyone else makes to the object or a child is a trigger as
+//!   before, and so is every object after a relist.
+//! - A reconcile whose guest logged more lines than the per-invocation
+//!   cap records one `LogsDropped` Warning Event on the primary object,
+//!   with the counts (lines over the controller's log budget alone are
+//!   reported in the host's log and metrics, not per object).
+//!
+//! # Caveats
+//!
+//! Without a finalizer, `deleted` is best-effort: it is delivered only if
+//! this host saw the object before it disappeared. An object of a
+//! controller without finalizer, status and field-manager writes to it
+//! carries no mark of being handled and is `added` again after a restart.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+
+use crate::cluster::{self, Cluster, EventRecord, Patch, Propagation, Subresource};
+use crate::manifest::{self, Manifest, Verb};
+use crate::object::{self, Gvk, ObjectRef};
+use crate::runtime::bindings::capstan::operator::types as wit;
+use crate::runtime::component::Loaded;
+use crate::runtime::grants::{Grants, Request};
+use crate::runtime::imports::events::event_record;
+use crate::runtime::imports::{Caller, Journal};
+use crate::runtime::invocation::{self as runtime, Runtime};
+use crate::sync::lock;
+
+pub use crate::runtime::invocation::EventKind;
+
+/// The type of the condition the host writes into a primary object's
+/// `status.conditions` (`Reconciled=False` after a terminal failure, an
+/// invalid outcome or a refused child; removed at the next success).
+pub const CONDITION: &str = "Reconciled";
+
+/// Most children one outcome may list.
+pub const MAX_CHILDREN: usize = 512;
+/// Most events one outcome or failure may list.
+pub const MAX_EVENTS: usize = 64;
+
+/// What to do after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Reconcile again after this long (requested, or the resync period).
+    Requeue(Duration),
+    /// Wait for the next change.
+    AwaitChange,
+}
+
+/// A child the API server (or the host) refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildFailure {
+    /// The child.
+    pub child: ObjectRef,
+    /// HTTP status code (409 for a child another owner controls).
+    pub code: u16,
+    /// Machine-readable reason, e.g. `Invalid`.
+    pub reason: String,
+    /// What was said.
+    pub message: String,
+}
+
+impl fmt::Display for ChildFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} {}): {}", self.child, self.code, self.reason, self.message)
+    }
+}
+
+impl From<&ChildFailure> for wit::ChildFailure {
+    fn from(c: &ChildFailure) -> Self {
+        wit::ChildFailure {
+            child: wit::ObjectRef {
+                kind: wit::GroupVersionKind {
+                    group: c.child.gvk.group.clone(),
+                    version: c.child.gvk.version.clone(),
+                    kind: c.child.gvk.kind.clone(),
+                },
+                namespace: c.child.namespace.clone(),
+                name: c.child.name.clone(),
+            },
+            code: c.code,
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        }
+    }
+}
+
+/// Why a reconcile failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The guest trapped, ran out of time or memory. Retried with backoff.
+    #[error(transparent)]
+    Guest(#[from] runtime::Error),
+    /// The guest gave up and asked for a retry.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// The guest gave up for good; not retried until the object changes.
+    #[error("terminal: {0}")]
+    Terminal(String),
+    /// The outcome asks for something the controller may not do (e.g. a
+    /// child of an undeclared kind). Not retried.
+    #[error("invalid outcome: {0}")]
+    InvalidOutcome(String),
+    /// Children were refused in a way a retry cannot fix. Retried with
+    /// backoff up to [`Error::retry_limit`] times, then not until the
+    /// object changes.
+    #[error("{} refused: {}", plural(.0.len()), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    ChildrenRefused(Vec<ChildFailure>),
+    /// Reading the object or applying the outcome failed. Retried.
+    #[error("applying the outcome failed: {0}")]
+    Cluster(#[from] cluster::Error),
+    /// The cache has not shown the host's last write to the object yet:
+    /// reconciling it now would work from the state before that write.
+    /// The guest is not called; the object is looked at again shortly,
+    /// like after a conflict.
+    #[error("the cache is behind the host's last write to the object")]
+    CacheBehind,
+}
+
+fn plural(n: usize) -> String {
+    if n == 1 { "1 child".into() } else { format!("{n} children") }
+}
+
+impl Error {
+    /// True if retrying with backoff makes sense.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Error::Terminal(_) | Error::InvalidOutcome(_))
+    }
+
+    /// How many consecutive failures of this kind are retried before the
+    /// object waits for a change; `None`: no limit.
+    pub fn retry_limit(&self) -> Option<u32> {
+        match self {
+            Error::ChildrenRefused(_) => Some(3),
+            _ => None,
+        }
+    }
+
+    /// True for an optimistic-concurrency conflict (409) while applying,
+    /// or a cache known to be behind the host's own write: the cache was
+    /// behind a write. Not a failure: the object is simply reconciled
+    /// again from fresher state.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Cluster(cluster::Error::Conflict(_)) | Error::CacheBehind)
+    }
+}
+
+/// Everything one reconcile did.
+#[derive(Debug)]
+pub struct Report {
+    /// The object.
+    pub object: ObjectRef,
+    /// The event delivered, if the guest was called.
+    pub event: Option<EventKind>,
+    /// The result.
+    pub result: Result<Action, Error>,
+    /// The guest's host calls, logs and stdio.
+    pub journal: Journal,
+    /// Children applied.
+    pub applied: Vec<ObjectRef>,
+    /// Children not applied because the apply would have changed nothing:
+    /// the host applied the same object last time, and the child has not
+    /// changed since (see [`Reconciler`]).
+    pub unchanged: Vec<ObjectRef>,
+    /// Children pruned.
+    pub pruned: Vec<ObjectRef>,
+}
+
+impl Report {
+    /// How this reconcile is counted in `capstan_reconcile_total`: a
+    /// requeue (asked for or the resync period) is `requeue_after`, a 409
+    /// while applying is `conflict`, a retried failure (traps included) is
+    /// `error`, one that is not retried is a terminal error.
+    pub fn metrics_result(&self) -> crate::metrics::ReconcileResult {
+        use crate::metrics::ReconcileResult as R;
+        match &self.result {
+            Ok(Action::AwaitChange) => R::Success,
+            Ok(Action::Requeue(_)) => R::RequeueAfter,
+            Err(e) if e.is_conflict() => R::Conflict,
+            Err(e) if e.is_retryable() => R::Error,
+            Err(_) => R::TerminalError,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Handled {
+    uid: Option<String>,
+    generation: Option<i64>,
+    /// The resourceVersion the guest saw, and the one after the host's own
+    /// writes: a cache that has not caught up yet shows the first.
+    resource_versions: [Option<String>; 2],
+    /// Last state seen, for a best-effort `deleted` without finalizer
+    /// (`None` for a controller with a finalizer: it never needs it).
+    last: Option<Value>,
+    /// The last attempt ended in a terminal failure: not retried until the
+    /// object changes.
+    terminal: bool,
+}
+
+/// An object the host wrote, by group, kind, namespace and name: the watch
+/// of a kind may use another version than the write.
+type WriteKey = (String, String, Option<String>, String);
+
+fn write_key(gvk: &Gvk, namespace: Option<&str>, name: &str) -> WriteKey {
+    (gvk.group.clone(), gvk.kind.clone(), namespace.map(str::to_owned), name.to_owned())
+}
+
+/// Most writes of the host's to one object whose watch events are awaited
+/// (a reconcile writes its primary object twice: finalizer and status).
+const MAX_OWN_WRITES: usize = 4;
+
+/// The host's writes to one object whose watch events have not been seen
+/// yet, oldest first: the resourceVersion each returned, and the primary
+/// object it was written for.
+type OwnWrites = Vec<(String, ObjectRef, Instant)>;
+
+/// How long a write of the host's to an object, whose watch event has not
+/// been seen, keeps that object's reconciles waiting for the cache. Past
+/// it the event counts as lost (a relist after a watch restart shows only
+/// the latest version) and the object is reconciled from what the cache
+/// holds.
+const OWN_WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// The host's last apply of a child: the resourceVersion it returned and
+/// the SHA-256 of the object it sent.
+type LastApply = (String, [u8; 32]);
+
+fn digest(child: &Value) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(serde_json::to_vec(child).expect("a JSON value serialises")).into()
+}
+
+/// A new version on trial (a canary) for a share of the objects.
+struct Trial {
+    component: Arc<Loaded>,
+    grants: Arc<Grants>,
+    percent: u8,
+    /// Objects of the share not yet reconciled successfully by it.
+    pending: HashSet<ObjectRef>,
+    /// Its first failure.
+    failure: Option<String>,
+}
+
+/// Where a trial stands (see [`Reconciler::start_trial`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrialState {
+    /// Digest of the version on trial.
+    pub digest: String,
+    /// Its share of the objects, in percent.
+    pub percent: u8,
+    /// Objects of its share it has not reconciled successfully yet.
+    pub pending: usize,
+    /// Its first failure (an error or a trap), if any.
+    pub failure: Option<String>,
+}
+
+/// Whether `r` is in the first `percent` % of objects: a stable hash of its
+/// namespace and name, so an object stays in or out of a canary's share.
+pub fn in_share(r: &ObjectRef, percent: u8) -> bool {
+    // FNV-1a: stable across processes and versions, unlike `DefaultHasher`.
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in r.namespace.as_deref().unwrap_or_default().bytes().chain([b'/']).chain(r.name.bytes()) {
+        hash = (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193);
+    }
+    hash % 100 < u32::from(percent)
+}
+
+/// A child of an outcome as the cache holds it before the apply.
+enum Existing {
+    /// Not there yet.
+    Absent,
+    /// There, controlled by no other owner.
+    Ours {
+        /// Its resourceVersion (an apply that returns the same changed
+        /// nothing).
+        resource_version: Option<String>,
+    },
+    /// Controlled by another owner, named.
+    ControlledBy(String),
+}
+
+/// The host's condition to merge into a status.
+#[derive(Clone)]
+struct HostCondition {
+    reason: &'static str,
+    message: String,
+}
+
+/// A controller's reconcile logic: one component version (and perhaps a
+/// new one on trial), the cluster, and what it last handled.
+pub struct Reconciler {
+    /// The version in use and its grants, swapped together.
+    version: Mutex<(Arc<Loaded>, Arc<Grants>)>,
+    trial: Mutex<Option<Trial>>,
+    runtime: Runtime,
+    cluster: Arc<dyn Cluster>,
+    /// The namespaces the host watches (empty: all); writes stay inside.
+    namespaces: Vec<String>,
+    handled: Mutex<HashMap<ObjectRef, Handled>>,
+    /// Objects whose `added` has not succeeded yet.
+    adding: Mutex<HashSet<ObjectRef>>,
+    /// Children of the last outcome per object that were refused.
+    refused: Mutex<HashMap<ObjectRef, Vec<ChildFailure>>>,
+    /// The resourceVersion each of the host's own writes (finalizer, status,
+    /// children) returned, until its watch event is seen: that event is no
+    /// trigger.
+    own_writes: Mutex<HashMap<WriteKey, OwnWrites>>,
+    /// The host's last apply of each child. The same object applied again
+    /// to a child still at the resourceVersion that apply returned would
+    /// change nothing (no one else has written it since), so it is not
+    /// sent: a pass that finds nothing to do, a resync and a new version
+    /// that wants the same children cost no writes. Forgotten when the
+    /// child is deleted or differs.
+    applied: Mutex<HashMap<WriteKey, LastApply>>,
+    /// Kinds whose status schema declares no `conditions`: the API server
+    /// refuses a status carrying them, so the host writes its condition
+    /// into the status of no object of these kinds (warned once each).
+    without_conditions: Mutex<HashSet<Gvk>>,
+}
+
+impl fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reconciler").field("component", &self.component()).finish_non_exhaustive()
+    }
+}
+
+impl Reconciler {
+    /// A reconciler running `component` against `cluster`.
+    pub fn new(runtime: Runtime, component: Loaded, cluster: Arc<dyn Cluster>) -> Self {
+        Self::within(runtime, component, cluster, &[])
+    }
+
+    /// A reconciler on a host that watches only `namespaces` (empty: all):
+    /// no write of the controller reaches a namespaced object elsewhere.
+    pub fn within(runtime: Runtime, component: Loaded, cluster: Arc<dyn Cluster>, namespaces: &[String]) -> Self {
+        let grants = Arc::new(Grants::from_manifest(&component.manifest).within(namespaces));
+        Self {
+            version: Mutex::new((Arc::new(component), grants)),
+            trial: Mutex::new(None),
+            runtime,
+            cluster,
+            namespaces: namespaces.to_vec(),
+            handled: Mutex::new(HashMap::new()),
+            adding: Mutex::new(HashSet::new()),
+            refused: Mutex::new(HashMap::new()),
+            own_writes: Mutex::new(HashMap::new()),
+            applied: Mutex::new(HashMap::new()),
+            without_conditions: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn grants_of(&self, manifest: &Manifest) -> Arc<Grants> {
+        Arc::new(Grants::from_manifest(manifest).within(&self.namespaces))
+    }
+
+    /// The component version in use.
+    pub fn component(&self) -> Arc<Loaded> {
+        Arc::clone(&lock(&self.version).0)
+    }
+
+    /// Replaces the component version and returns the one it replaces:
+    /// calls in flight finish on the old version (with its grants), calls
+    /// that start afterwards use the new one. What was handled is kept, so
+    /// an unchanged object is a `resync` for the new version.
+    pub fn swap(&self, component: Loaded) -> Arc<Loaded> {
+        let grants = self.grants_of(&component.manifest);
+        // A new version gets another chance at objects the old one gave up on.
+        lock(&self.handled).values_mut().for_each(|h| h.terminal = false);
+        std::mem::replace(&mut *lock(&self.version), (Arc::new(component), grants)).0
+    }
+
+    /// A caller for a role other than reconcile (a webhook, a scheduling
+    /// decision) on the version in use: the component's grants, no object
+    /// being reconciled. Returns the version too, so the call runs on the
+    /// version the caller was made for even if a swap happens meanwhile.
+    pub fn role_caller(&self) -> (Arc<Loaded>, Caller) {
+        let (component, grants) = {
+            let version = lock(&self.version);
+            (Arc::clone(&version.0), Arc::clone(&version.1))
+        };
+        let caller = Caller {
+            controller: component.manifest.name.as_str().into(),
+            field_manager: component.manifest.field_manager().into(),
+            grants,
+            cluster: Arc::clone(&self.cluster),
+            reconciling: None,
+        };
+        (component, caller)
+    }
+
+    /// Answers an admission request with the version in use, within
+    /// `deadline`.
+    pub async fn review(
+        &self,
+        request: wit::AdmissionRequest,
+        deadline: Duration,
+    ) -> runtime::Invocation<wit::AdmissionResponse> {
+        let (component, caller) = self.role_caller();
+        self.runtime.review(&component.pre, caller, request, deadline).await
+    }
+
+    /// Converts objects with the version in use, within `deadline`.
+    pub async fn convert(
+        &self,
+        request: wit::ConversionRequest,
+        deadline: Duration,
+    ) -> runtime::Invocation<Result<Vec<wit::Json>, String>> {
+        let (component, caller) = self.role_caller();
+        self.runtime.convert(&component.pre, caller, request, deadline).await
+    }
+
+    /// Makes one scheduling decision with the version in use.
+    pub async fn schedule(
+        &self,
+        request: wit::ScheduleRequest,
+    ) -> runtime::Invocation<Result<String, wit::Unschedulable>> {
+        let (component, caller) = self.role_caller();
+        self.runtime.schedule(&component.pre, caller, request).await
+    }
+
+    /// The grants of `component`: those of the version in use, or, for a
+    /// call still running on a version swapped out meanwhile, its own.
+    fn grants_for(&self, component: &Loaded) -> Arc<Grants> {
+        let version = lock(&self.version);
+        if std::ptr::eq(Arc::as_ptr(&version.0), component) {
+            return Arc::clone(&version.1);
+        }
+        drop(version);
+        match lock(&self.trial).as_ref() {
+            Some(t) if std::ptr::eq(Arc::as_ptr(&t.component), component) => Arc::clone(&t.grants),
+            _ => self.grants_of(&component.manifest),
+        }
+    }
+
+    /// Puts `component` on trial for `percent` % of the objects (chosen by
+    /// [`in_share`]) while the others stay on the version in use; returns
+    /// the objects of `objects` in its share, to be reconciled now. A
+    /// trial already running is abandoned.
+    pub fn start_trial(
+        &self,
+        component: Loaded,
+        percent: u8,
+        objects: impl IntoIterator<Item = ObjectRef>,
+    ) -> Vec<ObjectRef> {
+        let share: Vec<ObjectRef> = objects.into_iter().filter(|r| in_share(r, percent)).collect();
+        let grants = self.grants_of(&component.manifest);
+        *lock(&self.trial) = Some(Trial {
+            component: Arc::new(component),
+            grants,
+            percent,
+            pending: share.iter().cloned().collect(),
+            failure: None,
+        });
+        share
+    }
+
+    /// Where the trial stands, if one runs.
+    pub fn trial(&self) -> Option<TrialState> {
+        lock(&self.trial).as_ref().map(|t| TrialState {
+            digest: t.component.digest.clone(),
+            percent: t.percent,
+            pending: t.pending.len(),
+            failure: t.failure.clone(),
+        })
+    }
+
+    /// Ends the trial: with `promote`, its version replaces the one in use
+    /// (as [`swap`](Self::swap)); otherwise it is dropped. Returns the
+    /// version that was on trial.
+    pub fn end_trial(&self, promote: bool) -> Option<Arc<Loaded>> {
+        let trial = lock(&self.trial).take()?;
+        if promote {
+            *lock(&self.version) = (Arc::clone(&trial.component), trial.grants);
+        }
+        Some(trial.component)
+    }
+
+    /// The version that reconciles `r`: the one on trial for its share,
+    /// else the one in use.
+    fn version_for(&self, r: &ObjectRef) -> (Arc<Loaded>, bool) {
+        if let Some(t) = lock(&self.trial).as_ref().filter(|t| in_share(r, t.percent)) {
+            return (Arc::clone(&t.component), true);
+        }
+        (self.component(), false)
+    }
+
+    /// Notes how the version on trial did on `r`.
+    fn judge(&self, component: &Arc<Loaded>, r: &ObjectRef, result: &Result<Action, Error>) {
+        let mut trial = lock(&self.trial);
+        let Some(t) = trial.as_mut().filter(|t| Arc::ptr_eq(&t.component, component)) else { return };
+        match result {
+            Ok(_) => {
+                t.pending.remove(r);
+            }
+            Err(e) if e.is_conflict() => {}
+            Err(e) => {
+                if t.failure.is_none() {
+                    t.failure = Some(format!("{r}: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Forgets what was handled, so every object is judged by what it
+    /// carries (as after a host restart).
+    pub fn forget_all(&self) {
+        lock(&self.handled).clear();
+        lock(&self.adding).clear();
+        lock(&self.refused).clear();
+        lock(&self.own_writes).clear();
+        lock(&self.applied).clear();
+    }
+
+    /// The primary object whose reconcile made the change of `meta` (an
+    /// object of `kind`), if the change is the watch event of one of the
+    /// host's own writes: a finalizer patch or status write of that object,
+    /// or an apply of its child (seen by the resourceVersion the write
+    /// returned). The change triggers everything it would trigger except
+    /// that object, which has already seen its own work (a child that is a
+    /// primary object too is still reconciled itself). Each write is
+    /// recognised once; a deletion forgets the object's write and is always
+    /// a trigger.
+    ///
+    /// A watch event that overtakes the response to the write is not
+    /// recognised, and costs one reconcile that finds nothing to do.
+    pub fn written_for(&self, kind: &Gvk, meta: &ObjectMeta, deleted: bool) -> Option<ObjectRef> {
+        let key = write_key(kind, meta.namespace.as_deref(), meta.name.as_deref()?);
+        let mut writes = lock(&self.own_writes);
+        if deleted {
+            writes.remove(&key);
+            lock(&self.applied).remove(&key);
+            return None;
+        }
+        let seen = meta.resource_version.as_deref()?;
+        let pending = writes.get_mut(&key)?;
+        let at = pending.iter().position(|(written, _, _)| written == seen)?;
+        // Watch events come in order: the writes before this one were seen
+        // (or will never be, after a compaction).
+        let (_, primary, _) = pending.drain(..=at).next_back().expect("`at` is in range");
+        if pending.is_empty() {
+            writes.remove(&key);
+        }
+        Some(primary)
+    }
+
+    /// True if the host wrote `r` less than [`OWN_WRITE_WAIT`] ago and the
+    /// watch has not shown that write yet: the cache is behind it.
+    fn behind_own_write(&self, r: &ObjectRef) -> bool {
+        let key = write_key(&r.gvk, r.namespace.as_deref(), &r.name);
+        let mut writes = lock(&self.own_writes);
+        let Some(pending) = writes.get_mut(&key) else { return false };
+        pending.retain(|(_, _, at)| at.elapsed() < OWN_WRITE_WAIT);
+        if pending.is_empty() {
+            writes.remove(&key);
+            return false;
+        }
+        true
+    }
+
+    /// Notes a write of the host's to `r`, made while reconciling
+    /// `primary`, that returned `written`, unless it changed nothing
+    /// (`before` has the same resourceVersion: no watch event follows).
+    fn note_write(&self, primary: &ObjectRef, r: &ObjectRef, before: Option<&str>, written: &Value) {
+        let Some(rv) = object::meta_str(written, "resourceVersion") else { return };
+        if before == Some(rv) {
+            return;
+        }
+        let key = write_key(&r.gvk, r.namespace.as_deref(), &r.name);
+        let mut writes = lock(&self.own_writes);
+        let pending = writes.entry(key).or_default();
+        if pending.len() == MAX_OWN_WRITES {
+            pending.remove(0);
+        }
+        pending.push((rv.to_owned(), primary.clone(), Instant::now()));
+    }
+
+    fn derive_event(&self, manifest: &Manifest, r: &ObjectRef, object: &Value) -> EventKind {
+        let handled = lock(&self.handled);
+        let Some(h) = handled.get(r) else {
+            drop(handled);
+            if lock(&self.adding).contains(r) {
+                return EventKind::Added;
+            }
+            return event_after_restart(manifest, object);
+        };
+        let uid = object::meta_str(object, "uid");
+        if h.uid.as_deref() != uid {
+            return EventKind::Added;
+        }
+        let generation = object::generation(object);
+        let rv = object::meta_str(object, "resourceVersion");
+        if generation != h.generation || !h.resource_versions.iter().any(|v| v.as_deref() == rv) {
+            EventKind::Modified
+        } else {
+            EventKind::Resync
+        }
+    }
+
+    /// True if the last attempt on `r` failed for good and the object has
+    /// not changed since (only the host's own writes).
+    fn waits_for_change(&self, r: &ObjectRef, object: &Value) -> bool {
+        let handled = lock(&self.handled);
+        let Some(h) = handled.get(r).filter(|h| h.terminal) else { return false };
+        let rv = object::meta_str(object, "resourceVersion");
+        h.uid.as_deref() == object::meta_str(object, "uid")
+            && h.generation == object::generation(object)
+            && h.resource_versions.iter().any(|v| v.as_deref() == rv)
+    }
+
+    fn remember(&self, manifest: &Manifest, r: &ObjectRef, seen: &Value, object: &Value, terminal: bool) {
+        let rv = |o: &Value| object::meta_str(o, "resourceVersion").map(str::to_owned);
+        let handled = Handled {
+            uid: object::meta_str(object, "uid").map(str::to_owned),
+            generation: object::generation(object),
+            resource_versions: [rv(seen), rv(object)],
+            last: manifest.finalizer.is_none().then(|| object.clone()),
+            terminal,
+        };
+        lock(&self.handled).insert(r.clone(), handled);
+    }
+
+    /// Reconciles the object `r` once.
+    pub async fn reconcile(&self, r: &ObjectRef) -> Report {
+        let mut report = Report {
+            object: r.clone(),
+            event: None,
+            result: Ok(Action::AwaitChange),
+            journal: Journal::default(),
+            applied: Vec::new(),
+            unchanged: Vec::new(),
+            pruned: Vec::new(),
+        };
+        let (component, on_trial) = self.version_for(r);
+        report.result = self.reconcile_into(&component, r, &mut report).await;
+        if on_trial {
+            self.judge(&component, r, &report.result);
+        }
+        report
+    }
+
+    async fn reconcile_into(
+        &self,
+        component: &Arc<Loaded>,
+        r: &ObjectRef,
+        report: &mut Report,
+    ) -> Result<Action, Error> {
+        let component = Arc::clone(component);
+        let manifest = &component.manifest;
+        let object = match self.cluster.get(r).await {
+            Ok(o) => o,
+            Err(e) if e.is_not_found() => {
+                // Gone. Without a finalizer, deliver `deleted` once if we saw it.
+                let last = lock(&self.handled).remove(r).and_then(|h| h.last);
+                lock(&self.adding).remove(r);
+                lock(&self.refused).remove(r);
+                if let (Some(last), None) = (last, &manifest.finalizer) {
+                    report.event = Some(EventKind::Deleted);
+                    match self.call_guest(&component, r, EventKind::Deleted, last.clone(), report).await? {
+                        Ok(outcome) => self.record_events(&component, r, &last, outcome.events).await,
+                        Err(failure) => self.record_events(&component, r, &last, failure.events).await,
+                    }
+                }
+                return Ok(Action::AwaitChange);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if self.behind_own_write(r) {
+            tracing::debug!(object = %r, "the cache has not shown the host's last write yet: looked at again shortly");
+            return Err(Error::CacheBehind);
+        }
+
+        if object::is_deleting(&object) {
+            let ours = manifest.finalizer.as_ref().is_some_and(|f| object::finalizers(&object).contains(f));
+            let delivered_before = manifest.finalizer.is_none()
+                && lock(&self.handled).get(r).and_then(|h| h.last.as_ref()).is_some_and(object::is_deleting);
+            if (manifest.finalizer.is_some() && !ours) || delivered_before {
+                return Ok(Action::AwaitChange);
+            }
+            report.event = Some(EventKind::Deleted);
+            match self.call_guest(&component, r, EventKind::Deleted, object.clone(), report).await? {
+                Ok(outcome) => self.record_events(&component, r, &object, outcome.events).await,
+                Err(failure) => return Err(self.fail(&component, r, &object, failure).await),
+            }
+            if let Some(finalizer) = &manifest.finalizer {
+                self.set_finalizer(r, &object, finalizer, false).await?;
+                lock(&self.handled).remove(r);
+                lock(&self.refused).remove(r);
+            } else {
+                self.remember(manifest, r, &object, &object, false);
+            }
+            return Ok(Action::AwaitChange);
+        }
+
+        if self.waits_for_change(r, &object) {
+            tracing::debug!(object = %r, "terminal failure, unchanged since: not retried");
+            return Ok(Action::AwaitChange);
+        }
+        // The event first: the finalizer the host adds is itself a mark of
+        // having been handled.
+        let event = self.derive_event(manifest, r, &object);
+        let object = match &manifest.finalizer {
+            Some(f) if !object::finalizers(&object).contains(f) => self.set_finalizer(r, &object, f, true).await?,
+            _ => object,
+        };
+        if event == EventKind::Added {
+            lock(&self.adding).insert(r.clone());
+        }
+        report.event = Some(event);
+        let outcome = match self.call_guest(&component, r, event, object.clone(), report).await? {
+            Ok(outcome) => outcome,
+            Err(failure) => return Err(self.fail(&component, r, &object, failure).await),
+        };
+        let requeue = outcome.requeue_after_ms.map(Duration::from_millis);
+        let (latest, refused) = match self.apply(&component, r, &object, outcome, report).await {
+            Ok(applied) => applied,
+            Err(Error::InvalidOutcome(m)) => {
+                let e = Error::InvalidOutcome(m);
+                self.give_up(&component, r, &object, "InvalidOutcome", &e.to_string()).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        if !refused.is_empty() {
+            lock(&self.refused).insert(r.clone(), refused.clone());
+            return Err(Error::ChildrenRefused(refused));
+        }
+        lock(&self.refused).remove(r);
+        lock(&self.adding).remove(r);
+        self.remember(manifest, r, &object, &latest, false);
+        Ok(match (requeue, manifest.resync) {
+            (Some(a), Some(b)) => Action::Requeue(a.min(b)),
+            (Some(d), None) | (None, Some(d)) => Action::Requeue(d),
+            (None, None) => Action::AwaitChange,
+        })
+    }
+
+    fn caller(&self, component: &Loaded, r: &ObjectRef, object: &Value) -> Caller {
+        Caller {
+            controller: component.manifest.name.as_str().into(),
+            field_manager: component.manifest.field_manager().into(),
+            grants: self.grants_for(component),
+            cluster: Arc::clone(&self.cluster),
+            reconciling: Some((r.clone(), object::meta_str(object, "uid").map(str::to_owned))),
+        }
+    }
+
+    fn warning(&self, component: &Loaded, r: &ObjectRef, object: &Value, reason: &str, note: String) -> EventRecord {
+        EventRecord {
+            regarding: r.clone(),
+            regarding_uid: object::meta_str(object, "uid").map(str::to_owned),
+            warning: true,
+            reason: reason.to_owned(),
+            action: "Reconcile".to_owned(),
+            note: Some(note),
+            reporting_controller: component.manifest.name.clone(),
+        }
+    }
+
+    /// Calls the guest. A trap is an `Err`; the guest's own answer, success
+    /// or failure, is `Ok`.
+    async fn call_guest(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        event: EventKind,
+        object: Value,
+        report: &mut Report,
+    ) -> Result<Result<wit::Outcome, wit::Failure>, Error> {
+        let caller = self.caller(component, r, &object);
+        let failed_children =
+            lock(&self.refused).get(r).map(|f| f.iter().map(wit::ChildFailure::from).collect()).unwrap_or_default();
+        let request = wit::ReconcileRequest {
+            event: event.into(),
+            object: serde_json::to_vec(&object).expect("a JSON value always serializes"),
+            failed_children,
+        };
+        let invocation = self.runtime.reconcile(&component.pre, caller, request).await;
+        report.journal = invocation.journal;
+        if let Some(note) = logs_dropped_note(&report.journal) {
+            self.record(self.warning(component, r, &object, "LogsDropped", note)).await;
+        }
+        match invocation.result {
+            Ok(answer) => Ok(answer),
+            Err(e) => {
+                tracing::warn!(object = %r, error = %e, "guest failed");
+                self.record(self.warning(component, r, &object, "GuestFailed", e.to_string())).await;
+                Err(Error::Guest(e))
+            }
+        }
+    }
+
+    /// Handles the guest's failure: its status (with the host's condition
+    /// for a terminal one) and events; children stay as they are.
+    async fn fail(&self, component: &Loaded, r: &ObjectRef, object: &Value, failure: wit::Failure) -> Error {
+        let terminal = failure.kind == wit::FailureKind::Terminal;
+        let status = match failure.status.as_deref().map(serde_json::from_slice::<Value>).transpose() {
+            Ok(s) => s,
+            Err(e) => {
+                let e = Error::InvalidOutcome(format!("the failure's status is not JSON: {e}"));
+                self.give_up(component, r, object, "InvalidOutcome", &e.to_string()).await;
+                return e;
+            }
+        };
+        if failure.events.len() > MAX_EVENTS {
+            let e = Error::InvalidOutcome(format!("{} events, more than {MAX_EVENTS}", failure.events.len()));
+            self.give_up(component, r, object, "InvalidOutcome", &e.to_string()).await;
+            return e;
+        }
+        let condition = terminal.then(|| HostCondition { reason: "TerminalError", message: failure.message.clone() });
+        let latest = match self.write_status(component, r, object, status, condition).await {
+            Ok(latest) => latest,
+            Err(e) => {
+                tracing::debug!(object = %r, error = %e, "the failure's status was not written");
+                object.clone()
+            }
+        };
+        self.record_events(component, r, object, failure.events).await;
+        if terminal {
+            self.record(self.warning(component, r, object, "ReconcileFailed", failure.message.clone())).await;
+            self.remember(&component.manifest, r, object, &latest, true);
+            lock(&self.adding).remove(r);
+            Error::Terminal(failure.message)
+        } else {
+            Error::Transient(failure.message)
+        }
+    }
+
+    /// Records a Warning Event and `Reconciled=False` for a failure the
+    /// host found (an invalid outcome), and waits for a change.
+    async fn give_up(&self, component: &Loaded, r: &ObjectRef, object: &Value, reason: &'static str, message: &str) {
+        self.record(self.warning(component, r, object, reason, message.to_owned())).await;
+        let condition = HostCondition { reason, message: message.to_owned() };
+        let latest = self.write_status(component, r, object, None, Some(condition)).await.unwrap_or_else(|e| {
+            tracing::debug!(object = %r, error = %e, "no condition written");
+            object.clone()
+        });
+        self.remember(&component.manifest, r, object, &latest, true);
+    }
+
+    /// Writes `status` (the guest's, or with `None` the current one) with
+    /// the host's condition merged in by type (or removed, without one),
+    /// unless that changes nothing. Returns the object as written.
+    ///
+    /// A kind whose status schema does not declare `conditions` cannot
+    /// carry the host's condition (server-side apply refuses undeclared
+    /// fields): the status is written without it, and a warning says once
+    /// per kind what to add to the CRD.
+    async fn write_status(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        object: &Value,
+        status: Option<Value>,
+        condition: Option<HostCondition>,
+    ) -> Result<Value, Error> {
+        let written = self.send_status(component, r, object, status, condition).await?;
+        self.note_write(r, r, object::meta_str(object, "resourceVersion"), &written);
+        Ok(written)
+    }
+
+    async fn send_status(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        object: &Value,
+        status: Option<Value>,
+        condition: Option<HostCondition>,
+    ) -> Result<Value, Error> {
+        let conditions_declared = !lock(&self.without_conditions).contains(&r.gvk);
+        let Some(body) = status_with_condition(object, status.clone(), condition.clone(), conditions_declared)? else {
+            return Ok(object.clone());
+        };
+        let field_manager = component.manifest.field_manager();
+        let patch =
+            Patch::Apply { object: status_apply_body(r, body), field_manager: field_manager.clone(), force: true };
+        match self.cluster.patch(r, patch, Subresource::Status).await {
+            Err(e) if conditions_declared && undeclared_conditions(&e) => {
+                if lock(&self.without_conditions).insert(r.gvk.clone()) {
+                    tracing::warn!(
+                        kind = %r.gvk,
+                        "the status schema of this kind declares no `conditions`: the host writes no {CONDITION} \
+                         condition into it (declare status.conditions in the CRD, see docs/controllers.md)"
+                    );
+                }
+                let Some(body) = status_with_condition(object, status, condition, false)? else {
+                    return Ok(object.clone());
+                };
+                let patch = Patch::Apply { object: status_apply_body(r, body), field_manager, force: true };
+                Ok(self.cluster.patch(r, patch, Subresource::Status).await?)
+            }
+            result => Ok(result?),
+        }
+    }
+
+    async fn record(&self, event: EventRecord) {
+        if let Err(e) = self.cluster.record_event(event).await {
+            tracing::warn!(error = %e, "cannot record event");
+        }
+    }
+
+    /// Adds (`add`) or removes the finalizer with a resourceVersion
+    /// precondition; returns the updated object.
+    async fn set_finalizer(&self, r: &ObjectRef, object: &Value, finalizer: &str, add: bool) -> Result<Value, Error> {
+        let mut finalizers = object::finalizers(object);
+        finalizers.retain(|f| f != finalizer);
+        if add {
+            finalizers.push(finalizer.to_owned());
+        }
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": object::meta_str(object, "resourceVersion"),
+        }});
+        match self.cluster.patch(r, Patch::Merge(patch), Subresource::Main).await {
+            Ok(v) => {
+                self.note_write(r, r, object::meta_str(object, "resourceVersion"), &v);
+                Ok(v)
+            }
+            // Removed meanwhile: the finalizer no longer matters.
+            Err(e) if e.is_not_found() && !add => Ok(object.clone()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Applies children, prunes, writes status, records events. Returns the
+    /// primary object as it is after the host's own writes, and the
+    /// children that were refused.
+    async fn apply(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        object: &Value,
+        outcome: wit::Outcome,
+        report: &mut Report,
+    ) -> Result<(Value, Vec<ChildFailure>), Error> {
+        let manifest = &component.manifest;
+        let field_manager = manifest.field_manager();
+        let uid = object::meta_str(object, "uid").unwrap_or_default().to_owned();
+        let owner_ref = json!({
+            "apiVersion": r.gvk.api_version(),
+            "kind": r.gvk.kind,
+            "name": r.name,
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        });
+        if outcome.events.len() > MAX_EVENTS {
+            return Err(Error::InvalidOutcome(format!("{} events, more than {MAX_EVENTS}", outcome.events.len())));
+        }
+        let status = outcome
+            .status
+            .as_deref()
+            .map(serde_json::from_slice::<Value>)
+            .transpose()
+            .map_err(|e| Error::InvalidOutcome(format!("status is not JSON: {e}")))?;
+        let children =
+            prepare_children(&component.manifest, &self.grants_for(component), r, &owner_ref, &outcome.children)?;
+
+        let mut refused = Vec::new();
+        let mut desired = BTreeSet::new();
+        for (child_ref, child) in children {
+            desired.insert(child_ref.clone());
+            let before = match self.existing_child(&child_ref, &uid).await? {
+                Existing::Absent => None,
+                Existing::Ours { resource_version } => resource_version,
+                Existing::ControlledBy(other) => {
+                    refused.push(ChildFailure {
+                        child: child_ref,
+                        code: 409,
+                        reason: "AlreadyOwned".into(),
+                        message: format!("controlled by {other}; the host does not take it over"),
+                    });
+                    continue;
+                }
+            };
+            let key = write_key(&child_ref.gvk, child_ref.namespace.as_deref(), &child_ref.name);
+            let sent = digest(&child);
+            let same = lock(&self.applied)
+                .get(&key)
+                .is_some_and(|(rv, last)| before.as_deref() == Some(rv.as_str()) && *last == sent);
+            if same {
+                report.unchanged.push(child_ref);
+                continue;
+            }
+            let patch = Patch::Apply { object: child, field_manager: field_manager.clone(), force: true };
+            match self.cluster.patch(&child_ref, patch, Subresource::Main).await {
+                Ok(written) => {
+                    self.note_write(r, &child_ref, before.as_deref(), &written);
+                    match object::meta_str(&written, "resourceVersion") {
+                        Some(rv) => lock(&self.applied).insert(key, (rv.to_owned(), sent)),
+                        None => lock(&self.applied).remove(&key),
+                    };
+                    report.applied.push(child_ref);
+                }
+                Err(e) => match refusal(&e) {
+                    Some((code, reason, message)) => {
+                        refused.push(ChildFailure { child: child_ref, code, reason, message });
+                    }
+                    None => return Err(e.into()),
+                },
+            }
+        }
+
+        if refused.is_empty() && outcome.children_policy == wit::ChildrenPolicy::Prune {
+            self.prune(manifest, r, &uid, &desired, report).await?;
+        }
+
+        let condition = (!refused.is_empty()).then(|| HostCondition {
+            reason: "ChildRefused",
+            message: refused.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+        });
+        for failure in &refused {
+            tracing::warn!(object = %r, child = %failure.child, code = failure.code, reason = %failure.reason, "child refused");
+            self.record(self.warning(component, r, object, "ChildRefused", failure.to_string())).await;
+        }
+        let latest = match self.write_status(component, r, object, status, condition).await {
+            Ok(latest) => latest,
+            // With children refused, the condition is best effort (a kind
+            // may have no status subresource); the refusal is reported anyway.
+            Err(e) if !refused.is_empty() => {
+                tracing::debug!(object = %r, error = %e, "no condition written");
+                object.clone()
+            }
+            Err(e) => return Err(e),
+        };
+        self.record_events(component, r, object, outcome.events).await;
+        Ok((latest, refused))
+    }
+
+    /// Whether `child` exists, and whether an owner other than the object
+    /// `uid` controls it.
+    async fn existing_child(&self, child: &ObjectRef, uid: &str) -> Result<Existing, Error> {
+        let existing = match self.cluster.get(child).await {
+            Ok(o) => o,
+            Err(e) if e.is_not_found() => return Ok(Existing::Absent),
+            Err(e) => return Err(e.into()),
+        };
+        let controller = existing
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|o| o.get("controller") == Some(&json!(true)));
+        Ok(match controller.filter(|o| o.get("uid").and_then(Value::as_str) != Some(uid)) {
+            Some(o) => {
+                let field = |f: &str| o.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
+                Existing::ControlledBy(format!("{} {}", field("kind"), field("name")))
+            }
+            None => {
+                Existing::Ours { resource_version: object::meta_str(&existing, "resourceVersion").map(str::to_owned) }
+            }
+        })
+    }
+
+    /// Deletes the children of owned kinds this object controls that are
+    /// not in `desired`.
+    async fn prune(
+        &self,
+        manifest: &Manifest,
+        r: &ObjectRef,
+        uid: &str,
+        desired: &BTreeSet<ObjectRef>,
+        report: &mut Report,
+    ) -> Result<(), Error> {
+        for owned in &manifest.owns {
+            let existing = self.cluster.list_owned(&owned.kind, r.namespace.as_deref(), uid).await?;
+            for child in existing {
+                let controlled_by_us =
+                    child.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+                        refs.iter().any(|o| {
+                            o.get("uid").and_then(Value::as_str) == Some(uid)
+                                && o.get("controller") == Some(&json!(true))
+                        })
+                    });
+                let Some(child_ref) = ObjectRef::of(&child) else { continue };
+                let child_ref = ObjectRef { gvk: owned.kind.clone(), ..child_ref };
+                let selected = owned.selects(child.pointer("/metadata/labels"));
+                if controlled_by_us && selected && !desired.contains(&child_ref) && !object::is_deleting(&child) {
+                    lock(&self.applied).remove(&write_key(
+                        &child_ref.gvk,
+                        child_ref.namespace.as_deref(),
+                        &child_ref.name,
+                    ));
+                    match self.cluster.delete(&child_ref, Propagation::Background).await {
+                        Ok(()) => report.pruned.push(child_ref),
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn record_events(&self, component: &Loaded, r: &ObjectRef, object: &Value, events: Vec<wit::Event>) {
+        let caller = self.caller(component, r, object);
+        for event in events.into_iter().take(MAX_EVENTS) {
+            match event_record(&caller, event) {
+                Some(Ok(record)) => self.record(record).await,
+                Some(Err(refused)) => tracing::warn!(object = %r, reason = %refused, "outcome event refused"),
+                None => {}
+            }
+        }
+    }
+}
+
+/// Checks every child of an outcome of `manifest`'s controller for the
+/// primary object `r` and prepares it for applying: its namespace (the
+/// primary's, for a namespaced primary), the host's ownerReference
+/// `owner_ref` and none of the guest's, and the `grants` (which carry the
+/// host's watched namespaces) for a patch of it and, for a role binding,
+/// `bind` on the role it names.
+///
+/// # Errors
+///
+/// [`Error::InvalidOutcome`] naming the first child that is not JSON, not
+/// of an owned kind, outside its scope, badly named, or listed twice; or
+/// when there are more than [`MAX_CHILDREN`].
+pub fn prepare_children(
+    manifest: &Manifest,
+    grants: &Grants,
+    r: &ObjectRef,
+    owner_ref: &Value,
+    children: &[Vec<u8>],
+) -> Result<Vec<(ObjectRef, Value)>, Error> {
+    let invalid = |m: String| Error::InvalidOutcome(m);
+    if children.len() > MAX_CHILDREN {
+        return Err(invalid(format!("{} children, more than {MAX_CHILDREN}", children.len())));
+    }
+    let mut prepared = Vec::with_capacity(children.len());
+    let mut seen = BTreeSet::new();
+    for bytes in children {
+        let mut child: Value =
+            serde_json::from_slice(bytes).map_err(|e| invalid(format!("a child is not JSON: {e}")))?;
+        let Some(gvk) = Gvk::of(&child) else {
+            return Err(invalid("a child has no apiVersion or kind".into()));
+        };
+        let Some(owned) = manifest.owned(&gvk) else {
+            return Err(invalid(format!("child kind {gvk} is not declared in `owns`")));
+        };
+        let meta = child
+            .as_object_mut()
+            .ok_or_else(|| invalid("a child is not a JSON object".into()))?
+            .entry("metadata")
+            .or_insert_with(|| json!({}));
+        let meta = meta.as_object_mut().ok_or_else(|| invalid("child metadata is not an object".into()))?;
+        if let Some(own) = &r.namespace {
+            let ns = meta.entry("namespace").or_insert_with(|| json!(own));
+            if ns.as_str() != Some(own.as_str()) {
+                return Err(invalid(format!(
+                    "a child of kind {gvk} in namespace {ns}: the children of a namespaced object live in its namespace"
+                )));
+            }
+        }
+        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+        if !manifest::is_object_name(name) {
+            return Err(invalid(format!("a child of kind {gvk} has no valid metadata.name ({name:?})")));
+        }
+        if let Some(ns) = meta.get("namespace")
+            && !ns.as_str().is_some_and(manifest::is_dns1123_label)
+        {
+            return Err(invalid(format!("child {gvk} {name}: namespace {ns} is not a namespace name")));
+        }
+        let labels = meta.get("labels").cloned();
+        if !owned.selects(labels.as_ref()) {
+            let selector = owned.label_selector.as_deref().unwrap_or_default();
+            return Err(invalid(format!(
+                "child {gvk} {name} does not match the label selector {selector:?} its kind is owned with"
+            )));
+        }
+        // The host's controller reference is the only one: a guest may
+        // not attach children to other objects.
+        meta.insert("ownerReferences".into(), json!([owner_ref]));
+        let child_ref = ObjectRef::of(&child).expect("kind, name and namespace were checked");
+        let request = Request::new(Verb::Patch, &gvk, child_ref.namespace.as_deref()).named(&child_ref.name);
+        grants.check(request, r.namespace.as_deref()).map_err(|d| invalid(format!("child {child_ref}: {d}")))?;
+        if let Some(role) = role_ref(&gvk, &child, child_ref.namespace.as_deref()) {
+            let (kind, namespace, name) = &role;
+            let request = Request::new(Verb::Bind, kind, namespace.as_deref()).named(name);
+            grants.check(request, r.namespace.as_deref()).map_err(|d| {
+                invalid(format!("child {child_ref} binds {kind} {name}, which needs `bind` declared: {d}"))
+            })?;
+        }
+        if !seen.insert(child_ref.clone()) {
+            return Err(invalid(format!("child {child_ref} is listed twice")));
+        }
+        prepared.push((child_ref, child));
+    }
+    Ok(prepared)
+}
+
+/// The note of the one `LogsDropped` Warning Event a reconcile records
+/// when its guest logged more lines than the per-invocation cap (those are
+/// gone); it also counts the lines over the controller's log budget (kept
+/// in the journal only). `None` when no line was over the cap: lines over
+/// the budget alone are the whole controller's doing, reported in the
+/// host's log and `capstan_guest_log_lines_dropped_total`, and an Event per
+/// reconcile for them would add a write to every reconcile exactly when
+/// the controller is busiest.
+fn logs_dropped_note(journal: &Journal) -> Option<String> {
+    let (capped, throttled) = (journal.dropped_logs, journal.throttled_logs);
+    if capped == 0 {
+        return None;
+    }
+    Some(format!(
+        "{} guest log lines were not logged: {capped} over the cap of {} lines per invocation, \
+         {throttled} over the controller's log budget",
+        capped + throttled,
+        crate::runtime::imports::MAX_LOG_LINES
+    ))
+}
+
+/// What the event of an object this host has not handled since it started
+/// is, judged by the marks a handled object carries.
+fn event_after_restart(manifest: &Manifest, object: &Value) -> EventKind {
+    let finalized = manifest.finalizer.as_ref().is_some_and(|f| object::finalizers(object).contains(f));
+    let observed = object.pointer("/status/observedGeneration").and_then(Value::as_i64);
+    let manager = manifest.field_manager();
+    let written = object.pointer("/metadata/managedFields").and_then(Value::as_array).is_some_and(|fields| {
+        fields.iter().any(|f| f.get("manager").and_then(Value::as_str) == Some(manager.as_str()))
+    });
+    if !finalized && observed.is_none() && !written {
+        return EventKind::Added;
+    }
+    match (object::generation(object), observed) {
+        (Some(generation), Some(observed)) if generation > observed => EventKind::Modified,
+        _ => EventKind::Resync,
+    }
+}
+
+/// The role a RoleBinding or ClusterRoleBinding child refers to: kind,
+/// namespace (a Role's is the binding's) and name.
+fn role_ref(gvk: &Gvk, child: &Value, namespace: Option<&str>) -> Option<(Gvk, Option<String>, String)> {
+    if gvk.group != "rbac.authorization.k8s.io" || !matches!(gvk.kind.as_str(), "RoleBinding" | "ClusterRoleBinding") {
+        return None;
+    }
+    let kind = child.pointer("/roleRef/kind").and_then(Value::as_str).unwrap_or("ClusterRole");
+    let name = child.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or_default();
+    let namespace = (kind == "Role").then(|| namespace.map(str::to_owned)).flatten();
+    Some((Gvk::new("rbac.authorization.k8s.io", "v1", kind), namespace, name.to_owned()))
+}
+
+/// The code, reason and message of an API error that a retry cannot fix.
+fn refusal(e: &cluster::Error) -> Option<(u16, String, String)> {
+    use cluster::Error as E;
+    match e {
+        E::Invalid(s) | E::Forbidden(s) | E::NotFound(s) => Some((s.code, s.reason.clone(), s.message.clone())),
+        E::BadRequest(m) => Some((400, "BadRequest".into(), m.clone())),
+        E::Other(s) if (400..500).contains(&s.code) && s.code != 429 => {
+            Some((s.code, s.reason.clone(), s.message.clone()))
+        }
+        // Server-side apply answers 500 when the applied object does not
+        // decode into its kind (an undeclared field, a malformed quantity):
+        // the same object fails the same way every time.
+        E::Other(s) if s.code == 500 && is_decode_failure(&s.message) => {
+            Some((s.code, s.reason.clone(), s.message.clone()))
+        }
+        _ => None,
+    }
+}
+
+/// True for the API server's messages about an applied object that does
+/// not decode into its kind.
+fn is_decode_failure(message: &str) -> bool {
+    ["failed to create typed patch object", "failed to convert new object", "unable to convert unstructured object"]
+        .iter()
+        .any(|m| message.contains(m))
+}
+
+fn conditions(status: Option<&Value>) -> &[Value] {
+    status.and_then(|s| s.get("conditions")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default()
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The status to write: `status` (the guest's, or with `None` the current
+/// one) with `observedGeneration` filled in and the host's condition merged
+/// in by type, or removed without one (`conditions_declared`: whether the
+/// kind's status may carry conditions at all). `None` when that is the
+/// current status already.
+fn status_with_condition(
+    object: &Value,
+    status: Option<Value>,
+    condition: Option<HostCondition>,
+    conditions_declared: bool,
+) -> Result<Option<Value>, Error> {
+    let current = object.get("status");
+    let has_ours = conditions(current).iter().any(|c| c.get("type") == Some(&json!(CONDITION)));
+    let condition = condition.filter(|_| conditions_declared);
+    let mut status = match status {
+        Some(s) => s,
+        None if condition.is_some() || has_ours => current.cloned().unwrap_or_else(|| json!({})),
+        None => return Ok(None),
+    };
+    let Some(map) = status.as_object_mut() else {
+        return Err(Error::InvalidOutcome("status is not a JSON object".into()));
+    };
+    if let Some(generation) = object::generation(object) {
+        map.entry("observedGeneration").or_insert_with(|| json!(generation));
+    }
+    if conditions_declared {
+        let mut list: Vec<Value> = match map.get("conditions") {
+            Some(Value::Array(list)) => list.clone(),
+            _ => conditions(current).to_vec(),
+        };
+        list.retain(|c| c.get("type") != Some(&json!(CONDITION)));
+        if let Some(HostCondition { reason, message }) = condition {
+            let previous = conditions(current).iter().find(|c| c.get("type") == Some(&json!(CONDITION)));
+            let since = previous
+                .filter(|c| c.get("status") == Some(&json!("False")))
+                .and_then(|c| c.get("lastTransitionTime").cloned())
+                .unwrap_or_else(|| json!(now()));
+            let mut c = json!({
+                "type": CONDITION,
+                "status": "False",
+                "reason": reason,
+                "message": message.chars().take(1024).collect::<String>(),
+                "lastTransitionTime": since,
+            });
+            if let Some(generation) = object::generation(object) {
+                c["observedGeneration"] = json!(generation);
+            }
+            list.push(c);
+        }
+        if list.is_empty() {
+            map.remove("conditions");
+        } else {
+            map.insert("conditions".into(), Value::Array(list));
+        }
+    }
+    Ok((current != Some(&status)).then_some(status))
+}
+
+/// Whether the API server refused a status because its schema declares no
+/// `status.conditions` (server-side apply: "field not declared in schema").
+fn undeclared_conditions(e: &cluster::Error) -> bool {
+    let text = e.to_string();
+    text.contains(".status.conditions") && text.contains("field not declared in schema")
+}
+
+/// The body of a server-side apply of `status` to the object `r`.
+fn status_apply_body(r: &ObjectRef, status: Value) -> Value {
+    let mut metadata = json!({"name": r.name});
+    if let Some(ns) = &r.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    json!({"apiVersion": r.gvk.api_version(), "kind": r.gvk.kind, "metadata": metadata, "status": status})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_that_logged_every_line_records_no_logs_dropped_event() {
+        let mut journal = Journal::default();
+        assert_eq!(logs_dropped_note(&journal), None);
+        // Over the shared budget only: the host's log and metrics say so.
+        journal.throttled_logs = 7;
+        assert_eq!(logs_dropped_note(&journal), None);
+        journal.dropped_logs = 3;
+        journal.throttled_logs = 2;
+        assert_eq!(
+            logs_dropped_note(&journal).as_deref(),
+            Some(
+                "5 guest log lines were not logged: 3 over the cap of 256 lines per invocation, \
+                 2 over the controller's log budget"
+            )
+        );
+    }
+
+    #[test]
+    fn a_canary_share_is_about_its_percentage_and_stable() {
+        let gvk = Gvk::new("", "v1", "ConfigMap");
+        let objects: Vec<ObjectRef> =
+            (0..2000).map(|i| ObjectRef::new(gvk.clone(), Some("ns"), format!("o{i}"))).collect();
+        for percent in [10u8, 50, 90] {
+            let share = objects.iter().filter(|r| in_share(r, percent)).count();
+            let expected = 2000 * usize::from(percent) / 100;
+            assert!(share.abs_diff(expected) < 100, "{percent} %: {share} of 2000");
+        }
+        // Larger shares contain smaller ones; the same object, the same answer.
+        assert!(objects.iter().filter(|r| in_share(r, 10)).all(|r| in_share(r, 50)));
+        assert!(objects.iter().all(|r| in_share(r, 50) == in_share(&r.clone(), 50)));
+        assert!(!objects.iter().any(|r| in_share(r, 0)));
+        assert!(objects.iter().all(|r| in_share(r, 100)));
+    }
+
+    #[test]
+    fn the_hosts_condition_is_merged_by_type_or_left_out_where_the_schema_has_no_conditions() {
+        let object = json!({"metadata": {"generation": 4}, "status": {"conditions": [
+            {"type": "Ready", "status": "True"},
+        ]}});
+        let condition = || Some(HostCondition { reason: "TerminalError", message: "bad spec".into() });
+        let status = json!({"phase": "Failed"});
+        let with =
+            status_with_condition(&object, Some(status.clone()), condition(), true).expect("ok").expect("a write");
+        assert_eq!(with["observedGeneration"], 4);
+        let types: Vec<&Value> = with["conditions"].as_array().expect("a list").iter().map(|c| &c["type"]).collect();
+        assert_eq!(types, [&json!("Ready"), &json!(CONDITION)], "the guest's conditions kept, the host's added");
+        assert_eq!(with["conditions"][1]["reason"], "TerminalError");
+        // The schema declares no conditions: the guest's status alone.
+        let without = status_with_condition(&object, Some(status), condition(), false).expect("ok").expect("a write");
+        assert_eq!(without, json!({"phase": "Failed", "observedGeneration": 4}));
+        // No status of the guest's and no condition to write: nothing.
+        let bare = json!({"metadata": {"generation": 1}});
+        assert_eq!(status_with_condition(&bare, None, condition(), false).expect("ok"), None);
+    }
+
+    #[test]
+    fn a_status_refused_for_undeclared_conditions_is_recognised() {
+        let refused = cluster::Error::Other(cluster::Status::new(
+            500,
+            "InternalError",
+            "failed to create typed patch object (demo/mute; example.com/v1alpha1, Kind=Zero): .status.conditions: \
+             field not declared in schema",
+        ));
+        assert!(undeclared_conditions(&refused));
+        let other = cluster::Error::Other(cluster::Status::new(
+            500,
+            "InternalError",
+            "failed to create typed patch object (demo/mute; example.com/v1alpha1, Kind=Zero): .status.phase: field \
+             not declared in schema",
+        ));
+        assert!(!undeclared_conditions(&other));
+    }
+
+    #[test]
+    fn terminal_and_invalid_outcomes_are_not_retried() {
+        assert!(!Error::Terminal("x".into()).is_retryable());
+        assert!(!Error::InvalidOutcome("x".into()).is_retryable());
+        assert!(Error::Transient("x".into()).is_retryable());
+        assert!(Error::Guest(runtime::Error::Deadline(Duration::from_secs(1))).is_retryable());
+    }
+
+    #[test]
+    fn reports_map_to_the_result_label_of_the_reconcile_metric() {
+        use crate::metrics::ReconcileResult as R;
+        let report = |result| Report {
+            object: ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("ns"), "a"),
+            event: None,
+            result,
+            journal: Journal::default(),
+            applied: vec![],
+            unchanged: vec![],
+            pruned: vec![],
+        };
+        let conflict =
+            cluster::Error::Conflict(cluster::Status { code: 409, reason: "Conflict".into(), message: "stale".into() });
+        let cases = [
+            (Ok(Action::AwaitChange), R::Success),
+            (Ok(Action::Requeue(Duration::from_secs(30))), R::RequeueAfter),
+            (Err(Error::Cluster(conflict)), R::Conflict),
+            (Err(Error::Guest(runtime::Error::Trap("unreachable".into()))), R::Error),
+            (Err(Error::Transient("later".into())), R::Error),
+            (Err(Error::Terminal("never".into())), R::TerminalError),
+            (Err(Error::InvalidOutcome("child kind".into())), R::TerminalError),
+        ];
+        for (result, expected) in cases {
+            assert_eq!(report(result).metrics_result(), expected);
+        }
+    }
+
+    #[test]
+    fn refusals_are_the_errors_a_retry_cannot_fix() {
+        let status = |code, message: &str| cluster::Status::new(code, "x", message);
+        assert!(refusal(&cluster::Error::Invalid(status(422, "spec.hard: must be >= 0"))).is_some());
+        assert!(refusal(&cluster::Error::Forbidden(status(403, "cannot bind"))).is_some());
+        let decode = "failed to convert new object (ns/q; /v1, Kind=ResourceQuota) to proper version";
+        assert!(refusal(&cluster::Error::Other(status(500, decode))).is_some());
+        assert!(refusal(&cluster::Error::Other(status(500, "etcdserver: request timed out"))).is_none());
+        assert!(refusal(&cluster::Error::Other(status(429, "slow down"))).is_none());
+        assert!(refusal(&cluster::Error::Conflict(status(409, "stale"))).is_none());
+        assert!(refusal(&cluster::Error::Unavailable("down".into())).is_none());
+    }
+
+    #[test]
+    fn error_messages_read_right() {
+        assert_eq!(Error::Terminal("bad spec".into()).to_string(), "terminal: bad spec");
+        assert_eq!(
+            Error::InvalidOutcome("child kind v1/Pod is not declared in `owns`".into()).to_string(),
+            "invalid outcome: child kind v1/Pod is not declared in `owns`"
+        );
+    }
+}

@@ -1,0 +1,555 @@
+//! Running guest code: a fresh `Store` per invocation from a component's
+//! pre-instance, with the memory cap and wall-clock deadline of [`Limits`],
+//! and traps told apart from guest errors.
+//!
+//! # Guarantees
+//!
+//! - Every invocation gets a new instance: no state leaks between calls,
+//!   and a trapped instance is simply dropped.
+//! - A guest that loops is interrupted at its deadline (checked every
+//!   [`EPOCH_TICK`](crate::runtime::engine::EPOCH_TICK)); a `tokio` timeout guards
+//!   host calls that hang. A guest that grows memory past the cap traps.
+//!   Either way the caller gets an [`Error`] and the host carries on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::Linker;
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+use crate::metrics::{Export, metrics};
+use crate::runtime::bindings::capstan::operator::types as wit;
+use crate::runtime::bindings::{OperatorPre, v0_1, v0_2};
+use crate::runtime::engine::Engine;
+use crate::runtime::imports::{self, Caller, HostState, Journal};
+use crate::runtime::limits::Limits;
+
+/// How a guest invocation failed (the guest's own reconcile errors are not
+/// failures of the invocation: they are in its result).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The guest trapped: a panic, an unreachable, an out-of-bounds access.
+    #[error("guest trapped: {0}")]
+    Trap(String),
+    /// The guest ran past its deadline and was interrupted.
+    #[error("guest exceeded its deadline of {0:?}")]
+    Deadline(Duration),
+    /// The guest tried to grow its memory past the cap.
+    #[error("guest exceeded its memory limit of {limit} bytes (asked for {wanted})")]
+    Memory {
+        /// The cap.
+        limit: usize,
+        /// What the guest asked for.
+        wanted: usize,
+    },
+    /// The component could not be instantiated (e.g. the instance pool is
+    /// exhausted).
+    #[error("cannot instantiate the component: {0}")]
+    Instantiate(String),
+}
+
+/// Which limit or fault ended an invocation, for metrics and backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrapKind {
+    /// A guest fault.
+    Trap,
+    /// The deadline.
+    Deadline,
+    /// The memory cap.
+    Memory,
+    /// Instantiation.
+    Instantiate,
+}
+
+impl TrapKind {
+    /// Lower-case name, the `kind` label of `capstan_guest_traps_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrapKind::Trap => "trap",
+            TrapKind::Deadline => "deadline",
+            TrapKind::Memory => "memory",
+            TrapKind::Instantiate => "instantiate",
+        }
+    }
+}
+
+impl Error {
+    /// Which kind of failure this is.
+    pub fn kind(&self) -> TrapKind {
+        match self {
+            Error::Trap(_) => TrapKind::Trap,
+            Error::Deadline(_) => TrapKind::Deadline,
+            Error::Memory { .. } => TrapKind::Memory,
+            Error::Instantiate(_) => TrapKind::Instantiate,
+        }
+    }
+}
+
+/// Why the host called the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// First time this controller handles the object.
+    Added,
+    /// Changed since last handled.
+    Modified,
+    /// Being deleted.
+    Deleted,
+    /// Unchanged.
+    Resync,
+}
+
+impl EventKind {
+    /// Lower-case name, as in the WIT.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Added => "added",
+            EventKind::Modified => "modified",
+            EventKind::Deleted => "deleted",
+            EventKind::Resync => "resync",
+        }
+    }
+}
+
+impl From<EventKind> for wit::EventKind {
+    fn from(e: EventKind) -> Self {
+        match e {
+            EventKind::Added => wit::EventKind::Added,
+            EventKind::Modified => wit::EventKind::Modified,
+            EventKind::Deleted => wit::EventKind::Deleted,
+            EventKind::Resync => wit::EventKind::Resync,
+        }
+    }
+}
+
+/// The result of one invocation, with what the guest did meanwhile.
+#[derive(Debug)]
+pub struct Invocation<T> {
+    /// What the export returned, or how the invocation failed.
+    pub result: Result<T, Error>,
+    /// Host calls, log lines and stdio of the invocation.
+    pub journal: Journal,
+    /// Wall-clock time of the invocation, instantiation included.
+    pub duration: Duration,
+}
+
+/// What `reconcile` returns across the boundary, at the current contract
+/// version (a 0.1.0 guest's answer is converted).
+pub type ReconcileResult = Result<wit::Outcome, wit::Failure>;
+
+/// A component's pre-instance (imports resolved, instantiation per call
+/// is cheap), at the contract version it was built against.
+#[derive(Clone)]
+pub enum Pre {
+    /// `capstan:operator@0.1.0`.
+    V0_1(v0_1::OperatorPre<HostState>),
+    /// `capstan:operator@0.2.0`.
+    V0_2(v0_2::OperatorPre<HostState>),
+    /// The current contract version.
+    Current(OperatorPre<HostState>),
+}
+
+impl Pre {
+    /// The contract version, e.g. `0.2.0`.
+    pub fn contract(&self) -> &'static str {
+        match self {
+            Pre::V0_1(_) => "0.1.0",
+            Pre::V0_2(_) => "0.2.0",
+            Pre::Current(_) => crate::runtime::bindings::CONTRACT_VERSION,
+        }
+    }
+}
+
+/// How the guest part of an invocation failed before a result.
+enum Failed {
+    /// Instantiation.
+    Instantiate(wasmtime::Error),
+    /// The call itself (a trap, the deadline, the memory cap).
+    Call(wasmtime::Error),
+}
+
+/// Runs guest exports. One per engine; cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: Engine,
+    linker: Arc<Linker<HostState>>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A runtime with every import linked.
+    ///
+    /// # Errors
+    ///
+    /// When the imports cannot be linked (a bug).
+    pub fn new(engine: &Engine, limits: Limits) -> wasmtime::Result<Self> {
+        let mut linker = Linker::new(engine.wasmtime());
+        imports::add_to_linker(&mut linker)?;
+        Ok(Self { engine: engine.clone(), linker: Arc::new(linker), limits })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The linker, for pre-instantiating components.
+    pub fn linker(&self) -> &Linker<HostState> {
+        &self.linker
+    }
+
+    /// The limits applied to every invocation.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    fn store(&self, caller: Option<Caller>, deadline: Duration) -> Store<HostState> {
+        let mut store = Store::new(self.engine.wasmtime(), HostState::new(&self.limits, caller));
+        store.limiter(|s| &mut s.limiter);
+        let deadline = Instant::now() + deadline;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline { Err(Trap::Interrupt.into()) } else { Ok(UpdateDeadline::Yield(1)) }
+        });
+        store
+    }
+
+    /// Maps a wasmtime error to the failure it stands for. A memory
+    /// growth the limiter refused, or an allocation the guest reported as
+    /// failed (`memory allocation of N bytes failed`, Rust's message, when
+    /// one allocation is larger than wasm memory can ever grow), is the
+    /// memory limit. A trap's message is its root cause plus what the
+    /// guest said on stderr (see [`stderr_reason`]); the wasm backtrace is
+    /// logged at debug level.
+    fn classify(
+        &self,
+        error: &wasmtime::Error,
+        memory_exceeded: Option<usize>,
+        stderr: &str,
+        deadline: Duration,
+    ) -> Error {
+        if let Some(wanted) = memory_exceeded.or_else(|| failed_allocation(stderr)) {
+            return Error::Memory { limit: self.limits.memory, wanted };
+        }
+        if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+            return Error::Deadline(deadline);
+        }
+        tracing::debug!(error = format!("{error:#}"), "guest trap");
+        let mut message = error.root_cause().to_string();
+        if let Some(reason) = stderr_reason(stderr) {
+            message = format!("{message}; stderr: {reason}");
+        }
+        Error::Trap(message)
+    }
+
+    async fn invoke<T>(
+        &self,
+        caller: Option<Caller>,
+        call: impl AsyncFnOnce(&mut Store<HostState>) -> Result<T, Failed>,
+    ) -> Invocation<T> {
+        self.invoke_within(self.limits.deadline, caller, call).await
+    }
+
+    /// [`invoke`](Self::invoke) with a deadline of its own (a webhook's,
+    /// below the API server's timeout), never above the runtime's.
+    async fn invoke_within<T>(
+        &self,
+        deadline: Duration,
+        caller: Option<Caller>,
+        call: impl AsyncFnOnce(&mut Store<HostState>) -> Result<T, Failed>,
+    ) -> Invocation<T> {
+        let deadline = deadline.min(self.limits.deadline);
+        let start = Instant::now();
+        let mut store = self.store(caller, deadline);
+        // Second guard for host calls that hang: the epoch deadline only
+        // fires while guest code runs.
+        let guard = deadline + Duration::from_millis(500);
+        let outcome = tokio::time::timeout(guard, call(&mut store)).await;
+        let state = store.into_data();
+        let memory_exceeded = state.limiter.exceeded();
+        let controller = state.caller.as_ref().map(|c| Arc::clone(&c.controller));
+        let journal = state.into_journal();
+        if let Some(controller) = controller {
+            report_dropped(&controller, &journal);
+        }
+        let result = match outcome {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(Failed::Instantiate(e))) => Err(Error::Instantiate(format!("{e:#}"))),
+            Ok(Err(Failed::Call(wasm_error))) => {
+                Err(self.classify(&wasm_error, memory_exceeded, &journal.stderr, deadline))
+            }
+            Err(_elapsed) => Err(Error::Deadline(deadline)),
+        };
+        Invocation { result, journal, duration: start.elapsed() }
+    }
+
+    /// Calls the guest's `manifest()`, converted to the current contract's
+    /// record. Imports are not available to it. Not counted in the metrics
+    /// here: the controller's name is only known from the result
+    /// ([`Loader`](crate::runtime::component::Loader) counts it).
+    pub async fn manifest(&self, pre: &Pre) -> Invocation<wit::ComponentManifest> {
+        match pre {
+            Pre::Current(pre) => {
+                self.invoke(None, async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)
+                })
+                .await
+            }
+            Pre::V0_2(pre) => {
+                self.invoke(None, async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
+                    Ok(wit::ComponentManifest { controller: m, roles: wit::Roles::reconcile_only() })
+                })
+                .await
+            }
+            Pre::V0_1(pre) => {
+                self.invoke(None, async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
+                    Ok(wit::ComponentManifest { controller: m.into(), roles: wit::Roles::reconcile_only() })
+                })
+                .await
+            }
+        }
+    }
+
+    /// Calls the guest's `reconcile(request)` on behalf of `caller`; counts
+    /// its duration and any trap in the [`metrics`](crate::metrics). A
+    /// 0.1.0 guest gets the event and object and cannot see
+    /// `failed-children`; its answer is converted.
+    pub async fn reconcile(
+        &self,
+        pre: &Pre,
+        caller: Caller,
+        request: wit::ReconcileRequest,
+    ) -> Invocation<ReconcileResult> {
+        let controller = Arc::clone(&caller.controller);
+        let invocation = match pre {
+            Pre::Current(pre) => {
+                self.invoke(Some(caller), async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)
+                })
+                .await
+            }
+            Pre::V0_2(pre) => {
+                self.invoke(Some(caller), async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)
+                })
+                .await
+            }
+            Pre::V0_1(pre) => {
+                self.invoke(Some(caller), async |store| {
+                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                    let event = v0_1_event(request.event);
+                    let result = op
+                        .capstan_operator_controller()
+                        .call_reconcile(store, event, &request.object)
+                        .await
+                        .map_err(Failed::Call)?;
+                    Ok(result.map(wit::Outcome::from).map_err(wit::Failure::from))
+                })
+                .await
+            }
+        };
+        metrics().guest_invoked(&controller, Export::Reconcile, invocation.duration);
+        if let Err(e) = &invocation.result {
+            metrics().guest_trapped(&controller, e.kind().as_str());
+        }
+        invocation
+    }
+}
+
+impl Runtime {
+    /// Calls the guest's `admission.review(request)` on behalf of
+    /// `caller`, within `deadline` (a webhook's, below the API server's
+    /// timeout). Only components of the current contract serve admission.
+    pub async fn review(
+        &self,
+        pre: &Pre,
+        caller: Caller,
+        request: wit::AdmissionRequest,
+        deadline: Duration,
+    ) -> Invocation<wit::AdmissionResponse> {
+        let controller = Arc::clone(&caller.controller);
+        let invocation = self
+            .invoke_within(deadline, Some(caller), async |store| {
+                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                op.capstan_operator_admission().call_review(store, &request).await.map_err(Failed::Call)
+            })
+            .await;
+        count(&controller, Export::Review, &invocation);
+        invocation
+    }
+
+    /// Calls the guest's `conversion.convert(request)` on behalf of
+    /// `caller`, within `deadline`.
+    pub async fn convert(
+        &self,
+        pre: &Pre,
+        caller: Caller,
+        request: wit::ConversionRequest,
+        deadline: Duration,
+    ) -> Invocation<Result<Vec<wit::Json>, String>> {
+        let controller = Arc::clone(&caller.controller);
+        let invocation = self
+            .invoke_within(deadline, Some(caller), async |store| {
+                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                op.capstan_operator_conversion().call_convert(store, &request).await.map_err(Failed::Call)
+            })
+            .await;
+        count(&controller, Export::Convert, &invocation);
+        invocation
+    }
+
+    /// Calls the guest's `scheduler.schedule(request)` on behalf of
+    /// `caller`.
+    pub async fn schedule(
+        &self,
+        pre: &Pre,
+        caller: Caller,
+        request: wit::ScheduleRequest,
+    ) -> Invocation<Result<String, wit::Unschedulable>> {
+        let controller = Arc::clone(&caller.controller);
+        let invocation = self
+            .invoke(Some(caller), async |store| {
+                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                op.capstan_operator_scheduler().call_schedule(store, &request).await.map_err(Failed::Call)
+            })
+            .await;
+        count(&controller, Export::Schedule, &invocation);
+        invocation
+    }
+}
+
+/// The current contract's pre-instance: only it exports the roles beyond
+/// reconcile (the manifest of an older component declares none, so the
+/// host never routes one to it).
+fn current(pre: &Pre) -> Result<&OperatorPre<HostState>, Failed> {
+    match pre {
+        Pre::Current(pre) => Ok(pre),
+        other => Err(Failed::Instantiate(wasmtime::format_err!(
+            "a component of contract {} serves only reconcile",
+            other.contract()
+        ))),
+    }
+}
+
+fn count<T>(controller: &str, export: Export, invocation: &Invocation<T>) {
+    metrics().guest_invoked(controller, export, invocation.duration);
+    if let Err(e) = &invocation.result {
+        metrics().guest_trapped(controller, e.kind().as_str());
+    }
+}
+
+fn v0_1_event(e: wit::EventKind) -> v0_1::capstan::operator::types::EventKind {
+    use v0_1::capstan::operator::types::EventKind as Old;
+    match e {
+        wit::EventKind::Added => Old::Added,
+        wit::EventKind::Modified => Old::Modified,
+        wit::EventKind::Deleted => Old::Deleted,
+        wit::EventKind::Resync => Old::Resync,
+    }
+}
+
+/// Counts what an invocation's guest wrote that was dropped (log lines
+/// over the per-invocation cap, stdout and stderr over
+/// [`STDIO_CAPACITY`](crate::runtime::imports::STDIO_CAPACITY)) and says so in the
+/// host's log (within the controller's log budget).
+fn report_dropped(controller: &str, journal: &Journal) {
+    if journal.stdout_dropped > 0 {
+        metrics().stdio_dropped(controller, "stdout", journal.stdout_dropped);
+    }
+    if journal.stderr_dropped > 0 {
+        metrics().stdio_dropped(controller, "stderr", journal.stderr_dropped);
+    }
+    if journal.dropped_logs > 0 || journal.stdout_dropped > 0 || journal.stderr_dropped > 0 {
+        tracing::warn!(
+            controller,
+            log_lines = journal.dropped_logs,
+            stdout_bytes = journal.stdout_dropped,
+            stderr_bytes = journal.stderr_dropped,
+            "guest output over the per-invocation caps was dropped"
+        );
+    }
+}
+
+/// Longest stderr reason quoted in a trap message, in characters.
+const REASON_CHARS: usize = 300;
+
+/// What a guest said on stderr about why it trapped: a Rust panic's message
+/// (the lines after `panicked at …:`, up to the `note:` about
+/// `RUST_BACKTRACE`), else the last line that is not such a note.
+pub fn stderr_reason(stderr: &str) -> Option<String> {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).collect();
+    let is_note = |l: &str| l.starts_with("note: ") || l.is_empty();
+    let reason = match lines.iter().rposition(|l| l.contains(" panicked at ")) {
+        Some(at) => {
+            let header = lines[at];
+            let message: Vec<&str> = lines[at + 1..].iter().copied().take_while(|l| !is_note(l)).collect();
+            // Before Rust 1.73 the message was on the header line:
+            // `panicked at 'message', src/lib.rs:1:2`.
+            if message.is_empty() {
+                header.split_once(" panicked at ").map(|(_, m)| m)?.to_owned()
+            } else {
+                message.join(" ")
+            }
+        }
+        None => (*lines.iter().rev().find(|l| !is_note(l))?).to_owned(),
+    };
+    let mut cut: String = reason.chars().take(REASON_CHARS).collect();
+    if cut.len() < reason.len() {
+        cut.push('…');
+    }
+    Some(cut)
+}
+
+/// The size of an allocation the guest reported as failed, from Rust's
+/// `memory allocation of N bytes failed`.
+fn failed_allocation(stderr: &str) -> Option<usize> {
+    stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("memory allocation of ")?.strip_suffix(" bytes failed")?.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_message_is_taken_from_stderr_not_the_backtrace_note() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:93:23:\nfixture asked to trap\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(stderr_reason(stderr).as_deref(), Some("fixture asked to trap"));
+        let two_lines = "thread 'main' panicked at a.rs:1:1:\nfirst\nsecond\nnote: run with `RUST_BACKTRACE=1`";
+        assert_eq!(stderr_reason(two_lines).as_deref(), Some("first second"));
+        let old = "thread 'main' panicked at 'boom', a.rs:1:1\nnote: run with `RUST_BACKTRACE=1`";
+        assert_eq!(stderr_reason(old).as_deref(), Some("'boom', a.rs:1:1"));
+        assert_eq!(stderr_reason("some error\n\n").as_deref(), Some("some error"));
+        assert_eq!(stderr_reason(""), None);
+    }
+
+    #[test]
+    fn a_failed_allocation_on_stderr_is_the_memory_limit() {
+        assert_eq!(failed_allocation("memory allocation of 3221225472 bytes failed\n"), Some(3_221_225_472));
+        assert_eq!(failed_allocation("something else"), None);
+    }
+
+    #[test]
+    fn error_messages_read_right() {
+        assert_eq!(Error::Deadline(Duration::from_secs(5)).to_string(), "guest exceeded its deadline of 5s");
+        assert_eq!(
+            Error::Memory { limit: 10, wanted: 20 }.to_string(),
+            "guest exceeded its memory limit of 10 bytes (asked for 20)"
+        );
+        assert_eq!(Error::Trap("unreachable".into()).kind(), TrapKind::Trap);
+    }
+}

@@ -1,0 +1,247 @@
+//! Following a components directory (`capstan run --components DIR`).
+//!
+//! File-system events are debounced and only tell the host to look again:
+//! each look compares the directory's `*.wasm` and `*.wasm.gz` files (size and mtime, then
+//! digest) with what it knows, so it does not matter which events a
+//! platform reports, or how an editor, `cp`, or a ConfigMap volume's
+//! symlink swap writes the file. A version seen before (its digest is in
+//! the compile cache, or it is the one running) is loaded as soon as the
+//! events stop ([`DEBOUNCE`]): its bytes are complete. Any other file whose
+//! size or mtime is still moving is not loaded until it holds still
+//! ([`SETTLE`]), so a half-written file is not loaded; write to a temporary name (not ending in `.wasm`) and
+//! rename it into place to be sure (`greeter.wasm.tmp`, then
+//! `greeter.wasm`). A periodic look ([`RESCAN`]) covers file systems that
+//! report no events.
+//!
+//! A new file starts a controller, a changed one replaces the running
+//! version ([`Host::load`](crate::serve::host::Host::load)), a removed one stops
+//! its controller ([`Host::unload`](crate::serve::host::Host::unload)). A file that
+//! is rejected leaves the running version serving.
+//!
+//! A `*.oci` file names a component in an OCI registry instead: its first
+//! line that is not empty or a `#` comment is a reference
+//! (`oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`). The component is
+//! pulled and run as if it were the file, and its tag is followed (see
+//! [`crate::serve::follow`]); editing the file to name another reference pulls
+//! that one; removing it stops the controller. A file whose reference does
+//! not parse is rejected, and what ran from it keeps serving.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
+use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
+use tokio::sync::mpsc;
+
+use crate::serve::follow::Follow;
+use crate::serve::host::{Error, Shared};
+use crate::serve::oci::Reference;
+
+/// Events closer together than this are handled as one.
+pub const DEBOUNCE: Duration = Duration::from_millis(20);
+/// How long a file's size and mtime must hold still before it is loaded
+/// (unless it is a version seen before, which is loaded at once).
+pub const SETTLE: Duration = Duration::from_millis(100);
+/// Longest wait for a file to hold still; it is loaded (and most likely
+/// rejected, then loaded again on its next change) after that.
+pub const SETTLE_MAX: Duration = Duration::from_secs(10);
+/// How often the directory is looked at without events.
+pub const RESCAN: Duration = Duration::from_secs(30);
+
+/// Size and mtime of a file, as last looked at.
+type Stamp = (u64, Option<SystemTime>);
+
+/// What the watch knows of the directory.
+#[derive(Debug, Default)]
+struct Known {
+    stamps: HashMap<PathBuf, Stamp>,
+    /// The `*.oci` files followed, with their references.
+    follows: HashMap<PathBuf, (Reference, Follow)>,
+}
+
+/// A running watch of a components directory; stops when dropped.
+pub struct DirWatch {
+    task: tokio::task::JoinHandle<()>,
+    _debouncer: Debouncer<RecommendedWatcher>,
+}
+
+impl std::fmt::Debug for DirWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirWatch").finish_non_exhaustive()
+    }
+}
+
+impl Drop for DirWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DirWatch {
+    /// Loads every component in `dir` (a rejected one is reported in the
+    /// host's status, not an error), then follows the directory.
+    pub(crate) async fn start(shared: Arc<Shared>, dir: PathBuf) -> Result<Self, Error> {
+        let watch_error = |error: String| Error::Watch { path: dir.clone(), error };
+        if !dir.is_dir() {
+            return Err(watch_error("not a directory".into()));
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut debouncer = new_debouncer(DEBOUNCE, move |result: DebounceEventResult| {
+            if let Err(e) = &result {
+                tracing::warn!(error = %e, "components directory watch error");
+            }
+            let _ = tx.send(());
+        })
+        .map_err(|e| watch_error(e.to_string()))?;
+        debouncer.watcher().watch(&dir, RecursiveMode::NonRecursive).map_err(|e| watch_error(e.to_string()))?;
+
+        let mut known = Known::default();
+        look(&shared, &dir, &mut known).await;
+        tracing::info!(dir = %dir.display(), components = known.stamps.len(), "following components directory");
+        let task = tokio::spawn(async move {
+            let mut rescan = tokio::time::interval(RESCAN);
+            rescan.tick().await;
+            loop {
+                tokio::select! {
+                    event = rx.recv() => if event.is_none() { return },
+                    _ = rescan.tick() => {}
+                }
+                // Events that came in meanwhile are covered by this look.
+                while rx.try_recv().is_ok() {}
+                look(&shared, &dir, &mut known).await;
+            }
+        });
+        Ok(Self { task, _debouncer: debouncer })
+    }
+
+    /// Stops following the directory (the controllers keep running).
+    /// Dropping it does the same.
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+/// The `*.wasm` files of `dir` with their stamps (following symlinks).
+fn components_in(dir: &Path) -> HashMap<PathBuf, Stamp> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return HashMap::new() };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| is_component_file(p))
+        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .filter_map(|p| std::fs::metadata(&p).ok().filter(|m| m.is_file()).map(|m| (p, stamp(&m))))
+        .collect()
+}
+
+/// `*.wasm`, `*.wasm.gz` (gzipped, e.g. from a ConfigMap), or `*.oci` (a
+/// reference).
+fn is_component_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(".wasm") || n.ends_with(".wasm.gz") || is_reference_file(path))
+}
+
+/// `*.oci`: a file naming a component in a registry.
+fn is_reference_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "oci")
+}
+
+/// The reference a `*.oci` file names: its first line that is not empty
+/// or a `#` comment.
+pub fn reference_in(text: &str) -> Result<Reference, crate::serve::oci::Error> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or_default();
+    line.parse()
+}
+
+fn stamp(m: &std::fs::Metadata) -> Stamp {
+    (m.len(), m.modified().ok())
+}
+
+/// Waits until `path` holds still; its stamp then, or `None` if it went.
+async fn settled(path: &Path) -> Option<Stamp> {
+    let started = tokio::time::Instant::now();
+    let mut last = stamp(&tokio::fs::metadata(path).await.ok()?);
+    loop {
+        tokio::time::sleep(SETTLE).await;
+        let now = stamp(&tokio::fs::metadata(path).await.ok()?);
+        if now == last || started.elapsed() > SETTLE_MAX {
+            return Some(now);
+        }
+        last = now;
+    }
+}
+
+/// Compares the directory with `known` and loads, reloads or unloads.
+async fn look(shared: &Arc<Shared>, dir: &Path, known: &mut Known) {
+    let present = components_in(dir);
+    let gone: Vec<PathBuf> = known.stamps.keys().filter(|p| !present.contains_key(*p)).cloned().collect();
+    for path in gone {
+        known.stamps.remove(&path);
+        known.follows.remove(&path);
+        shared.unload(&path).await;
+    }
+    let mut changed: Vec<&PathBuf> =
+        present.iter().filter(|(p, s)| known.stamps.get(*p) != Some(s)).map(|(p, _)| p).collect();
+    changed.sort();
+    for path in changed {
+        // A version seen before (its digest in the compile cache, or the
+        // one running) is complete: no need to wait for it to hold still.
+        if !is_reference_file(path)
+            && let Some(stamp) = std::fs::metadata(path).ok().map(|m| stamp(&m))
+            && let Some(_result) = shared.load_if_known(path).await
+        {
+            known.stamps.insert(path.clone(), stamp);
+            continue;
+        }
+        let Some(stamp) = settled(path).await else { continue };
+        known.stamps.insert(path.clone(), stamp);
+        if is_reference_file(path) {
+            follow(shared, path, &mut known.follows).await;
+        } else {
+            // Errors are logged and kept in the host's status by `load`.
+            let _ = shared.load(path).await;
+        }
+    }
+}
+
+/// Follows the reference a new or changed `*.oci` file names (unless it
+/// is the one followed already).
+async fn follow(shared: &Arc<Shared>, path: &Path, follows: &mut HashMap<PathBuf, (Reference, Follow)>) {
+    let reference = match tokio::fs::read_to_string(path).await {
+        Ok(text) => reference_in(&text),
+        Err(e) => {
+            Err(crate::serve::oci::Error::Reference { reference: path.display().to_string(), reason: e.to_string() })
+        }
+    };
+    let reference = match reference {
+        Ok(reference) => reference,
+        Err(error) => {
+            shared.reject_pull(path, None, error);
+            return;
+        }
+    };
+    if follows.get(path).is_some_and(|(followed, _)| *followed == reference) {
+        return;
+    }
+    // The old reference stops being followed; what it loaded serves until
+    // the new one replaces it.
+    follows.remove(path);
+    let (follow, _first) = Follow::start(Arc::clone(shared), path.to_owned(), reference.clone()).await;
+    follows.insert(path.to_owned(), (reference, follow));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reference_file_names_its_first_line_that_is_not_a_comment() {
+        let text = "# the greeter, pushed by CI\n\n  oci://127.0.0.1:5000/capstan/greeter:v2  \noci://ignored/x:y\n";
+        assert_eq!(reference_in(text).expect("parses").to_string(), "oci://127.0.0.1:5000/capstan/greeter:v2");
+        assert_eq!(reference_in("# nothing\n").expect_err("empty").reason(), "reference");
+        assert!(is_component_file(Path::new("/c/greeter.oci")) && is_reference_file(Path::new("/c/greeter.oci")));
+        assert!(!is_component_file(Path::new("/c/greeter.oci.tmp")));
+    }
+}

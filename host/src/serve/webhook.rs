@@ -1,0 +1,482 @@
+//! Serving admission and conversion webhooks written as guest logic.
+//!
+//! The host serves HTTPS (rustls) on its own address (`capstan run
+//! --webhook-listen`):
+//!
+//! | route | body | guest export |
+//! |---|---|---|
+//! | `POST /admission/<component>/<webhook>` | `admission.k8s.io/v1` `AdmissionReview` | `admission.review` |
+//! | `POST /convert/<component>` | `apiextensions.k8s.io/v1` `ConversionReview` | `conversion.convert` |
+//!
+//! Components are found in a [`Registry`] the host keeps current: a call
+//! uses the version that serves when it starts, so a hot swap fails no
+//! request (calls in flight finish on the old version).
+//!
+//! # Failure policy
+//!
+//! A guest that traps, runs past its deadline (below the webhook's
+//! timeout) or its memory cap, or answers something the host refuses (see
+//! [`admission`]) gets an HTTP 500 with a `Status` naming the cause: the
+//! API server treats that as a failed call and applies the webhook's
+//! `failurePolicy` (`Fail` rejects the request with that message, `Ignore`
+//! lets it through). A deliberate denial by the guest is an answer, not a
+//! failure: `failurePolicy` does not apply to it. Conversion has no
+//! failure policy: every failure is a `Failure` result with the message.
+//!
+//! # Certificates
+//!
+//! See [`tls`]: files from a directory, reloaded when they change, or a CA
+//! and serving certificate the host makes at start.
+
+pub mod admission;
+pub mod conversion;
+pub mod install;
+pub mod tls;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use crate::cluster::Cluster;
+use crate::runtime::component::Loaded;
+use crate::runtime::grants::Grants;
+use crate::runtime::imports::Caller;
+use crate::runtime::invocation::{self as runtime, Runtime};
+use crate::serve::server::Server;
+use crate::sync::lock;
+
+/// Largest request body served, like the API server's own limit (3 MiB);
+/// larger ones get 413.
+pub const MAX_BODY: usize = 3 << 20;
+/// Longest a TLS handshake may take.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why a webhook call or the webhook setup failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request body is not a review the host understands.
+    #[error("bad review: {0}")]
+    BadReview(String),
+    /// No component of that name serves here.
+    #[error("no component {0} serves webhooks here")]
+    NoComponent(String),
+    /// The component declares no admission webhook of that name.
+    #[error("component {component} declares no admission webhook {webhook}")]
+    NoWebhook {
+        /// The component.
+        component: String,
+        /// The webhook asked for.
+        webhook: String,
+    },
+    /// The guest invocation failed (trap, deadline, memory).
+    #[error(transparent)]
+    Guest(#[from] runtime::Error),
+    /// The guest answered something the host refuses to pass on.
+    #[error("invalid answer from the guest: {0}")]
+    Answer(String),
+    /// Certificates could not be read or made.
+    #[error("webhook certificates: {0}")]
+    Certs(String),
+    /// A webhook configuration or CRD conversion could not be installed.
+    #[error("cannot install {what}: {error}")]
+    Install {
+        /// What, e.g. `ValidatingWebhookConfiguration capstan-greeter`.
+        what: String,
+        /// Why.
+        error: String,
+    },
+}
+
+impl Error {
+    /// The HTTP status the API server gets for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::BadReview(_) => StatusCode::BAD_REQUEST,
+            Error::NoComponent(_) | Error::NoWebhook { .. } => StatusCode::NOT_FOUND,
+            Error::Guest(_) | Error::Answer(_) | Error::Certs(_) | Error::Install { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let code = self.status();
+        let status = json!({
+            "apiVersion": "v1",
+            "kind": "Status",
+            "status": "Failure",
+            "code": code.as_u16(),
+            "message": self.to_string(),
+        });
+        reply(code, &status)
+    }
+}
+
+fn respond(result: Result<Value, Error>) -> Response {
+    match result {
+        Ok(review) => reply(StatusCode::OK, &review),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A JSON response.
+fn reply(code: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).expect("a JSON value serializes");
+    (code, [(axum::http::header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+/// The envelope of an `AdmissionReview` or a `ConversionReview`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Review<R> {
+    api_version: String,
+    kind: String,
+    request: Option<R>,
+}
+
+/// The request of a review of `api_version` and `kind` in `body`.
+fn request_of<R: serde::de::DeserializeOwned>(body: &[u8], api_version: &str, kind: &str) -> Result<R, Error> {
+    let review: Review<R> = serde_json::from_slice(body).map_err(|e| Error::BadReview(e.to_string()))?;
+    if review.api_version != api_version || review.kind != kind {
+        return Err(Error::BadReview(format!(
+            "expected {api_version} {kind}, got {} {}",
+            review.api_version, review.kind
+        )));
+    }
+    review.request.ok_or_else(|| Error::BadReview("no request".into()))
+}
+
+/// A component version serving webhooks: what a call needs.
+#[derive(Clone)]
+pub struct Served {
+    /// The version in use.
+    pub component: Arc<Loaded>,
+    /// Runs it.
+    pub runtime: Runtime,
+    /// Whom its host calls are made for (grants of this version).
+    pub caller: Caller,
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Served").field("component", &self.component).finish_non_exhaustive()
+    }
+}
+
+/// Where to reach the host's webhooks from the API server, for
+/// `--install-webhooks` and the manifests `capstan gen` writes.
+#[derive(Clone, Debug)]
+pub struct Install {
+    /// Where the API server sends the calls.
+    pub endpoint: Endpoint,
+    /// PEM CA bundle the API server trusts the serving certificate with;
+    /// empty leaves `caBundle` out (it is filled in later, by the host or
+    /// by cert-manager).
+    pub ca_bundle: Vec<u8>,
+}
+
+/// How the API server reaches the webhooks: the `clientConfig` of each
+/// webhook configuration and conversion stanza.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A base URL, e.g. `https://127.0.0.1:9443` (`clientConfig.url`): a
+    /// host outside the cluster.
+    Url(String),
+    /// A Service in the cluster (`clientConfig.service`): the host in a
+    /// Pod behind it.
+    Service(ServiceRef),
+}
+
+/// A Service in front of the host: `NAMESPACE/NAME[:PORT]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its port (443 unless given).
+    pub port: u16,
+}
+
+impl ServiceRef {
+    /// The DNS names the serving certificate must carry for the API server
+    /// to reach the host through this Service.
+    pub fn dns_names(&self) -> Vec<String> {
+        let short = format!("{}.{}.svc", self.name, self.namespace);
+        vec![format!("{short}.cluster.local"), short]
+    }
+}
+
+impl std::str::FromStr for ServiceRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not NAMESPACE/NAME[:PORT]");
+        let (namespace, rest) = s.split_once('/').ok_or_else(bad)?;
+        let (name, port) = match rest.split_once(':') {
+            Some((name, port)) => (name, port.parse::<u16>().map_err(|_| bad())?),
+            None => (rest, 443),
+        };
+        for (what, value) in [("namespace", namespace), ("name", name)] {
+            crate::tooling::generate::names::check(
+                format!("service {what}"),
+                value,
+                crate::tooling::generate::names::Rule::Dns1123Label,
+            )
+            .map_err(|e| format!("{s:?}: {e}"))?;
+        }
+        if port == 0 {
+            return Err(bad());
+        }
+        Ok(Self { namespace: namespace.to_owned(), name: name.to_owned(), port })
+    }
+}
+
+/// The components that serve webhooks, by name: the host publishes each
+/// version it runs, and withdraws it when the component goes.
+#[derive(Debug, Default)]
+pub struct Registry {
+    served: Mutex<HashMap<String, Served>>,
+    install: Option<Install>,
+}
+
+impl Registry {
+    /// An empty registry that installs nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Installs the webhook configurations and CRD conversion stanzas of
+    /// every component that declares webhooks (see [`install`]).
+    #[must_use]
+    pub fn installing(mut self, install: Option<Install>) -> Self {
+        self.install = install;
+        self
+    }
+
+    /// What [`installing`](Self::installing) set.
+    pub fn install_settings(&self) -> Option<&Install> {
+        self.install.as_ref()
+    }
+
+    /// Makes `component` the version that serves its name's webhooks:
+    /// calls that start afterwards use it.
+    pub fn publish(&self, runtime: Runtime, component: Arc<Loaded>, grants: Arc<Grants>, cluster: Arc<dyn Cluster>) {
+        let manifest = &component.manifest;
+        if manifest.roles.admission.is_empty() && manifest.roles.conversion.is_empty() {
+            lock(&self.served).remove(&manifest.name);
+            return;
+        }
+        let caller = Caller {
+            controller: manifest.name.as_str().into(),
+            field_manager: manifest.field_manager().into(),
+            grants,
+            cluster,
+            reconciling: None,
+        };
+        let name = manifest.name.clone();
+        tracing::info!(component = %name, digest = %component.digest, "webhooks served");
+        lock(&self.served).insert(name, Served { component, runtime, caller });
+    }
+
+    /// Stops serving the webhooks of component `name`.
+    pub fn withdraw(&self, name: &str) {
+        if lock(&self.served).remove(name).is_some() {
+            tracing::info!(component = %name, "webhooks withdrawn");
+        }
+    }
+
+    /// The version of component `name` that serves now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoComponent`] when none does.
+    pub fn get(&self, name: &str) -> Result<Served, Error> {
+        lock(&self.served).get(name).cloned().ok_or_else(|| Error::NoComponent(name.to_owned()))
+    }
+}
+
+/// The webhook routes on `registry`.
+pub fn router(registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/admission/{component}/{webhook}", post(review))
+        .route("/convert/{component}", post(convert))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(registry)
+}
+
+/// The metric labels of a request: the names as served, `unknown` for
+/// names this host does not serve (they come from the request).
+fn labels(served: Option<&Served>, webhook: Option<&str>) -> (String, String) {
+    let Some(served) = served else { return ("unknown".to_owned(), "unknown".to_owned()) };
+    let manifest = &served.component.manifest;
+    let webhook = match webhook {
+        None => "convert",
+        Some(name) if manifest.roles.admission.iter().any(|w| w.name == name) => name,
+        Some(_) => "unknown",
+    };
+    (manifest.name.clone(), webhook.to_owned())
+}
+
+/// Answers with `result` and counts the request.
+fn answered(result: Result<Value, Error>, labels: (String, String), started: std::time::Instant) -> Response {
+    let response = respond(result);
+    crate::metrics::metrics().webhook_served(&labels.0, &labels.1, response.status().as_u16(), started.elapsed());
+    response
+}
+
+async fn review(
+    State(registry): State<Arc<Registry>>,
+    Path((component, webhook)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let started = std::time::Instant::now();
+    let served = registry.get(&component);
+    let labels = labels(served.as_ref().ok(), Some(&webhook));
+    let result = match served {
+        Ok(served) => admission::handle(&served, &webhook, &body).await,
+        Err(e) => Err(e),
+    };
+    answered(result, labels, started)
+}
+
+async fn convert(State(registry): State<Arc<Registry>>, Path(component): Path<String>, body: Bytes) -> Response {
+    let started = std::time::Instant::now();
+    let served = registry.get(&component);
+    let labels = labels(served.as_ref().ok(), None);
+    let result = match served {
+        Ok(served) => conversion::handle(&served, &body).await,
+        Err(e) => Err(e),
+    };
+    answered(result, labels, started)
+}
+
+/// Binds `addr` and serves the webhooks of `registry` over HTTPS with the
+/// certificates of `certs`, in a background task.
+///
+/// # Errors
+///
+/// When `addr` cannot be bound.
+pub async fn serve(addr: SocketAddr, certs: Arc<tls::Certs>, registry: Arc<Registry>) -> std::io::Result<Server> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local_addr = listener.local_addr()?;
+    let acceptor = TlsAcceptor::from(Arc::new(certs.server_config()));
+    let (tx, rx) = mpsc::channel(64);
+    // Handshakes run side by side, so a slow client holds up no other.
+    let accepting = tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => {
+                        let _ = tx.send((tls, peer)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "webhook tls handshake failed"),
+                    Err(_) => tracing::debug!(peer = %peer, "webhook tls handshake timed out"),
+                }
+            });
+        }
+    });
+    let listener = TlsListener { rx, local_addr, _accepting: Aborting(accepting) };
+    tracing::info!(address = %local_addr, "serving webhooks (https)");
+    Ok(crate::serve::server::spawn(listener, local_addr, router(registry)))
+}
+
+/// Aborts the task when dropped.
+struct Aborting(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Connections whose TLS handshake completed.
+struct TlsListener {
+    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local_addr: SocketAddr,
+    _accepting: Aborting,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.rx.recv().await {
+            Some(connection) => connection,
+            // The accepting task stopped: no connection comes any more.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local_addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn call(path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        use http_body_util::BodyExt as _;
+        use tower::ServiceExt as _;
+        let request = axum::http::Request::post(path).body(axum::body::Body::from(body)).expect("a request");
+        let response = router(Arc::new(Registry::new())).oneshot(request).await.expect("the router answers");
+        let status = response.status();
+        let bytes = response.into_body().collect().await.expect("a body").to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    #[tokio::test]
+    async fn unknown_component_is_a_404_status_and_an_oversized_body_a_413() {
+        let (status, body) = call("/admission/nobody/v.example.com", b"{}".to_vec()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["kind"], "Status");
+        assert_eq!(body["message"], "no component nobody serves webhooks here");
+        let (status, _) = call("/convert/nobody", vec![b' '; MAX_BODY + 1]).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        // Names from the request never become labels.
+        let scrape = crate::metrics::metrics().encode();
+        assert!(
+            scrape.contains(r#"capstan_webhook_requests_total{controller="unknown",webhook="unknown",code="404"}"#)
+        );
+        assert!(!scrape.contains("nobody"), "{scrape}");
+    }
+
+    #[test]
+    fn error_messages_read_right() {
+        assert_eq!(Error::BadReview("no request".into()).to_string(), "bad review: no request");
+        assert_eq!(Error::NoComponent("greeter".into()).to_string(), "no component greeter serves webhooks here");
+        let e = Error::NoWebhook { component: "greeter".into(), webhook: "v.example.com".into() };
+        assert_eq!(e.to_string(), "component greeter declares no admission webhook v.example.com");
+        assert_eq!(e.status(), StatusCode::NOT_FOUND);
+        let e = Error::Guest(runtime::Error::Trap("unreachable".into()));
+        assert_eq!(e.to_string(), "guest trapped: unreachable");
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(Error::Answer("code 200".into()).to_string(), "invalid answer from the guest: code 200");
+    }
+}

@@ -1,0 +1,350 @@
+//! `AdmissionReview` (`admission.k8s.io/v1`) in and out: the request the
+//! guest gets, and the checks on its answer.
+//!
+//! # What the host checks
+//!
+//! - a denial's `code` is between 400 and 599 (default 403);
+//! - the message is at most [`MAX_MESSAGE`] bytes and at most
+//!   [`MAX_WARNINGS`] warnings of at most [`MAX_WARNING`] bytes each are
+//!   passed on (longer ones are cut, more are dropped);
+//! - a mutating webhook's changed object is a JSON object with the same
+//!   `apiVersion`, `kind`, `metadata.name` and `metadata.namespace` as the
+//!   request's; the API server gets the JSON Patch from the request's
+//!   object to it (none when nothing changed). A validating webhook's
+//!   `patched` is ignored, as is a denial's.
+//!
+//! An answer that breaks these is a failed call ([`Error::Answer`]).
+
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Error, Served};
+use crate::manifest::{AdmissionWebhook, Operation};
+use crate::runtime::bindings::capstan::operator::types as wit;
+
+/// Longest denial message passed on, in bytes.
+pub const MAX_MESSAGE: usize = 4 << 10;
+/// Most warnings passed on.
+pub const MAX_WARNINGS: usize = 32;
+/// Longest warning passed on, in bytes.
+pub const MAX_WARNING: usize = 256;
+
+/// The part of an `AdmissionReview`'s request the host reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Request {
+    uid: String,
+    kind: Kind,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: String,
+    #[serde(default)]
+    user_info: UserInfo,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    old_object: Option<Value>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Kind {
+    #[serde(default)]
+    group: String,
+    version: String,
+    kind: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct UserInfo {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+/// A parsed review: what the guest gets, and what the answer is checked
+/// against.
+#[derive(Debug)]
+pub struct Parsed {
+    /// The request's UID, echoed in the answer.
+    pub uid: String,
+    /// The request's object, the base of a mutation's patch.
+    pub object: Option<Value>,
+    /// The guest's request.
+    pub request: wit::AdmissionRequest,
+}
+
+fn to_bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).expect("a JSON value serializes")
+}
+
+/// Parses an `AdmissionReview` for `webhook`.
+///
+/// # Errors
+///
+/// [`Error::BadReview`] when `body` is not a v1 `AdmissionReview` with a
+/// request.
+pub fn parse(webhook: &AdmissionWebhook, body: &[u8]) -> Result<Parsed, Error> {
+    let r: Request = super::request_of(body, "admission.k8s.io/v1", "AdmissionReview")?;
+    let operation = Operation::parse(&r.operation)
+        .ok_or_else(|| Error::BadReview(format!("unknown operation {:?}", r.operation)))?;
+    let object = r.object.filter(|o| !o.is_null());
+    let old_object = r.old_object.filter(|o| !o.is_null());
+    let request = wit::AdmissionRequest {
+        webhook: webhook.name.clone(),
+        webhook_type: if webhook.mutating { wit::WebhookType::Mutating } else { wit::WebhookType::Validating },
+        uid: r.uid.clone(),
+        kind: wit::GroupVersionKind { group: r.kind.group, version: r.kind.version, kind: r.kind.kind },
+        sub_resource: r.sub_resource.filter(|s| !s.is_empty()),
+        name: r.name,
+        namespace: r.namespace.filter(|n| !n.is_empty()),
+        operation: operation.into(),
+        object: object.as_ref().map(to_bytes),
+        old_object: old_object.as_ref().map(to_bytes),
+        user_info: wit::UserInfo { username: r.user_info.username, uid: r.user_info.uid, groups: r.user_info.groups },
+        dry_run: r.dry_run.unwrap_or(false),
+    };
+    Ok(Parsed { uid: r.uid, object, request })
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary.
+fn cut(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// The fields a mutation may not change.
+const KEPT: [&str; 4] = ["/apiVersion", "/kind", "/metadata/name", "/metadata/namespace"];
+
+/// The JSON Patch from `object` to the guest's `patched` bytes, if any
+/// change.
+fn patch(object: Option<&Value>, patched: &[u8]) -> Result<Option<json_patch::Patch>, Error> {
+    let Some(object) = object else {
+        return Err(Error::Answer("a changed object for a request without one".into()));
+    };
+    let patched: Value =
+        serde_json::from_slice(patched).map_err(|e| Error::Answer(format!("the changed object is not JSON: {e}")))?;
+    if !patched.is_object() {
+        return Err(Error::Answer("the changed object is not a JSON object".into()));
+    }
+    if let Some(field) = KEPT.iter().find(|p| object.pointer(p) != patched.pointer(p)) {
+        return Err(Error::Answer(format!("the changed object changes {field}, which a mutation must keep")));
+    }
+    let patch = json_patch::diff(object, &patched);
+    Ok((!patch.0.is_empty()).then_some(patch))
+}
+
+/// The `AdmissionReview` answer to `parsed` for `webhook`, from the
+/// guest's `answer`.
+///
+/// # Errors
+///
+/// [`Error::Answer`] when the answer breaks the checks in the module docs.
+pub fn answer(webhook: &AdmissionWebhook, parsed: &Parsed, answer: wit::AdmissionResponse) -> Result<Value, Error> {
+    let mut response = json!({"uid": parsed.uid, "allowed": answer.allowed});
+    if !answer.allowed {
+        let code = answer.code.unwrap_or(403);
+        if !(400..=599).contains(&code) {
+            return Err(Error::Answer(format!("denial code {code} is not between 400 and 599")));
+        }
+        let message = cut(answer.message.unwrap_or_else(|| "denied".into()), MAX_MESSAGE);
+        response["status"] = json!({"code": code, "message": message});
+    }
+    if !answer.warnings.is_empty() {
+        let warnings: Vec<String> =
+            answer.warnings.into_iter().take(MAX_WARNINGS).map(|w| cut(w, MAX_WARNING)).collect();
+        response["warnings"] = json!(warnings);
+    }
+    if webhook.mutating
+        && answer.allowed
+        && let Some(patched) = answer.patched
+        && let Some(patch) = patch(parsed.object.as_ref(), &patched)?
+    {
+        let bytes = serde_json::to_vec(&patch).expect("a patch serializes");
+        response["patchType"] = json!("JSONPatch");
+        response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    Ok(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}))
+}
+
+/// Serves one review for the webhook named `webhook` of `served`.
+///
+/// # Errors
+///
+/// Any [`Error`]: an unknown webhook, a bad review, a failed invocation, a
+/// refused answer.
+pub async fn handle(served: &Served, webhook: &str, body: &[u8]) -> Result<Value, Error> {
+    let manifest = &served.component.manifest;
+    let declared = manifest
+        .roles
+        .admission
+        .iter()
+        .find(|w| w.name == webhook)
+        .ok_or_else(|| Error::NoWebhook { component: manifest.name.clone(), webhook: webhook.to_owned() })?;
+    let parsed = parse(declared, body)?;
+    let deadline = declared.deadline(served.runtime.limits().deadline);
+    let invocation =
+        served.runtime.review(&served.component.pre, served.caller.clone(), parsed.request.clone(), deadline).await;
+    let result = invocation.result.map_err(Error::from).and_then(|a| answer(declared, &parsed, a));
+    match &result {
+        Ok(review) => tracing::debug!(
+            component = %manifest.name,
+            webhook,
+            uid = %parsed.uid,
+            allowed = review["response"]["allowed"].as_bool(),
+            elapsed_ms = invocation.duration.as_secs_f64() * 1000.0,
+            "admission reviewed"
+        ),
+        Err(e) => {
+            tracing::warn!(component = %manifest.name, webhook, uid = %parsed.uid, error = %e, "admission failed")
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::object::Gvk;
+
+    fn webhook(mutating: bool) -> AdmissionWebhook {
+        AdmissionWebhook {
+            name: "default.greetings.example.com".into(),
+            mutating,
+            kinds: vec![Gvk::new("example.com", "v1", "Greeting")],
+            operations: vec![Operation::Create],
+            ignore_failures: false,
+            timeout: Duration::from_secs(10),
+            side_effects_on_dry_run: false,
+            namespace_selector: None,
+            object_selector: None,
+        }
+    }
+
+    fn greeting(replicas: Option<i64>) -> Value {
+        let mut g = json!({
+            "apiVersion": "example.com/v1", "kind": "Greeting",
+            "metadata": {"name": "hello", "namespace": "default"},
+            "spec": {"message": "hi"},
+        });
+        if let Some(r) = replicas {
+            g["spec"]["replicas"] = json!(r);
+        }
+        g
+    }
+
+    fn review(object: &Value) -> Vec<u8> {
+        to_bytes(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5", "kind": {"group": "example.com", "version": "v1", "kind": "Greeting"},
+                "resource": {"group": "example.com", "version": "v1", "resource": "greetings"},
+                "name": "hello", "namespace": "default", "operation": "CREATE",
+                "userInfo": {"username": "admin", "groups": ["system:masters"]},
+                "object": object, "oldObject": null, "dryRun": false,
+            }
+        }))
+    }
+
+    fn allowed(patched: Option<&Value>) -> wit::AdmissionResponse {
+        wit::AdmissionResponse {
+            allowed: true,
+            message: None,
+            code: None,
+            warnings: Vec::new(),
+            patched: patched.map(to_bytes),
+        }
+    }
+
+    #[test]
+    fn review_becomes_the_guests_request() {
+        let parsed = parse(&webhook(false), &review(&greeting(None))).expect("a review");
+        assert_eq!(parsed.uid, "705ab4f5");
+        let r = parsed.request;
+        assert_eq!(r.webhook, "default.greetings.example.com");
+        assert!(matches!(r.operation, wit::Operation::Create));
+        assert_eq!(r.namespace.as_deref(), Some("default"));
+        assert!(r.old_object.is_none());
+        assert_eq!(r.user_info.groups, ["system:masters"]);
+        let object: Value = serde_json::from_slice(&r.object.expect("an object")).expect("JSON");
+        assert_eq!(object, greeting(None));
+    }
+
+    #[test]
+    fn review_of_another_kind_is_refused() {
+        let body = to_bytes(&json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}));
+        assert!(matches!(parse(&webhook(false), &body), Err(Error::BadReview(_))));
+        assert!(matches!(parse(&webhook(false), b"not json"), Err(Error::BadReview(_))));
+    }
+
+    #[test]
+    fn mutation_is_sent_as_a_base64_json_patch() {
+        let parsed = parse(&webhook(true), &review(&greeting(None))).expect("a review");
+        let out = answer(&webhook(true), &parsed, allowed(Some(&greeting(Some(1))))).expect("an answer");
+        assert_eq!(out["response"]["uid"], "705ab4f5");
+        assert_eq!(out["response"]["patchType"], "JSONPatch");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(out["response"]["patch"].as_str().expect("a patch"))
+            .expect("base64");
+        let patch: Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(patch, json!([{"op": "add", "path": "/spec/replicas", "value": 1}]));
+    }
+
+    #[test]
+    fn unchanged_object_and_validating_webhook_send_no_patch() {
+        let parsed = parse(&webhook(true), &review(&greeting(Some(2)))).expect("a review");
+        let out = answer(&webhook(true), &parsed, allowed(Some(&greeting(Some(2))))).expect("an answer");
+        assert!(out["response"].get("patch").is_none());
+        let out = answer(&webhook(false), &parsed, allowed(Some(&greeting(Some(3))))).expect("an answer");
+        assert!(out["response"].get("patch").is_none());
+    }
+
+    #[test]
+    fn mutation_that_renames_the_object_is_refused() {
+        let parsed = parse(&webhook(true), &review(&greeting(None))).expect("a review");
+        let mut renamed = greeting(None);
+        renamed["metadata"]["name"] = json!("other");
+        let err = answer(&webhook(true), &parsed, allowed(Some(&renamed))).expect_err("refused");
+        assert!(matches!(&err, Error::Answer(m) if m.contains("/metadata/name")), "{err}");
+        let err = answer(&webhook(true), &parsed, allowed(Some(&json!([1])))).expect_err("refused");
+        assert!(matches!(err, Error::Answer(_)));
+    }
+
+    #[test]
+    fn denial_carries_code_and_message_and_bounded_warnings() {
+        let parsed = parse(&webhook(false), &review(&greeting(Some(11)))).expect("a review");
+        let denial = wit::AdmissionResponse {
+            allowed: false,
+            message: Some("spec.replicas must be between 0 and 10".into()),
+            code: None,
+            warnings: (0..40).map(|_| "w".repeat(300)).collect(),
+            patched: None,
+        };
+        let out = answer(&webhook(false), &parsed, denial.clone()).expect("an answer");
+        assert_eq!(out["response"]["allowed"], false);
+        assert_eq!(out["response"]["status"]["code"], 403);
+        assert_eq!(out["response"]["status"]["message"], "spec.replicas must be between 0 and 10");
+        let warnings = out["response"]["warnings"].as_array().expect("warnings");
+        assert_eq!(warnings.len(), MAX_WARNINGS);
+        assert!(warnings.iter().all(|w| w.as_str().is_some_and(|w| w.len() == MAX_WARNING)));
+        let bad_code = wit::AdmissionResponse { code: Some(200), ..denial };
+        assert!(matches!(answer(&webhook(false), &parsed, bad_code), Err(Error::Answer(_))));
+    }
+}

@@ -1,0 +1,1030 @@
+//! The `capstan` command line: parsing and the subcommands' output. `main`
+//! only sets up tracing and calls [`run`].
+
+pub mod cluster;
+pub mod dev;
+pub mod generate;
+pub mod scaffold;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+use crate::manifest::{Manifest, Mapping, Scope};
+use crate::runtime::component::Loader;
+use crate::runtime::engine::{Engine, EngineConfig};
+use crate::runtime::invocation::Runtime;
+use crate::runtime::limits::Limits;
+use crate::tooling::scenario;
+use crate::tooling::testing::default_cache_dir;
+
+/// Capstan: Kubernetes controllers as WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "capstan", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter, e.g. `info` or `capstan=debug,guest=trace`. Default:
+    /// `warn` for `inspect`, `test`, `gen`, `new`, `status` and `cluster` (guest logs would
+    /// drown the results), `info` otherwise.
+    #[arg(long, global = true, env = "CAPSTAN_LOG")]
+    pub log: Option<String>,
+    /// Log line format on stderr: `human` (text) or `json` (one JSON
+    /// object per line, for log collectors).
+    #[arg(long, global = true, env = "CAPSTAN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Formats of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Text for people, with ANSI colours on a terminal.
+    Human,
+    /// One JSON object per line: `timestamp`, `level`, `target`, the
+    /// event's fields (`message` among them) and `spans`.
+    Json,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+impl Cli {
+    /// The log filter to use.
+    pub fn log_filter(&self) -> &str {
+        match (&self.log, &self.command) {
+            (Some(filter), _) => filter,
+            (
+                None,
+                Command::Inspect { .. }
+                | Command::Test { .. }
+                | Command::E2e { .. }
+                | Command::Gen(_)
+                | Command::New(_)
+                | Command::Sdk { .. }
+                | Command::Status { .. }
+                | Command::Push { .. }
+                | Command::Pull { .. },
+            ) => "warn",
+            // Probes of a starting API server fail by design until it is ready.
+            (None, Command::Cluster(_)) => "warn,kube_client=off",
+            (None, Command::Run(_) | Command::Dev(_)) => "info",
+        }
+    }
+}
+
+/// Arguments of `capstan run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Components to run, one controller each: files (.wasm, .wasm.gz) or
+    /// references to OCI registries (`oci://REGISTRY/REPOSITORY:TAG` or
+    /// `…@sha256:DIGEST`), whose tags are followed: when one moves, the
+    /// new version is pulled, verified and swapped in.
+    #[arg(required_unless_present = "components_dir", value_name = "COMPONENT")]
+    pub components: Vec<PathBuf>,
+    /// Also run every `*.wasm`, `*.wasm.gz` and `*.oci` (a file holding an
+    /// `oci://` reference) in this directory, and follow it: a new file
+    /// starts a controller, a changed one replaces the running version
+    /// (a rejected one leaves it serving), a removed one stops it.
+    #[arg(long = "components", value_name = "DIR")]
+    pub components_dir: Option<PathBuf>,
+    /// How often to look up the tags of followed references, in seconds.
+    #[arg(long, default_value_t = crate::serve::follow::POLL_INTERVAL.as_secs_f64(), value_name = "SECONDS")]
+    pub poll_interval: f64,
+    /// Registry options.
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+    /// Run each new version of a running controller on this percentage of
+    /// its objects first; it replaces the running version once they all
+    /// reconcile, and is rejected at its first error or trap.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(1..100))]
+    pub canary: Option<u8>,
+    /// Do not review each component's permissions against the host's own
+    /// (SelfSubjectAccessReview) before running it.
+    #[arg(long)]
+    pub skip_permission_check: bool,
+    /// Accept components whose permissions name a wildcard group or kind
+    /// (`*`), close to cluster-admin; refused by default.
+    #[arg(long)]
+    pub allow_wildcard_permissions: bool,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the
+    /// in-cluster service account).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Watch only these namespaces: repeat the option (`-n a -n b`) or
+    /// separate them with commas (`-n a,b`). Default: all namespaces.
+    /// Cluster-scoped kinds are watched whole either way; guests may still
+    /// read objects in other namespaces where their grants allow.
+    #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE", value_delimiter = ',', value_parser = namespace_name)]
+    pub namespaces: Vec<String>,
+    /// Apply the CRDs the components define (server-side apply) and wait
+    /// until they are established.
+    #[arg(long)]
+    pub install_crds: bool,
+    /// Serve the components' admission and conversion webhooks over HTTPS
+    /// on this address, e.g. `0.0.0.0:9443`. Default: not served.
+    #[arg(long, value_name = "ADDR")]
+    pub webhook_listen: Option<std::net::SocketAddr>,
+    /// Serve the certificate in this directory (`tls.crt`, `tls.key`, and
+    /// optionally `ca.crt` for the caBundle), reloaded when it changes.
+    /// Default: a CA and serving certificate the host makes at start, for
+    /// 127.0.0.1, localhost and the host of `--webhook-url`.
+    #[arg(long, value_name = "DIR", requires = "webhook_listen")]
+    pub webhook_cert_dir: Option<PathBuf>,
+    /// The address the API server calls the webhooks at, e.g.
+    /// `https://capstan-webhooks.ops.svc:443`. Default:
+    /// `https://127.0.0.1:<port of --webhook-listen>`.
+    #[arg(long, value_name = "URL", requires = "webhook_listen")]
+    pub webhook_url: Option<String>,
+    /// The Service the API server calls the webhooks through, as
+    /// `NAMESPACE/NAME[:PORT]` (port 443 unless given): the host runs in a
+    /// Pod behind it. The self-made certificate then names
+    /// `NAME.NAMESPACE.svc`. `capstan gen manifest` sets this.
+    #[arg(long, value_name = "NAMESPACE/NAME[:PORT]", requires = "webhook_listen", conflicts_with = "webhook_url")]
+    pub webhook_service: Option<crate::serve::webhook::ServiceRef>,
+    /// Apply a Validating- and MutatingWebhookConfiguration per component
+    /// that declares webhooks, and the conversion stanza of the CRDs it
+    /// converts, with the caBundle of the serving certificate.
+    #[arg(long, requires = "webhook_listen")]
+    pub install_webhooks: bool,
+    /// Memory limit per guest instance, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub memory_limit_mib: usize,
+    /// Deadline per guest call, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    pub deadline_ms: u64,
+    /// Most `kube.*` host calls one guest invocation may make; later ones
+    /// return `denied` to the guest, naming the limit.
+    #[arg(long, default_value_t = crate::runtime::limits::DEFAULT_HOST_CALLS, env = "CAPSTAN_MAX_HOST_CALLS")]
+    pub max_host_calls: u32,
+    /// Most events one guest invocation may record with `events.record`;
+    /// later ones return `denied` to the guest, naming the limit.
+    #[arg(long, default_value_t = crate::runtime::limits::DEFAULT_EVENTS, env = "CAPSTAN_MAX_EVENTS")]
+    pub max_events: u32,
+    /// Log lines a second each controller may make the host write
+    /// (its guest's lines, and warnings about its calls); more are
+    /// dropped and counted.
+    #[arg(long, default_value_t = 10, value_name = "LINES")]
+    pub log_lines_per_second: u32,
+    /// Log lines each controller may make the host write at once, before
+    /// `--log-lines-per-second` applies.
+    #[arg(long, default_value_t = 50, value_name = "LINES")]
+    pub log_burst: u32,
+    /// Name of this replica in Events (default: $POD_NAME or the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub instance: Option<String>,
+    /// Serve /metrics, /healthz, /readyz and /status on this address.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+    /// Elect a leader per controller among replicas, with one Lease per
+    /// controller (`capstan-<name>`): standbys keep their caches warm and
+    /// take over when the leader stops renewing.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the Leases (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// How long a Lease holds after its last renewal, in seconds.
+    #[arg(long, default_value_t = 15.0, value_name = "SECONDS")]
+    pub lease_duration: f64,
+    /// How long a leader keeps trying to renew before it stops
+    /// reconciling, in seconds (less than the lease duration).
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub renew_deadline: f64,
+    /// How often candidates try to acquire and leaders renew, in seconds.
+    #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
+    pub retry_period: f64,
+}
+
+impl RunArgs {
+    /// The leader election settings the arguments ask for.
+    ///
+    /// # Errors
+    ///
+    /// For durations that are not positive numbers of seconds, or that
+    /// break `retry period < renew deadline < lease duration`.
+    pub fn leader_election(&self) -> anyhow::Result<Option<crate::control::leader::LeaseSettings>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let seconds = |name: &str, s: f64| {
+            std::time::Duration::try_from_secs_f64(s).map_err(|_| anyhow::anyhow!("--{name} {s}: not a duration"))
+        };
+        let identity = self.instance.clone().unwrap_or_else(crate::control::leader::default_identity);
+        let settings = crate::control::leader::LeaseSettings::new(&self.leader_election_namespace, identity).timing(
+            seconds("lease-duration", self.lease_duration)?,
+            seconds("renew-deadline", self.renew_deadline)?,
+            seconds("retry-period", self.retry_period)?,
+        );
+        settings.validate()?;
+        Ok(Some(settings))
+    }
+}
+
+/// How to reach OCI registries (`push`, `pull`, `run oci://…`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RegistryArgs {
+    /// Speak plain HTTP, not HTTPS, to this registry (`HOST[:PORT]`);
+    /// repeat or separate with commas. Loopback registries (`localhost`,
+    /// `127.0.0.0/8`, `[::1]`) always get plain HTTP; every other registry
+    /// gets HTTPS unless named here.
+    #[arg(
+        long = "insecure-registry",
+        value_name = "HOST[:PORT]",
+        value_delimiter = ',',
+        env = "CAPSTAN_INSECURE_REGISTRIES"
+    )]
+    pub insecure: Vec<String>,
+}
+
+impl RegistryArgs {
+    /// The registry client these arguments describe, caching pulled layers
+    /// under the default cache (`$CAPSTAN_CACHE`, `~/.cache/capstan`).
+    pub fn registry(&self) -> crate::serve::oci::Registry {
+        let cache = cluster::build::cache_root().ok();
+        let options =
+            self.insecure.iter().fold(crate::serve::oci::Options::default().cache_dir(cache), |o, r| o.insecure(r));
+        crate::serve::oci::Registry::new(options)
+    }
+}
+
+/// `sha256:` digest of a manifest's grants as `capstan inspect` prints
+/// them (`grantsDigest`; the `dev.capstan.grants-digest` annotation of a
+/// pushed component): equal digests, equal permissions.
+pub fn grants_digest(manifest: &Manifest) -> String {
+    let doc = manifest_document(manifest, "", "");
+    crate::serve::oci::sha256(&serde_json::to_vec(&doc["grants"]).expect("a JSON value serialises"))
+}
+
+/// Checks a namespace name given on the command line.
+fn namespace_name(s: &str) -> Result<String, String> {
+    if crate::manifest::is_dns1123_label(s) {
+        Ok(s.to_owned())
+    } else {
+        Err("not a valid namespace name (lower-case alphanumerics and '-', at most 63)".to_owned())
+    }
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print what a component declares: its manifest, grants and contract.
+    Inspect {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value = "yaml")]
+        output: Format,
+    },
+    /// Run components as controllers against a cluster.
+    Run(Box<RunArgs>),
+    /// Push a component to an OCI registry as a Wasm OCI artifact (config
+    /// `application/vnd.wasm.config.v0+json`, one `application/wasm`
+    /// layer), its controller name, contract and grants digest as
+    /// annotations. Credentials: the docker config file.
+    Push {
+        /// The component (.wasm, or .wasm.gz: pushed decompressed).
+        component: PathBuf,
+        /// Where to: `oci://REGISTRY/REPOSITORY:TAG`.
+        reference: String,
+        /// Registry options.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Pull a component from an OCI registry, its layer checked against its
+    /// digest (and cached by it), and write it to a file.
+    Pull {
+        /// What: `oci://REGISTRY/REPOSITORY:TAG` or `…@sha256:DIGEST`.
+        reference: String,
+        /// The file to write.
+        #[arg(long, short)]
+        output: PathBuf,
+        /// Registry options.
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Print what a running host has loaded: per component file its
+    /// controller, digest, state, reconcile counts and last rejection.
+    Status {
+        /// The host's address (`capstan run --listen`).
+        #[arg(long, default_value = "http://127.0.0.1:8080", env = "CAPSTAN_URL")]
+        url: String,
+        /// Output format (default: a table).
+        #[arg(long, short, value_enum)]
+        output: Option<Format>,
+    },
+    /// Run a component's scenarios on the mock host: given objects,
+    /// expected objects, events and errors (see `capstan_host::tooling::scenario`).
+    Test {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// A scenario folder, or a folder of them.
+        scenarios: PathBuf,
+    },
+    /// Run a component's scenarios (the folders `capstan test` runs) against
+    /// a real cluster: each case in a namespace of its own, the component
+    /// run in process, each step waited for until it holds (see
+    /// `docs/controllers.md`). Exit code 1 when a case fails.
+    E2e {
+        /// The component (.wasm).
+        component: PathBuf,
+        /// A scenario folder, or a folder of them.
+        scenarios: PathBuf,
+        /// How long each step may take to hold, in seconds.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        /// Leave each case's namespace behind.
+        #[arg(long)]
+        keep: bool,
+        /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Kubeconfig context (default: the current context).
+        #[arg(long)]
+        context: Option<String>,
+    },
+    /// Generate CRDs, RBAC and deployment manifests from components.
+    #[command(subcommand)]
+    Gen(generate::Command),
+    /// Create a controller project that builds into a component and passes
+    /// `capstan test`.
+    New(scaffold::Args),
+    /// A local Kubernetes control plane (etcd, kube-apiserver,
+    /// kube-controller-manager on loopback) to develop and test against.
+    #[command(subcommand)]
+    Cluster(cluster::Command),
+    /// The author's loop in a project made by `capstan new`: start a local
+    /// cluster if none runs, build the component, run it with its CRDs
+    /// installed, rebuild and swap in a new version on every source change,
+    /// print log lines and Events; Ctrl-C stops.
+    Dev(dev::Args),
+    /// Write out the guest SDKs (Rust, Python, JavaScript) and the WIT
+    /// contract this binary carries, in a checkout's layout: for building
+    /// components without a Capstan checkout.
+    Sdk {
+        /// The folder to write into (created if missing; the SDK's files
+        /// already there are overwritten).
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn loader() -> anyhow::Result<Loader> {
+    let engine = Engine::new(EngineConfig::default())?;
+    let runtime = Runtime::new(&engine, Limits::default()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    Ok(Loader::new(runtime, default_cache_dir()))
+}
+
+/// The manifest as a document for `capstan inspect`.
+pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> Value {
+    let kind = |g: &crate::object::Gvk| json!({"group": g.group, "version": g.version, "kind": g.kind});
+    let grants = crate::runtime::grants::Grants::from_manifest(manifest);
+    let scope = |s: &Scope| match s {
+        Scope::Cluster => json!("cluster"),
+        Scope::OwnNamespace => json!("own-namespace"),
+        Scope::Namespaces(n) => json!({"namespaces": n}),
+    };
+    let field = |f: &crate::manifest::FieldRef| match f {
+        crate::manifest::FieldRef::Name => json!("name"),
+        crate::manifest::FieldRef::Namespace => json!("namespace"),
+        crate::manifest::FieldRef::Label(l) => json!({"label": l}),
+        crate::manifest::FieldRef::Annotation(a) => json!({"annotation": a}),
+    };
+    let wildcards: Vec<String> = manifest
+        .wildcard_permissions()
+        .map(|p| {
+            format!("{} on {}/{}", p.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>().join(","), p.group, p.kind)
+        })
+        .collect();
+    json!({
+        "name": manifest.name,
+        "contract": contract,
+        "digest": format!("sha256:{digest}"),
+        "grantsDigest": null,
+        "primary": kind(&manifest.primary),
+        "owns": manifest.owns.iter().map(|o| json!({
+            "kind": kind(&o.kind),
+            "labelSelector": o.label_selector,
+            "scope": o.scope.as_ref().map(scope),
+        })).collect::<Vec<_>>(),
+        "watches": manifest.watches.iter().map(|w| json!({
+            "kind": kind(&w.kind),
+            "mapping": match &w.mapping {
+                Mapping::None => json!("none"),
+                Mapping::Label(l) => json!({"label": l}),
+                Mapping::SameName => json!("same-name"),
+                Mapping::Namespace => json!("namespace"),
+                Mapping::All => json!("all"),
+                Mapping::Reference(r) => json!({"reference": {"name": field(&r.name), "namespace": r.namespace.as_ref().map(field)}}),
+            },
+            "labelSelector": w.label_selector,
+        })).collect::<Vec<_>>(),
+        "finalizer": manifest.finalizer,
+        "resyncSeconds": manifest.resync.map(|d| d.as_secs()),
+        "maxConcurrency": manifest.max_concurrency,
+        "roles": {
+            "reconcile": manifest.roles.reconcile,
+            "admission": manifest.roles.admission.iter().map(|w| json!({
+                "name": w.name,
+                "type": if w.mutating { "mutating" } else { "validating" },
+                "kinds": w.kinds.iter().map(&kind).collect::<Vec<_>>(),
+                "operations": w.operations.iter().map(|o| o.as_str()).collect::<Vec<_>>(),
+                "failurePolicy": w.failure_policy(),
+                "timeoutSeconds": w.timeout.as_secs(),
+                "sideEffects": w.side_effects(),
+            })).collect::<Vec<_>>(),
+            "conversion": manifest.roles.conversion.iter().map(|gk| json!({"group": gk.group, "kind": gk.kind})).collect::<Vec<_>>(),
+            "scheduler": manifest.roles.scheduler,
+        },
+        "crds": manifest.crds.iter().filter_map(|c| crate::object::meta_str(c, "name")).collect::<Vec<_>>(),
+        "grants": grants.rules().iter().map(|r| json!({
+            "group": r.group,
+            "kind": r.kind,
+            "verbs": r.verbs.iter().map(|v| v.as_str()).collect::<Vec<_>>(),
+            "scope": scope(&r.scope),
+            "status": r.status,
+            "resourceNames": r.resource_names,
+        })).collect::<Vec<_>>(),
+        "warnings": wildcards.iter().map(|w| format!("wildcard permission {w}: the host refuses it unless run with --allow-wildcard-permissions")).collect::<Vec<_>>(),
+    })
+}
+
+/// Runs a parsed command line; returns the process exit code.
+///
+/// # Errors
+///
+/// Anything that stops the command; `main` prints it.
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Inspect { component, output } => {
+            let loaded = loader()?.load(&component).await?;
+            let mut doc = manifest_document(&loaded.manifest, &loaded.digest, &loaded.contract);
+            doc["grantsDigest"] = json!(grants_digest(&loaded.manifest));
+            match output {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
+                Format::Yaml => print!("{}", serde_yaml_ng::to_string(&doc)?),
+            }
+            Ok(0)
+        }
+        Command::Run(args) => run_host(*args).await,
+        Command::Push { component, reference, registry } => push(&component, &reference, &registry).await,
+        Command::Pull { reference, output, registry } => pull(&reference, &output, &registry).await,
+        Command::Status { url, output } => {
+            let doc = crate::serve::server::get_status(&url).await?;
+            match output {
+                Some(Format::Json) => println!("{}", serde_json::to_string_pretty(&doc)?),
+                Some(Format::Yaml) => print!("{}", serde_yaml_ng::to_string(&doc)?),
+                None => print!("{}", status_table(&doc)),
+            }
+            Ok(0)
+        }
+        Command::Gen(command) => generate::run(command).await,
+        Command::New(args) => scaffold::run(args),
+        Command::Sdk { out } => {
+            let written = crate::tooling::sdk::write(&out)
+                .with_context(|| format!("cannot write the SDK into {}", out.display()))?;
+            println!(
+                "wrote {} files of capstan-guest {} into {}",
+                written.len(),
+                env!("CARGO_PKG_VERSION"),
+                out.display()
+            );
+            println!("  Rust:       capstan-guest = {{ path = \"{}\" }}", out.join("guest-sdk").display());
+            println!("  Python:     pip install {}", out.join("guest-sdk/python").display());
+            println!("  JavaScript: npm install {}", out.join("guest-sdk/js").display());
+            println!("  WIT:        {}", out.join("wit").display());
+            Ok(0)
+        }
+        Command::Cluster(command) => cluster::run(command).await,
+        Command::Dev(args) => dev::run(args).await,
+        Command::Test { component, scenarios } => {
+            let results = scenario::run_all(&component, &scenarios)
+                .await
+                .with_context(|| format!("cannot run scenarios in {}", scenarios.display()))?;
+            Ok(report(&results))
+        }
+        Command::E2e { component, scenarios, timeout, keep, kubeconfig, context } => {
+            let client = client(kubeconfig.as_deref(), context).await?;
+            let options = crate::tooling::e2e::Options { timeout: std::time::Duration::from_secs(timeout), keep };
+            let results = crate::tooling::e2e::run_all(client, &component, &scenarios, &options)
+                .await
+                .with_context(|| format!("cannot run scenarios in {}", scenarios.display()))?;
+            Ok(report(&results))
+        }
+    }
+}
+
+/// `capstan push`: checks that the file is a component that loads, then
+/// pushes it with its summary.
+async fn push(component: &std::path::Path, reference: &str, registry: &RegistryArgs) -> anyhow::Result<i32> {
+    let reference: crate::serve::oci::Reference = reference.parse()?;
+    let started = std::time::Instant::now();
+    let wasm = crate::runtime::component::read(component).await?;
+    let loaded = loader()?.load_bytes(component, wasm.clone()).await?;
+    let summary = crate::serve::oci::Summary {
+        controller: loaded.manifest.name.clone(),
+        contract: loaded.contract.clone(),
+        grants_digest: grants_digest(&loaded.manifest),
+    };
+    let title =
+        component.file_name().map(|n| n.to_string_lossy().trim_end_matches(".gz").to_owned()).unwrap_or_default();
+    let pushed = registry.registry().push(&reference, wasm, &summary, &title).await?;
+    println!(
+        "pushed {reference} ({} bytes, controller {}, in {:.2} s)\n  manifest {}\n  layer    {}\n  pinned   {}",
+        pushed.size,
+        summary.controller,
+        started.elapsed().as_secs_f64(),
+        pushed.manifest_digest,
+        pushed.layer_digest,
+        reference.at_digest(&pushed.manifest_digest)
+    );
+    Ok(0)
+}
+
+/// `capstan pull`: pulls, verifies and writes the component.
+async fn pull(reference: &str, output: &std::path::Path, registry: &RegistryArgs) -> anyhow::Result<i32> {
+    let reference: crate::serve::oci::Reference = reference.parse()?;
+    let started = std::time::Instant::now();
+    let pulled = registry.registry().pull(&reference).await?;
+    let tmp = output.with_extension("capstan-pull.tmp");
+    std::fs::write(&tmp, &pulled.bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, output).with_context(|| format!("cannot write {}", output.display()))?;
+    let controller = pulled.summary.as_ref().map_or("-", |s| s.controller.as_str());
+    println!(
+        "pulled {reference} to {} ({} bytes, controller {controller}, {}, in {:.2} s)\n  manifest {}\n  layer    {} (verified)",
+        output.display(),
+        pulled.bytes.len(),
+        if pulled.cached { "layer from the cache" } else { "layer downloaded" },
+        started.elapsed().as_secs_f64(),
+        pulled.manifest_digest,
+        pulled.layer_digest
+    );
+    Ok(0)
+}
+
+/// First wait between attempts to reach the API server at startup.
+pub const CONNECT_BACKOFF_START: std::time::Duration = std::time::Duration::from_millis(500);
+/// Longest wait between attempts to reach the API server at startup.
+pub const CONNECT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Connects to the cluster the arguments name and checks it answers.
+///
+/// # Errors
+///
+/// When no configuration is found or the API server does not answer.
+pub async fn connect(kubeconfig: Option<&std::path::Path>, context: Option<String>) -> anyhow::Result<kube::Client> {
+    let client = client(kubeconfig, context).await?;
+    let version = client.apiserver_version().await.context("cannot reach the cluster")?;
+    tracing::info!(version = %version.git_version, "connected");
+    Ok(client)
+}
+
+/// Connects like [`connect`], but waits for an API server that does not
+/// answer yet: tries again with a growing delay (from
+/// [`CONNECT_BACKOFF_START`], doubling up to [`CONNECT_BACKOFF_MAX`]) until
+/// it answers. A kubeconfig that cannot be read still fails at once.
+///
+/// # Errors
+///
+/// When no configuration is found or it is invalid.
+///
+/// # Cancel safety
+///
+/// Cancel-safe: nothing is kept between attempts.
+pub async fn connect_with_retry(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<String>,
+) -> anyhow::Result<kube::Client> {
+    let client = client(kubeconfig, context).await?;
+    let mut delay = CONNECT_BACKOFF_START;
+    let mut attempt = 1u32;
+    loop {
+        match client.apiserver_version().await {
+            Ok(version) => {
+                tracing::info!(version = %version.git_version, attempt, "connected");
+                return Ok(client);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, retry_in_ms = delay.as_millis() as u64, "cannot reach the cluster, retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(CONNECT_BACKOFF_MAX);
+                attempt = attempt.saturating_add(1);
+            }
+        }
+    }
+}
+
+/// Prints each case's outcome and what did not hold; the exit code: 0 when
+/// every case passed, else 1.
+fn report(results: &[scenario::CaseResult]) -> i32 {
+    let mut failed = 0;
+    for case in results {
+        if case.passed() {
+            println!("scenario {} ... ok", case.name);
+        } else {
+            failed += 1;
+            println!("scenario {} ... FAILED", case.name);
+            for m in &case.mismatches {
+                println!("    {m}");
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", results.len() - failed);
+    i32::from(failed != 0)
+}
+
+/// A client for the cluster the arguments name (nothing is sent yet).
+async fn client(kubeconfig: Option<&std::path::Path>, context: Option<String>) -> anyhow::Result<kube::Client> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions { context, ..KubeConfigOptions::default() };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc =
+                Kubeconfig::read_from(path).with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| format!("invalid kubeconfig {}", path.display()))?
+        }
+        None if options.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer()
+            .await
+            .context("no cluster configured: pass --kubeconfig, set KUBECONFIG, or run in a pod")?,
+    };
+    tracing::info!(server = %config.cluster_url, "cluster configured");
+    kube::Client::try_from(config).context("cannot build a client")
+}
+
+/// Whether a host start failed for a reason that may pass (the API server
+/// went away between connecting and loading): the start is tried again.
+fn transient(error: &crate::serve::host::Error) -> bool {
+    use crate::serve::host::Error as E;
+    match error {
+        E::Access { error: crate::control::access::Error::Review(_), .. } => true,
+        E::InstallCrd { error, .. } => matches!(error, crate::cluster::Error::Unavailable(_)),
+        E::CrdNotEstablished(_) => true,
+        // A registry that does not answer yet.
+        E::Pull { error, .. } => error.is_unavailable(),
+        _ => false,
+    }
+}
+
+async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
+    use std::sync::{Arc, OnceLock};
+    let leader_election = args.leader_election()?;
+    let poll_interval = std::time::Duration::try_from_secs_f64(args.poll_interval)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("--poll-interval {}: not a positive number of seconds", args.poll_interval))?;
+    let (mut files, mut references) = (Vec::new(), Vec::new());
+    for c in &args.components {
+        match c.to_str().filter(|s| crate::serve::oci::is_reference(s)) {
+            Some(reference) => references.push(reference.parse::<crate::serve::oci::Reference>()?),
+            None => files.push(c.clone()),
+        }
+    }
+    let registry = Arc::new(args.registry.registry());
+    let limits = Limits::default()
+        .memory(args.memory_limit_mib << 20)
+        .deadline(std::time::Duration::from_millis(args.deadline_ms))
+        .host_calls(args.max_host_calls)
+        .events(args.max_events)
+        .log(crate::runtime::limits::LogBudget::new(args.log_lines_per_second, args.log_burst));
+    let instance = args.instance.clone().or_else(|| std::env::var("HOSTNAME").ok());
+    // The probes answer from the start: alive, and not ready until the
+    // host runs (it may wait for the API server first).
+    let started: Arc<OnceLock<Arc<crate::serve::host::Host>>> = Arc::default();
+    let probes = crate::serve::server::Probes {
+        ready: Box::new({
+            let started = Arc::clone(&started);
+            move || match started.get() {
+                Some(host) => host.readiness(),
+                None => Err(vec!["host: starting (connecting to the API server, loading components)".to_owned()]),
+            }
+        }),
+        status: Box::new({
+            let started = Arc::clone(&started);
+            move || match started.get() {
+                Some(host) => host.status_document(),
+                None => json!({"components": [], "ready": false, "notReady": ["host: starting"]}),
+            }
+        }),
+    };
+    let server = crate::serve::server::serve(args.listen, Arc::new(probes))
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let webhooks = match serve_webhooks(&args).await {
+        Ok(webhooks) => webhooks,
+        Err(e) => {
+            server.shutdown().await;
+            return Err(e);
+        }
+    };
+    let start = async {
+        let client = connect_with_retry(args.kubeconfig.as_deref(), args.context.clone()).await?;
+        let mut delay = CONNECT_BACKOFF_START;
+        loop {
+            let mut builder = crate::serve::host::HostBuilder::new(client.clone())
+                .namespaces(args.namespaces.clone())
+                .install_crds(args.install_crds)
+                .check_permissions(!args.skip_permission_check)
+                .allow_wildcard_permissions(args.allow_wildcard_permissions)
+                .canary(args.canary)
+                .limits(limits)
+                .cache_dir(default_cache_dir())
+                .instance(instance.clone())
+                .components_dir(args.components_dir.clone())
+                .webhooks(webhooks.as_ref().map(|w| Arc::clone(&w.registry)))
+                .leader_election(leader_election.clone())
+                .registry(Some(Arc::clone(&registry)))
+                .poll_interval(poll_interval);
+            for c in &files {
+                builder = builder.component(c);
+            }
+            for r in &references {
+                builder = builder.reference(r.clone());
+            }
+            match builder.start().await {
+                Ok(host) => return anyhow::Ok(host),
+                Err(e) if transient(&e) => {
+                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot start yet, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(CONNECT_BACKOFF_MAX);
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let host = tokio::select! {
+        host = start => match host {
+            Ok(host) => Arc::new(host),
+            Err(e) => {
+                server.shutdown().await;
+                return Err(e);
+            }
+        },
+        () = shutdown_signal() => {
+            tracing::info!("shutting down before the host started");
+            server.shutdown().await;
+            return Ok(0);
+        }
+    };
+    let _ = started.set(Arc::clone(&host));
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    server.shutdown().await;
+    if let Some(webhooks) = webhooks {
+        webhooks.server.shutdown().await;
+    }
+    host.shutdown().await;
+    Ok(0)
+}
+
+/// The webhook server of `capstan run`, and what it serves.
+struct Webhooks {
+    registry: std::sync::Arc<crate::serve::webhook::Registry>,
+    server: crate::serve::server::Server,
+    _watch: Option<crate::serve::webhook::tls::CertWatch>,
+}
+
+/// Starts serving webhooks if `--webhook-listen` asks, before the host
+/// starts (so that configurations it installs point at a server).
+async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
+    use crate::serve::webhook::{Endpoint, Install, Registry, tls::Certs};
+    let Some(listen) = args.webhook_listen else { return Ok(None) };
+    let endpoint = match (&args.webhook_service, &args.webhook_url) {
+        (Some(service), _) => Endpoint::Service(service.clone()),
+        (None, Some(url)) => Endpoint::Url(url.clone()),
+        (None, None) => Endpoint::Url(format!("https://127.0.0.1:{}", listen.port())),
+    };
+    let certs = match &args.webhook_cert_dir {
+        Some(dir) => Certs::from_dir(dir)?,
+        None => {
+            let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+            let extra = match &endpoint {
+                Endpoint::Service(service) => service.dns_names(),
+                Endpoint::Url(url) => {
+                    let host = url.split("://").nth(1).unwrap_or(url).split(['/', ':']).next().unwrap_or_default();
+                    vec![host.to_owned()]
+                }
+            };
+            for name in extra {
+                if !name.is_empty() && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+            Certs::self_managed(&names)?
+        }
+    };
+    let certs = std::sync::Arc::new(certs);
+    let watch = certs.watch()?;
+    let install = args.install_webhooks.then(|| Install { endpoint, ca_bundle: certs.ca_bundle() });
+    let registry = std::sync::Arc::new(Registry::new().installing(install));
+    let server = crate::serve::webhook::serve(listen, std::sync::Arc::clone(&certs), std::sync::Arc::clone(&registry))
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    Ok(Some(Webhooks { registry, server, _watch: watch }))
+}
+
+/// The status document as a table, one line per component file.
+fn status_table(doc: &Value) -> String {
+    let mut rows = vec![
+        ["FILE", "CONTROLLER", "STATE", "DIGEST", "SWAPS", "OK", "FAILED", "QUEUE", "REJECTED"]
+            .map(str::to_owned)
+            .to_vec(),
+    ];
+    for c in doc["components"].as_array().into_iter().flatten() {
+        let text = |key: &str| match &c[key] {
+            Value::String(s) => s.clone(),
+            Value::Null => "-".to_owned(),
+            other => other.to_string(),
+        };
+        let file = c["path"].as_str().and_then(|p| p.rsplit('/').next()).unwrap_or("-").to_owned();
+        let digest =
+            c["digest"].as_str().map_or("-".to_owned(), |d| d.trim_start_matches("sha256:").chars().take(12).collect());
+        let rejected = match &c["rejected"] {
+            Value::Null => "-".to_owned(),
+            r => format!("{}: {}", r["kind"].as_str().unwrap_or("?"), r["reason"].as_str().unwrap_or("")),
+        };
+        rows.push(vec![
+            file,
+            text("name"),
+            text("state"),
+            digest,
+            text("swaps"),
+            text("reconciled"),
+            text("failed"),
+            text("queue"),
+            rejected,
+        ]);
+    }
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    if let Some(reasons) = doc["notReady"].as_array().filter(|r| !r.is_empty()) {
+        out.push_str("not ready:\n");
+        for r in reasons {
+            out.push_str(&format!("  {}\n", r.as_str().unwrap_or_default()));
+        }
+    }
+    out
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn namespaces(args: &[&str]) -> Vec<String> {
+        let cli = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(args)).expect("parses");
+        match cli.command {
+            Command::Run(run) => run.namespaces,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_takes_namespaces_repeated_or_separated_by_commas() {
+        assert!(namespaces(&[]).is_empty(), "all namespaces by default");
+        assert_eq!(namespaces(&["-n", "a"]), ["a"]);
+        assert_eq!(namespaces(&["-n", "a", "--namespace", "b"]), ["a", "b"]);
+        assert_eq!(namespaces(&["-n", "a,b", "-n", "c"]), ["a", "b", "c"]);
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(args)).expect("parses");
+        match cli.command {
+            Command::Run(run) => *run,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn leader_election_is_off_by_default_and_checks_its_timing() {
+        assert!(run_args(&[]).leader_election().expect("valid").is_none());
+        let on = run_args(&["--leader-elect", "--leader-election-namespace", "ops", "--instance", "pod-1"])
+            .leader_election()
+            .expect("valid")
+            .expect("on");
+        assert_eq!((on.namespace.as_str(), on.identity.as_str()), ("ops", "pod-1"));
+        assert_eq!(on.lease_duration, std::time::Duration::from_secs(15));
+        let inverted = run_args(&["--leader-elect", "--renew-deadline", "20"]).leader_election();
+        assert!(inverted.is_err(), "a renew deadline longer than the lease is refused");
+        assert!(run_args(&["--leader-elect", "--retry-period=-1"]).leader_election().is_err());
+    }
+
+    #[test]
+    fn the_status_table_has_a_row_per_file_and_shows_rejections() {
+        let doc = json!({
+            "components": [
+                {"path": "/c/greeter.wasm", "name": "greeter", "state": "running", "digest": "sha256:0123456789abcdef",
+                 "swaps": 1, "reconciled": 7, "failed": 0, "queue": 0,
+                 "rejected": {"kind": "core_module", "reason": "greeter.wasm: a core WebAssembly module"}},
+                {"path": "/c/broken.wasm", "name": null, "state": "rejected", "digest": null,
+                 "swaps": 0, "reconciled": 0, "failed": 0, "queue": 0,
+                 "rejected": {"kind": "world", "reason": "not a capstan controller"}},
+            ],
+            "ready": false,
+            "notReady": ["greeter: caches not synced yet"],
+        });
+        let table = status_table(&doc);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("FILE"), "{table}");
+        assert!(lines[1].starts_with("greeter.wasm") && lines[1].contains("0123456789ab "), "{table}");
+        assert!(lines[1].contains("core_module: greeter.wasm"), "{table}");
+        assert!(lines[2].starts_with("broken.wasm") && lines[2].contains("rejected"), "{table}");
+        assert!(table.contains("not ready:\n  greeter: caches not synced yet"), "{table}");
+    }
+
+    #[test]
+    fn webhook_options_need_a_webhook_address() {
+        let args = run_args(&["--webhook-listen", "127.0.0.1:9443", "--install-webhooks"]);
+        assert_eq!(args.webhook_listen, Some("127.0.0.1:9443".parse().expect("an address")));
+        assert!(args.install_webhooks && args.webhook_cert_dir.is_none() && args.webhook_url.is_none());
+        for alone in [&["--install-webhooks"][..], &["--webhook-cert-dir", "/certs"], &["--webhook-url", "https://h"]] {
+            let err = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(alone)).expect_err("refused");
+            assert!(err.to_string().contains("--webhook-listen"), "{alone:?}: {err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_webhook_service_is_installed_as_a_service_reference_with_a_certificate_for_its_name() {
+        let args =
+            run_args(&["--webhook-listen", "127.0.0.1:0", "--webhook-service", "ops/hooks:8443", "--install-webhooks"]);
+        let service = args.webhook_service.clone().expect("parsed");
+        assert_eq!((service.namespace.as_str(), service.name.as_str(), service.port), ("ops", "hooks", 8443));
+        let webhooks = serve_webhooks(&args).await.expect("served").expect("asked for");
+        let install = webhooks.registry.install_settings().expect("installing");
+        assert_eq!(install.endpoint, crate::serve::webhook::Endpoint::Service(service));
+        webhooks.server.shutdown().await;
+        for bad in ["hooks", "ops/Hooks", "ops/hooks:0", "ops/hooks:http"] {
+            let err = Cli::try_parse_from([
+                "capstan",
+                "run",
+                "c.wasm",
+                "--webhook-listen",
+                "127.0.0.1:0",
+                "--webhook-service",
+                bad,
+            ])
+            .expect_err(bad);
+            assert!(err.to_string().contains("--webhook-service"), "{bad}: {err}");
+        }
+        let both = ["--webhook-listen", "127.0.0.1:0", "--webhook-service", "ops/hooks", "--webhook-url", "https://h"];
+        let err = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(&both)).expect_err("conflict");
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn webhooks_are_served_on_their_own_address_and_install_nothing_unless_asked() {
+        let args = run_args(&["--webhook-listen", "127.0.0.1:0", "--webhook-url", "https://hooks.ops.svc:443"]);
+        let webhooks = serve_webhooks(&args).await.expect("served").expect("asked for");
+        assert!(webhooks.registry.install_settings().is_none(), "nothing installed without --install-webhooks");
+        assert_ne!(webhooks.server.local_addr().port(), 0);
+        webhooks.server.shutdown().await;
+    }
+
+    #[test]
+    fn run_rejects_a_namespace_that_is_not_a_dns_label() {
+        for bad in ["Team_A", "a,,b", ""] {
+            let err = Cli::try_parse_from(["capstan", "run", "c.wasm", "-n", bad]).expect_err(bad);
+            assert!(err.to_string().contains("not a valid namespace name"), "{bad:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,604 @@
+//! `capstan e2e <component> <scenario-dir>`: the scenario folders `capstan
+//! test` runs on the mock host, run against a real cluster.
+//!
+//! Each case gets a namespace of its own (`e2e-<case>-<random>`): every
+//! namespaced object of its files (`metadata.namespace`, and
+//! `regarding.namespace` in `events.yaml`) is moved there, and the host runs
+//! the component in process, watching only that namespace, with its CRDs
+//! installed (`--install-crds`) and, when it declares webhooks, serving
+//! them on loopback with their configurations installed (the API server
+//! must reach this machine: true of `capstan cluster` and any local
+//! cluster).
+//!
+//! Then, as on the mock host: `given.yaml` is applied (CRDs first, each
+//! waited for until established; a new object's `status` is written through
+//! the status subresource afterwards), and the case waits, up to the step
+//! timeout, until every object of `expect.yaml` matches (subset match, as
+//! `capstan test`), every object of `absent.yaml` is gone, every event of
+//! `events.yaml` was recorded (Events of the namespace), and the text of
+//! `error.txt`, if any, appears in a refused write, the controller's last
+//! error or a Warning Event's note. Then each step: `apply.yaml` (create,
+//! or a merge patch of an existing object), `delete.yaml`, and the same
+//! wait. On timeout the case fails with what still did not hold.
+//!
+//! `conversion.yaml` checks are not run here (they need no cluster: `capstan
+//! test` runs them); a case that has one says so.
+//!
+//! The objects the case created (deleted first, while the controller still
+//! runs, so it finalizes them), its namespace and the cluster-scoped ones are
+//! deleted afterwards (`--keep` leaves them); CRDs stay.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::cluster::kube::KubeCluster;
+use crate::cluster::{Cluster, ListParams, Patch, Propagation, Subresource};
+use crate::object::{Gvk, ObjectRef};
+use crate::serve::host::{Host, HostBuilder};
+use crate::tooling::scenario::{self, CaseResult, read_yaml_documents, subset_diff};
+
+/// Why scenarios could not be run at all (as opposed to failing).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A scenario folder or file could not be read.
+    #[error(transparent)]
+    Scenario(#[from] scenario::Error),
+    /// The host did not start the component.
+    #[error("the host did not start {component}: {error}")]
+    Host {
+        /// The component.
+        component: PathBuf,
+        /// Why.
+        error: Box<crate::serve::host::Error>,
+    },
+    /// The webhook server did not start.
+    #[error("cannot serve webhooks: {0}")]
+    Webhooks(String),
+    /// The case's namespace could not be made.
+    #[error("cannot create namespace {namespace}: {error}")]
+    Namespace {
+        /// The namespace.
+        namespace: String,
+        /// Why.
+        error: crate::cluster::Error,
+    },
+}
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How long each step may take to hold.
+    pub timeout: Duration,
+    /// Leave each case's namespace behind.
+    pub keep: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(30), keep: false }
+    }
+}
+
+/// Runs every case under `dir` against `component` on the cluster of
+/// `client`, one after the other.
+///
+/// # Errors
+///
+/// When a case cannot be run at all; a failing case is a [`CaseResult`]
+/// with what did not hold.
+pub async fn run_all(
+    client: kube::Client,
+    component: &Path,
+    dir: &Path,
+    options: &Options,
+) -> Result<Vec<CaseResult>, Error> {
+    let mut results = Vec::new();
+    for case in scenario::discover(dir)? {
+        results.push(run_case(client.clone(), component, &case, options).await?);
+    }
+    Ok(results)
+}
+
+/// A namespace name for case `name`: `e2e-<name>-<random>`, a DNS label.
+fn namespace_for(name: &str) -> String {
+    let mut slug: String =
+        name.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(40).collect();
+    slug = slug.trim_matches('-').to_owned();
+    let suffix: String = (0..6).map(|_| char::from(b'a' + rand_below(26))).collect();
+    if slug.is_empty() { format!("e2e-{suffix}") } else { format!("e2e-{slug}-{suffix}") }
+}
+
+fn rand_below(n: u8) -> u8 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    u8::try_from(h.finish() % u64::from(n)).unwrap_or(0)
+}
+
+/// Where a case runs: its own namespace, and the namespaces its files name
+/// as Namespace objects (made by the controller, as a tenant controller
+/// does), which keep their names.
+#[derive(Clone, Debug)]
+struct Place {
+    namespace: String,
+    own: BTreeSet<String>,
+}
+
+impl Place {
+    /// `object` moved into the case's namespace: its own namespace if it
+    /// has one (unless a Namespace of the case), and that of the object an
+    /// event is about.
+    fn localize(&self, mut object: Value) -> Value {
+        for pointer in ["/metadata/namespace", "/regarding/namespace"] {
+            if let Some(ns) = object.pointer_mut(pointer)
+                && ns.as_str().is_some_and(|n| !self.own.contains(n))
+            {
+                *ns = json!(self.namespace);
+            }
+        }
+        object
+    }
+
+    fn read(&self, path: &Path) -> Result<Vec<Value>, Error> {
+        Ok(read_yaml_documents(path)?.into_iter().map(|o| self.localize(o)).collect())
+    }
+
+    /// Every namespace the host watches and the checks look into.
+    fn namespaces(&self) -> Vec<String> {
+        std::iter::once(self.namespace.clone()).chain(self.own.iter().cloned()).collect()
+    }
+}
+
+/// The names of the Namespace objects in every YAML file under `dir`.
+fn namespaces_named(dir: &Path, out: &mut BTreeSet<String>) -> Result<(), Error> {
+    let entries = std::fs::read_dir(dir).map_err(|error| scenario::Error::Read { path: dir.to_owned(), error })?;
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if path.is_dir() {
+            namespaces_named(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "yaml") {
+            for object in read_yaml_documents(&path)? {
+                if object["kind"] == "Namespace"
+                    && let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str)
+                {
+                    out.insert(name.to_owned());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A webhook server on loopback for the case's host, if the component
+/// declares webhooks (the registry installs their configurations).
+pub(crate) struct Webhooks {
+    pub(crate) registry: Arc<crate::serve::webhook::Registry>,
+    pub(crate) server: crate::serve::server::Server,
+}
+
+/// Removes what the registry installed for `manifest`, logging a failure.
+pub(crate) async fn uninstall_webhooks(cluster: &KubeCluster, manifest: &crate::manifest::Manifest) {
+    if let Err(e) = crate::serve::webhook::install::uninstall(cluster, manifest).await {
+        tracing::warn!(component = %manifest.name, error = %e, "cannot remove the webhook configurations");
+    }
+}
+
+pub(crate) async fn serve_webhooks() -> Result<Webhooks, Error> {
+    use crate::serve::webhook::{Endpoint, Install, Registry, tls::Certs};
+    let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map_err(|e| Error::Webhooks(e.to_string()))?
+        .port();
+    let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()]).map_err(|e| Error::Webhooks(e.to_string()))?);
+    let install =
+        Install { endpoint: Endpoint::Url(format!("https://127.0.0.1:{port}")), ca_bundle: certs.ca_bundle() };
+    let registry = Arc::new(Registry::new().installing(Some(install)));
+    let server = crate::serve::webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry))
+        .await
+        .map_err(|e| Error::Webhooks(e.to_string()))?;
+    Ok(Webhooks { registry, server })
+}
+
+/// Requests the webhook server answered for `component` so far.
+fn webhook_requests(component: &str) -> f64 {
+    let prefix = format!("capstan_webhook_requests_total{{controller=\"{component}\"");
+    crate::metrics::metrics()
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// Runs one case in a namespace of its own.
+///
+/// # Errors
+///
+/// As [`run_all`].
+pub async fn run_case(
+    client: kube::Client,
+    component: &Path,
+    case: &Path,
+    options: &Options,
+) -> Result<CaseResult, Error> {
+    let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let namespace = namespace_for(&name);
+    let cluster = KubeCluster::new(client.clone(), None);
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+    cluster.create(ns).await.map_err(|error| Error::Namespace { namespace: namespace.clone(), error })?;
+    let mut own = BTreeSet::new();
+    namespaces_named(case, &mut own)?;
+    let place = Place { namespace: namespace.clone(), own };
+    let result = run_in(&cluster, client, component, case, &place, options).await;
+    if !options.keep {
+        let r = ObjectRef::new(Gvk::new("", "v1", "Namespace"), None, namespace.clone());
+        if let Err(e) = cluster.delete(&r, Propagation::Background).await {
+            tracing::warn!(namespace, error = %e, "cannot delete the case's namespace");
+        }
+    }
+    let mut mismatches = result?;
+    if case.join("conversion.yaml").is_file() {
+        tracing::info!(case = %name, "conversion.yaml is checked by `capstan test`, not on the cluster");
+    }
+    mismatches.iter_mut().for_each(|m| *m = m.replace(&namespace, "<case namespace>"));
+    Ok(CaseResult { name, mismatches })
+}
+
+async fn run_in(
+    cluster: &KubeCluster,
+    client: kube::Client,
+    component: &Path,
+    case: &Path,
+    place: &Place,
+    options: &Options,
+) -> Result<Vec<String>, Error> {
+    let mut mismatches = Vec::new();
+    let since = k8s_openapi::jiff::Timestamp::now();
+    let given = place.read(&case.join("given.yaml"))?;
+    let (crds, objects): (Vec<Value>, Vec<Value>) =
+        given.into_iter().partition(|o| o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition"));
+    for crd in crds {
+        if let Err(e) = install_crd(cluster, crd, options.timeout).await {
+            mismatches.push(format!("given.yaml: {e}"));
+        }
+    }
+    let webhooks = serve_webhooks().await?;
+    let host = HostBuilder::new(client.clone())
+        .namespaces(place.namespaces())
+        .install_crds(true)
+        .webhooks(Some(Arc::clone(&webhooks.registry)))
+        .component(component)
+        .start()
+        .await
+        .map_err(|error| Error::Host { component: component.to_owned(), error: Box::new(error) })?;
+    let served = host.status().first().and_then(|s| s.name.clone()).unwrap_or_default();
+    if webhooks.registry.get(&served).is_ok() {
+        wait_for_webhooks(cluster, &served, &objects, options.timeout).await;
+    }
+
+    let mut created = Vec::new();
+    let mut refused = Vec::new();
+    for object in objects {
+        if let Err(e) = apply(cluster, object, &mut created).await {
+            refused.push(e);
+        }
+    }
+    let step = Step { dir: case, label: String::new(), refused };
+    check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
+
+    let steps_dir = case.join("steps");
+    if steps_dir.is_dir() {
+        let mut steps: Vec<PathBuf> = std::fs::read_dir(&steps_dir)
+            .map_err(|error| scenario::Error::Read { path: steps_dir.clone(), error })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect();
+        steps.sort();
+        for step in steps {
+            let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+            let mut refused = Vec::new();
+            for object in place.read(&step.join("apply.yaml"))? {
+                if object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
+                    if let Err(e) = install_crd(cluster, object, options.timeout).await {
+                        mismatches.push(format!("{label}apply.yaml: {e}"));
+                    }
+                } else if let Err(e) = apply(cluster, object, &mut created).await {
+                    refused.push(e);
+                }
+            }
+            for object in place.read(&step.join("delete.yaml"))? {
+                let Some(r) = ObjectRef::of(&object) else {
+                    mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
+                    continue;
+                };
+                if let Err(e) = cluster.delete(&r, Propagation::Background).await {
+                    refused.push(format!("{r}: {e}"));
+                }
+            }
+            let step = Step { dir: &step, label, refused };
+            check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
+        }
+    }
+    // What the case created goes with it, unless kept, while the controller
+    // still runs: it finalizes its objects (a finalizer left behind would
+    // hold the case's namespace in Terminating for good).
+    if !options.keep {
+        remove_created(cluster, &created, options.timeout.min(CLEANUP_WAIT)).await;
+    }
+    let installed = webhooks.registry.get(&served).ok().map(|s| Arc::clone(&s.component));
+    host.shutdown().await;
+    webhooks.server.shutdown().await;
+    if let Some(component) = installed {
+        uninstall_webhooks(cluster, &component.manifest).await;
+    }
+    Ok(mismatches)
+}
+
+/// Longest wait for the objects a case created to be finalized and gone.
+const CLEANUP_WAIT: Duration = Duration::from_secs(30);
+
+/// Deletes `created` (newest first) and waits up to `wait` until they are
+/// gone; warns about those still there (a finalizer not removed).
+async fn remove_created(cluster: &KubeCluster, created: &[ObjectRef], wait: Duration) {
+    for r in created.iter().rev() {
+        if let Err(e) = cluster.delete(r, Propagation::Background).await
+            && !e.is_not_found()
+        {
+            tracing::warn!(object = %r, error = %e, "cannot delete what the case created");
+        }
+    }
+    let deadline = Instant::now() + wait;
+    for r in created {
+        loop {
+            match cluster.get(r).await {
+                Err(e) if e.is_not_found() => break,
+                _ if Instant::now() >= deadline => {
+                    tracing::warn!(object = %r, "still there after the case (a finalizer not removed?)");
+                    break;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+}
+
+/// Creates or updates a CRD and waits until it is established.
+async fn install_crd(cluster: &KubeCluster, crd: Value, timeout: Duration) -> Result<(), String> {
+    let r = ObjectRef::of(&crd).ok_or("a CRD lacks its name")?;
+    let patch = Patch::Apply { object: crd, field_manager: "capstan-e2e".into(), force: true };
+    cluster.patch(&r, patch, Subresource::Main).await.map_err(|e| format!("{r}: {e}"))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let established = cluster.get(&r).await.ok().is_some_and(|c| {
+            c.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+        });
+        if established {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{r} is not established after {timeout:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits (at most `timeout`) until the API server calls the component's
+/// webhooks: it takes new configurations from an informer, so the first
+/// writes could pass unreviewed. Probes with server-side dry runs of the
+/// given objects.
+async fn wait_for_webhooks(cluster: &KubeCluster, component: &str, objects: &[Value], timeout: Duration) {
+    let before = webhook_requests(component);
+    let deadline = Instant::now() + timeout;
+    let dry = kube::api::PostParams { dry_run: true, ..kube::api::PostParams::default() };
+    while Instant::now() < deadline {
+        for object in objects {
+            let (Some(r), Ok(typed)) =
+                (ObjectRef::of(object), serde_json::from_value::<kube::api::DynamicObject>(object.clone()))
+            else {
+                continue;
+            };
+            let Ok(resolved) = cluster.resolve(&r.gvk).await else { continue };
+            let api: kube::Api<kube::api::DynamicObject> = match &r.namespace {
+                Some(ns) => kube::Api::namespaced_with(cluster.client().clone(), ns, &resolved.resource),
+                None => kube::Api::all_with(cluster.client().clone(), &resolved.resource),
+            };
+            let _ = api.create(&dry, &typed).await;
+        }
+        if webhook_requests(component) > before {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tracing::warn!(component, "no webhook call seen for the given objects; going on");
+}
+
+/// Creates `object`, or merges it into the existing one (spec and metadata;
+/// status through the status subresource, as `capstan test` does). An
+/// error (a refused write) is returned as text.
+async fn apply(cluster: &KubeCluster, object: Value, created: &mut Vec<ObjectRef>) -> Result<(), String> {
+    let r = ObjectRef::of(&object).ok_or("an object lacks apiVersion, kind or metadata.name")?;
+    let mut main = object.clone();
+    let status = main.as_object_mut().and_then(|m| m.remove("status"));
+    let exists = match cluster.get(&r).await {
+        Ok(_) => true,
+        Err(e) if e.is_not_found() => false,
+        Err(e) => return Err(format!("{r}: {e}")),
+    };
+    let written = if exists {
+        cluster.patch(&r, Patch::Merge(main), Subresource::Main).await
+    } else {
+        cluster.create(main).await
+    };
+    written.map_err(|e| format!("{r}: {e}"))?;
+    if !exists {
+        created.push(r.clone());
+    }
+    if let Some(status) = status {
+        let patch = Patch::Merge(json!({"status": status}));
+        cluster.patch(&r, patch, Subresource::Status).await.map_err(|e| format!("{r} status: {e}"))?;
+    }
+    Ok(())
+}
+
+/// One step to check: its folder, how mismatches name it, and the writes
+/// the API server refused.
+struct Step<'a> {
+    dir: &'a Path,
+    label: String,
+    refused: Vec<String>,
+}
+
+/// Waits until what the step expects holds, or `timeout`; adds to
+/// `mismatches` what still did not hold then.
+async fn check(
+    cluster: &KubeCluster,
+    host: &Host,
+    place: &Place,
+    since: k8s_openapi::jiff::Timestamp,
+    step: Step<'_>,
+    timeout: Duration,
+    mismatches: &mut Vec<String>,
+) -> Result<(), Error> {
+    let Step { dir, label, refused } = step;
+    let expected_error = std::fs::read_to_string(dir.join("error.txt")).ok().map(|s| s.trim().to_owned());
+    let expect = place.read(&dir.join("expect.yaml"))?;
+    let absent = place.read(&dir.join("absent.yaml"))?;
+    let events = place.read(&dir.join("events.yaml"))?;
+    if expected_error.is_none() {
+        for r in &refused {
+            mismatches.push(format!("{label}unexpected error: {r}"));
+        }
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut now = Vec::new();
+        let recorded = recorded_events(cluster, place, since).await;
+        if let Some(text) = &expected_error {
+            let mut errors = refused.clone();
+            errors.extend(host.controllers().iter().filter_map(|c| c.counts().last_error));
+            errors.extend(
+                recorded
+                    .iter()
+                    .filter(|e| e["type"] == "Warning")
+                    .filter_map(|e| e["note"].as_str().map(str::to_owned)),
+            );
+            if !errors.iter().any(|e| e.contains(text.as_str())) {
+                now.push(format!("{label}error.txt: expected an error containing {text:?}, got {errors:?}"));
+            }
+        }
+        for expected in &expect {
+            let Some(r) = ObjectRef::of(expected) else {
+                now.push(format!("{label}expect.yaml: an entry lacks apiVersion, kind or metadata.name"));
+                continue;
+            };
+            match cluster.get(&r).await {
+                Ok(actual) => {
+                    let mut diffs = Vec::new();
+                    subset_diff(expected, &actual, String::new(), &mut diffs);
+                    now.extend(diffs.into_iter().map(|d| format!("{label}expect.yaml: {r}: {d}")));
+                }
+                Err(e) => now.push(format!("{label}expect.yaml: {r}: {e}")),
+            }
+        }
+        for gone in &absent {
+            let Some(r) = ObjectRef::of(gone) else {
+                now.push(format!("{label}absent.yaml: an entry lacks apiVersion, kind or metadata.name"));
+                continue;
+            };
+            if cluster.get(&r).await.is_ok() {
+                now.push(format!("{label}absent.yaml: {r} still exists"));
+            }
+        }
+        for expected in &events {
+            let found = recorded.iter().any(|actual| {
+                let mut diffs = Vec::new();
+                subset_diff(expected, actual, String::new(), &mut diffs);
+                diffs.is_empty()
+            });
+            if !found {
+                now.push(format!(
+                    "{label}events.yaml: no recorded event matches {expected}; recorded: {}",
+                    recorded.iter().map(Value::to_string).collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        if now.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            mismatches.push(format!("{label}still not so after {timeout:?}:"));
+            mismatches.extend(now);
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The Events recorded since the case started in its namespaces and in
+/// `default` (where Events about cluster-scoped objects go), in the shape
+/// `events.yaml` matches.
+async fn recorded_events(cluster: &KubeCluster, place: &Place, since: k8s_openapi::jiff::Timestamp) -> Vec<Value> {
+    let kind = Gvk::new("events.k8s.io", "v1", "Event");
+    let since = since.as_second();
+    let mut recorded = Vec::new();
+    for namespace in place.namespaces().iter().map(String::as_str).chain(["default"]) {
+        let events = cluster.list(&kind, Some(namespace), &ListParams::default()).await.unwrap_or_default();
+        recorded.extend(
+            events
+                .into_iter()
+                .filter(|e| {
+                    e.pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                        .is_some_and(|t| t.as_second() >= since)
+                })
+                .map(|e| {
+                    json!({
+                        "reason": e["reason"],
+                        "type": e["type"],
+                        "action": e["action"],
+                        "note": e["note"],
+                        "regarding": e["regarding"],
+                    })
+                }),
+        );
+    }
+    recorded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_namespace_is_a_dns_label_named_after_the_case() {
+        let ns = namespace_for("Empty_Message");
+        assert!(ns.starts_with("e2e-empty-message-") && ns.len() == "e2e-empty-message-".len() + 6, "{ns}");
+        let long = namespace_for(&"x".repeat(100));
+        assert!(long.len() <= 63, "{long}");
+        assert!(namespace_for("__").starts_with("e2e-"));
+        crate::tooling::generate::names::check("namespace", &long, crate::tooling::generate::names::Rule::Dns1123Label)
+            .expect("valid");
+    }
+
+    #[test]
+    fn objects_and_events_move_into_the_case_namespace_and_the_cases_own_namespaces_stay() {
+        let place = Place { namespace: "e2e-x".into(), own: BTreeSet::from(["tenant-acme".to_owned()]) };
+        let cm = place.localize(json!({"kind": "ConfigMap", "metadata": {"name": "a", "namespace": "demo"}}));
+        assert_eq!(cm["metadata"]["namespace"], "e2e-x");
+        let node = place.localize(json!({"kind": "Node", "metadata": {"name": "n"}}));
+        assert!(node["metadata"].get("namespace").is_none());
+        let quota =
+            place.localize(json!({"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "tenant-acme"}}));
+        assert_eq!(quota["metadata"]["namespace"], "tenant-acme");
+        let event = place.localize(json!({"reason": "Created", "regarding": {"name": "a", "namespace": "demo"}}));
+        assert_eq!(event["regarding"]["namespace"], "e2e-x");
+        assert_eq!(place.namespaces(), ["e2e-x", "tenant-acme"]);
+    }
+}

@@ -1,0 +1,482 @@
+//! `capstan new`: a controller project from a language's template, which
+//! builds into a component and passes `capstan test` out of the box.
+//!
+//! Templates are files under `host/templates/<language>/`, embedded in the
+//! binary; a language is a [`Lang`] variant and its file table. In the
+//! files, `{{name}}` is the controller name (a DNS-1123 label), `{{crate}}`
+//! its snake-case form, `{{kind}}`, `{{plural}}` and `{{group}}` name the
+//! custom resource, `{{sdk_dependency}}` and `{{sdk_source}}` say where the
+//! SDK comes from, and `{{capstan_version}}` is this capstan's version.
+//!
+//! ```no_run
+//! use capstan_host::tooling::scaffold::{self, Options, Sdk};
+//!
+//! let project = scaffold::create(&Options::new("backup").sdk(Sdk::Path("/src/capstan/guest-sdk".into())))?;
+//! assert_eq!(project.kind, "Backup");
+//! # Ok::<(), scaffold::Error>(())
+//! ```
+
+use std::path::{Component as PathPart, Path, PathBuf};
+
+use crate::tooling::generate::names::{self, Rule};
+
+/// Why a project cannot be created.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A name, kind or group breaks a Kubernetes naming rule.
+    #[error(transparent)]
+    Name(#[from] crate::tooling::generate::Error),
+    /// The API group has no dot or is not a DNS subdomain.
+    #[error("group {0:?} must be a DNS subdomain with a dot, like example.com")]
+    Group(String),
+    /// The target folder exists and has files in it.
+    #[error("{0}: exists and is not empty; choose another --dir")]
+    NotEmpty(PathBuf),
+    /// A file or folder could not be created or read.
+    #[error("{path}: {error}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+}
+
+/// `Result` with this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A language with a project template.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    /// Rust, with the `capstan-guest` SDK.
+    #[default]
+    Rust,
+    /// Python, with `guest-sdk/python` and componentize-py.
+    Python,
+    /// JavaScript, with `guest-sdk/js`, esbuild and jco (QuickJS).
+    Js,
+}
+
+/// One file of a template: where it goes and its text with placeholders.
+struct TemplateFile {
+    path: &'static str,
+    text: &'static str,
+}
+
+macro_rules! template {
+    ($lang:literal: $($path:literal => $file:literal),* $(,)?) => {
+        &[$(TemplateFile { path: $path, text: include_str!(concat!("../../templates/", $lang, "/", $file)) }),*]
+    };
+}
+
+const RUST: &[TemplateFile] = template!["rust":
+    "Cargo.toml" => "Cargo.toml.tmpl",
+    ".gitignore" => "gitignore.tmpl",
+    "README.md" => "README.md.tmpl",
+    "src/lib.rs" => "src/lib.rs.tmpl",
+    "scenarios/basic/given.yaml" => "scenarios/basic/given.yaml.tmpl",
+    "scenarios/basic/expect.yaml" => "scenarios/basic/expect.yaml.tmpl",
+    "scenarios/empty-message/given.yaml" => "scenarios/empty-message/given.yaml.tmpl",
+    "scenarios/empty-message/absent.yaml" => "scenarios/empty-message/absent.yaml.tmpl",
+    "scenarios/empty-message/expect.yaml" => "scenarios/empty-message/expect.yaml.tmpl",
+    "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
+];
+
+const PYTHON: &[TemplateFile] = template!["python":
+    "app.py" => "app.py.tmpl",
+    "build.sh" => "build.sh.tmpl",
+    "pyproject.toml" => "pyproject.toml.tmpl",
+    "tests/test_app.py" => "tests/test_app.py.tmpl",
+    ".gitignore" => "gitignore.tmpl",
+    "README.md" => "README.md.tmpl",
+    "scenarios/basic/given.yaml" => "scenarios/basic/given.yaml.tmpl",
+    "scenarios/basic/expect.yaml" => "scenarios/basic/expect.yaml.tmpl",
+    "scenarios/empty-message/given.yaml" => "scenarios/empty-message/given.yaml.tmpl",
+    "scenarios/empty-message/absent.yaml" => "scenarios/empty-message/absent.yaml.tmpl",
+    "scenarios/empty-message/expect.yaml" => "scenarios/empty-message/expect.yaml.tmpl",
+    "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
+];
+
+const JS: &[TemplateFile] = template!["js":
+    "app.js" => "app.js.tmpl",
+    "build.sh" => "build.sh.tmpl",
+    "package.json" => "package.json.tmpl",
+    "test/app.test.js" => "test/app.test.js.tmpl",
+    ".gitignore" => "gitignore.tmpl",
+    "README.md" => "README.md.tmpl",
+    "scenarios/basic/given.yaml" => "scenarios/basic/given.yaml.tmpl",
+    "scenarios/basic/expect.yaml" => "scenarios/basic/expect.yaml.tmpl",
+    "scenarios/empty-message/given.yaml" => "scenarios/empty-message/given.yaml.tmpl",
+    "scenarios/empty-message/absent.yaml" => "scenarios/empty-message/absent.yaml.tmpl",
+    "scenarios/empty-message/expect.yaml" => "scenarios/empty-message/expect.yaml.tmpl",
+    "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
+];
+
+impl Lang {
+    fn template(self) -> &'static [TemplateFile] {
+        match self {
+            Lang::Rust => RUST,
+            Lang::Python => PYTHON,
+            Lang::Js => JS,
+        }
+    }
+
+    /// The folder of this language's SDK inside a checkout.
+    fn sdk_subdir(self) -> &'static str {
+        match self {
+            Lang::Rust => "guest-sdk",
+            Lang::Python => "guest-sdk/python",
+            Lang::Js => "guest-sdk/js",
+        }
+    }
+
+    /// The WIT folder of the checkout the language's SDK builds against.
+    fn wit_subdir(self) -> &'static str {
+        "wit"
+    }
+
+    /// Where the built component will be, relative to the project folder.
+    fn component_path(self, crate_name: &str, name: &str) -> PathBuf {
+        match self {
+            Lang::Rust => Path::new("target/wasm32-wasip2/release").join(format!("{crate_name}.wasm")),
+            Lang::Python | Lang::Js => PathBuf::from(format!("{name}.wasm")),
+        }
+    }
+}
+
+/// Where the project takes the SDK from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Sdk {
+    /// A local `capstan-guest` crate folder (`guest-sdk/` of a checkout).
+    /// Written as a relative path when the project is inside the same
+    /// checkout, else as an absolute one.
+    Path(PathBuf),
+    /// The SDK this binary carries ([`crate::tooling::sdk`]), written into the
+    /// project's `capstan-sdk/` folder and taken from there by relative
+    /// path: a project made outside a checkout builds with no network
+    /// source other than crates.io, PyPI or npm.
+    #[default]
+    Carried,
+}
+
+/// The folder of a project that holds the carried SDK.
+pub const CARRIED_SDK_DIR: &str = "capstan-sdk";
+
+/// What to create.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Options {
+    name: String,
+    lang: Lang,
+    dir: Option<PathBuf>,
+    group: String,
+    kind: Option<String>,
+    sdk: Sdk,
+    lockfile: Option<PathBuf>,
+}
+
+impl Options {
+    /// A project named `name`, normalised to a DNS-1123 label (`MyApp`
+    /// becomes `my-app`).
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            lang: Lang::Rust,
+            dir: None,
+            group: "example.com".to_owned(),
+            kind: None,
+            sdk: Sdk::default(),
+            lockfile: None,
+        }
+    }
+
+    /// The language. Default: [`Lang::Rust`].
+    pub fn lang(mut self, lang: Lang) -> Self {
+        self.lang = lang;
+        self
+    }
+
+    /// The folder to create it in; it must not exist or be empty. Default:
+    /// `./<name>`.
+    pub fn dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// The API group of its custom resource. Default: `example.com`.
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = group.into();
+        self
+    }
+
+    /// The kind of its custom resource. Default: the name in UpperCamelCase.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Where the SDK comes from. Default: [`Sdk::Carried`].
+    pub fn sdk(mut self, sdk: Sdk) -> Self {
+        self.sdk = sdk;
+        self
+    }
+
+    /// A `Cargo.lock` to start from (the checkout's, so the project builds
+    /// with the dependency versions the SDK is tested with). Default: none.
+    pub fn lockfile(mut self, lockfile: impl Into<PathBuf>) -> Self {
+        self.lockfile = Some(lockfile.into());
+        self
+    }
+}
+
+/// A created project.
+#[derive(Clone, Debug)]
+pub struct Project {
+    /// Its folder.
+    pub dir: PathBuf,
+    /// The controller name.
+    pub name: String,
+    /// The custom resource's kind.
+    pub kind: String,
+    /// The custom resource's plural.
+    pub plural: String,
+    /// The custom resource's group.
+    pub group: String,
+    /// The files written, relative to `dir`.
+    pub files: Vec<PathBuf>,
+    /// Where the built component will be, relative to `dir`.
+    pub component: PathBuf,
+}
+
+/// Finds the Capstan checkout `start` is in: the nearest ancestor folder
+/// with a `guest-sdk/Cargo.toml` of package `capstan-guest`.
+pub fn find_checkout(start: &Path) -> Option<PathBuf> {
+    let start = std::path::absolute(start).ok()?;
+    start.ancestors().find(|dir| is_sdk(&dir.join("guest-sdk"))).map(Path::to_path_buf)
+}
+
+/// True if `dir` holds the `capstan-guest` crate.
+pub fn is_sdk(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|t| t.contains("name = \"capstan-guest\""))
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |error| Error::Io { path: path.to_owned(), error }
+}
+
+/// `target` relative to `from` when both are inside `root`, else `target`.
+fn relative_within(root: &Path, from: &Path, target: &Path) -> PathBuf {
+    if !from.starts_with(root) || !target.starts_with(root) {
+        return target.to_owned();
+    }
+    let common = from.components().zip(target.components()).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in from.components().skip(common) {
+        out.push(PathPart::ParentDir);
+    }
+    out.extend(target.components().skip(common));
+    out
+}
+
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The Cargo.toml dependency line and README wording for `sdk`, for a
+/// project in `dir` (absolute).
+fn sdk_lines(sdk: &Sdk, dir: &Path) -> Result<(String, String)> {
+    Ok(match sdk {
+        Sdk::Path(path) => {
+            let path = std::fs::canonicalize(path).map_err(io(path))?;
+            let root = path.parent().unwrap_or(&path);
+            let written = relative_within(root, dir, &path);
+            let shown = written.display().to_string();
+            (format!("capstan-guest = {{ path = {} }}", toml_string(&shown)), format!("the local checkout (`{shown}`)"))
+        }
+        Sdk::Carried => (
+            format!("capstan-guest = {{ path = \"{CARRIED_SDK_DIR}/guest-sdk\" }}"),
+            format!(
+                "`{CARRIED_SDK_DIR}/`, written by `capstan new` (capstan {}); `capstan sdk --out {CARRIED_SDK_DIR}` \
+                 rewrites it with the SDK of another capstan binary",
+                env!("CARGO_PKG_VERSION")
+            ),
+        ),
+    })
+}
+
+fn render(text: &str, vars: &[(&str, &str)]) -> String {
+    vars.iter().fold(text.to_owned(), |out, (key, value)| out.replace(&format!("{{{{{key}}}}}"), value))
+}
+
+/// Creates the project.
+///
+/// # Errors
+///
+/// [`Error::Name`] for a name, kind or plural Kubernetes would reject,
+/// [`Error::Group`], [`Error::NotEmpty`], [`Error::Io`].
+pub fn create(options: &Options) -> Result<Project> {
+    let name = names::to_label(&options.name);
+    names::check("name", &name, Rule::Dns1035Label)?;
+    let kind = options.kind.clone().unwrap_or_else(|| names::to_upper_camel(&name));
+    names::check("kind", &kind, Rule::Kind)?;
+    let singular = kind.to_ascii_lowercase();
+    let plural = names::plural(&singular);
+    names::check("plural", &plural, Rule::Dns1035Label)?;
+    if !Rule::Dns1123Subdomain.allows(&options.group) || !options.group.contains('.') {
+        return Err(Error::Group(options.group.clone()));
+    }
+    let crate_name = names::to_snake(&name);
+
+    let dir = options.dir.clone().unwrap_or_else(|| PathBuf::from(&name));
+    if std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(Error::NotEmpty(dir));
+    }
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let absolute = std::fs::canonicalize(&dir).map_err(io(&dir))?;
+    let (sdk_dependency, sdk_source) = sdk_lines(&options.sdk, &absolute)?;
+    // Python and JavaScript projects build against the checkout's SDK and
+    // WIT folders (absolute paths; their build.sh lets the environment
+    // override both).
+    let (sdk_dir, wit_dir, lockfile) = match &options.sdk {
+        Sdk::Path(path) => {
+            let root =
+                std::fs::canonicalize(path).map_err(io(path))?.parent().map(Path::to_path_buf).unwrap_or_default();
+            (
+                root.join(options.lang.sdk_subdir()).display().to_string(),
+                root.join(options.lang.wit_subdir()).display().to_string(),
+                options.lockfile.clone(),
+            )
+        }
+        Sdk::Carried => {
+            let carried = absolute.join(CARRIED_SDK_DIR);
+            crate::tooling::sdk::write(&carried).map_err(io(&carried))?;
+            // Relative: the build scripts run in the project folder, and the
+            // project may move.
+            (
+                format!("./{CARRIED_SDK_DIR}/{}", options.lang.sdk_subdir()),
+                format!("./{CARRIED_SDK_DIR}/{}", options.lang.wit_subdir()),
+                Some(carried.join("Cargo.lock")),
+            )
+        }
+    };
+
+    let vars = [
+        ("name", name.as_str()),
+        ("crate", crate_name.as_str()),
+        ("kind", kind.as_str()),
+        ("plural", plural.as_str()),
+        ("group", options.group.as_str()),
+        ("sdk_dependency", sdk_dependency.as_str()),
+        ("sdk_source", sdk_source.as_str()),
+        ("capstan_version", env!("CARGO_PKG_VERSION")),
+        ("sdk_dir", sdk_dir.as_str()),
+        ("wit_dir", wit_dir.as_str()),
+    ];
+    let mut files = Vec::new();
+    for file in options.lang.template() {
+        let path = dir.join(file.path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&path, render(file.text, &vars)).map_err(io(&path))?;
+        files.push(PathBuf::from(file.path));
+    }
+    if options.sdk == Sdk::Carried {
+        files.push(PathBuf::from(CARRIED_SDK_DIR));
+    }
+    if let (Some(lockfile), Lang::Rust) = (&lockfile, options.lang) {
+        let path = dir.join("Cargo.lock");
+        std::fs::copy(lockfile, &path).map_err(io(lockfile))?;
+        files.push(PathBuf::from("Cargo.lock"));
+    }
+    let component = options.lang.component_path(&crate_name, &name);
+    Ok(Project { dir, name, kind, plural, group: options.group.clone(), files, component })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("name", "my-app"),
+            ("crate", "my_app"),
+            ("kind", "MyApp"),
+            ("plural", "myapps"),
+            ("group", "example.com"),
+            ("sdk_dependency", "capstan-guest = { path = \"../guest-sdk\" }"),
+            ("sdk_source", "a checkout"),
+            ("sdk_dir", "/capstan/guest-sdk/python"),
+            ("wit_dir", "/capstan/wit"),
+            ("capstan_version", "0.1.0"),
+        ]
+    }
+
+    #[test]
+    fn error_messages_read_right() {
+        assert_eq!(Error::NotEmpty("x".into()).to_string(), "x: exists and is not empty; choose another --dir");
+        assert_eq!(
+            Error::Group("nodot".into()).to_string(),
+            "group \"nodot\" must be a DNS subdomain with a dot, like example.com"
+        );
+    }
+
+    #[test]
+    fn every_placeholder_in_every_template_is_filled() {
+        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
+            for file in lang.template() {
+                let out = render(file.text, &vars());
+                assert!(!out.contains("{{"), "{:?} {}: unfilled placeholder in\n{out}", lang, file.path);
+            }
+        }
+    }
+
+    #[test]
+    fn the_rust_template_uses_the_dependency_versions_of_the_workspace() {
+        let workspace = include_str!("../../../Cargo.toml");
+        let cargo = RUST.iter().find(|f| f.path == "Cargo.toml").expect("a Cargo.toml").text;
+        for (krate, version) in [("kube", "5.0.0"), ("k8s-openapi", "0.29.0")] {
+            assert!(workspace.contains(&format!("{krate} = {{ version = \"{version}\"")), "workspace {krate} moved");
+            assert!(cargo.contains(&format!("{krate} = {{ version = \"{version}\"")), "template {krate} differs");
+        }
+        assert!(cargo.contains("\n[workspace]\n"), "its own workspace");
+    }
+
+    #[test]
+    fn sdk_paths_are_relative_inside_the_checkout_and_absolute_outside() {
+        let root = Path::new("/src/capstan");
+        let sdk = root.join("guest-sdk");
+        assert_eq!(relative_within(root, &root.join("examples/mine"), &sdk), Path::new("../../guest-sdk"));
+        assert_eq!(relative_within(root, Path::new("/home/me/mine"), &sdk), sdk);
+    }
+
+    #[test]
+    fn names_are_normalised_and_checked_before_anything_is_written() {
+        let dir = std::env::temp_dir().join(format!("capstan-scaffold-{}", std::process::id()));
+        let err = create(&Options::new("9lives").dir(&dir)).expect_err("kind would start with a digit");
+        assert!(matches!(err, Error::Name(_)), "{err}");
+        let err = create(&Options::new("ok").group("nodot").dir(&dir)).expect_err("group without a dot");
+        assert_eq!(err.to_string(), "group \"nodot\" must be a DNS subdomain with a dot, like example.com");
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_project_is_created_with_normalised_names_and_refuses_a_non_empty_folder() {
+        let dir = std::env::temp_dir().join(format!("capstan-scaffold-ok-{}", std::process::id()));
+        let project = create(&Options::new("My App").dir(&dir)).expect("created");
+        assert_eq!(
+            (project.name.as_str(), project.kind.as_str(), project.plural.as_str()),
+            ("my-app", "MyApp", "myapps")
+        );
+        assert_eq!(project.component, Path::new("target/wasm32-wasip2/release/my_app.wasm"));
+        let cargo = std::fs::read_to_string(dir.join("Cargo.toml")).expect("written");
+        assert!(cargo.contains("name = \"my-app\""));
+        assert!(cargo.contains("capstan-guest = { path = \"capstan-sdk/guest-sdk\" }"), "{cargo}");
+        assert!(is_sdk(&dir.join("capstan-sdk/guest-sdk")));
+        assert!(dir.join("Cargo.lock").is_file(), "the lockfile the SDK is tested with");
+        let lib = std::fs::read_to_string(dir.join("src/lib.rs")).expect("written");
+        assert!(lib.contains("pub struct MyAppSpec"));
+        assert!(matches!(create(&Options::new("my-app").dir(&dir)), Err(Error::NotEmpty(_))));
+        std::fs::remove_dir_all(&dir).expect("cleaned up");
+    }
+}

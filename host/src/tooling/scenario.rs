@@ -1,0 +1,489 @@
+//! Data-driven controller tests, in any guest language: `capstan test
+//! <component> <scenario-dir>`.
+//!
+//! A scenario directory holds one folder per case (or is itself one case).
+//! A case is a folder of YAML:
+//!
+//! | file | meaning |
+//! |---|---|
+//! | `given.yaml` | objects to create first (multi-document) |
+//! | `expect.yaml` | objects expected afterwards; each is a subset match of the live object with the same kind, namespace and name |
+//! | `absent.yaml` | objects (kind, namespace, name) expected not to exist |
+//! | `events.yaml` | Events expected to have been recorded: a list of `{reason, type, regarding: {kind, name}}`, each a subset match |
+//! | `error.txt` | the run is expected to fail with an error containing this text (a reconcile error, or an admission webhook's denial of a write) |
+//! | `conversion.yaml` | a conversion to check: `desiredAPIVersion`, `objects`, and `expect` (subset match per object, in order) or `error` (text the failure contains) |
+//! | `steps/<nn-name>/` | further steps, in name order: `apply.yaml` (objects to create, or merge into existing ones), `delete.yaml` (objects to delete), and their own `expect.yaml`, `absent.yaml`, `events.yaml`, `error.txt` |
+//!
+//! A CustomResourceDefinition in `given.yaml` or `apply.yaml` serves its
+//! kind (with its schema) from then on; CRDs are created before the other
+//! objects of the same file.
+//!
+//! Writes from `given.yaml`, `apply.yaml` and `delete.yaml` pass through the
+//! admission webhooks the component declares, as on a real API server:
+//! mutating webhooks change what is stored, and a denial keeps the object
+//! out and counts as the step's error (expect it with `error.txt`). A
+//! scheduler the component declares makes one attempt per pending Pod that
+//! names it after each step settles (see [`MockHost::schedule_pending`]).
+//!
+//! After `given.yaml` and after each step, the mock host runs until idle
+//! (requeues and retries due later are not run). In subset matches, maps
+//! match key by key, and each element of an expected list must match some
+//! element of the actual list.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::cluster::{self, Cluster, Patch, Propagation, Subresource};
+use crate::manifest::Operation;
+use crate::object::ObjectRef;
+use crate::tooling::testing::{self, Admission, MockHost, Run};
+
+/// Why a scenario could not be run at all (as opposed to failing).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file or folder could not be read.
+    #[error("{path}: cannot read: {error}")]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+    /// A YAML file does not parse.
+    #[error("{path}: invalid YAML: {reason}")]
+    Yaml {
+        /// The file.
+        path: PathBuf,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// The folder holds no case.
+    #[error("{0}: no scenario found (expected given.yaml or conversion.yaml, or folders that have one)")]
+    Empty(PathBuf),
+    /// The mock host failed to start or load the component.
+    #[error(transparent)]
+    Host(#[from] testing::Error),
+}
+
+/// The result of one case.
+#[derive(Debug)]
+pub struct CaseResult {
+    /// Case name (folder name).
+    pub name: String,
+    /// Mismatches, empty if the case passed.
+    pub mismatches: Vec<String>,
+}
+
+impl CaseResult {
+    /// True if nothing mismatched.
+    pub fn passed(&self) -> bool {
+        self.mismatches.is_empty()
+    }
+}
+
+fn read(path: &Path) -> Result<Option<String>, Error> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(Error::Read { path: path.to_owned(), error }),
+    }
+}
+
+/// Reads a multi-document YAML file into JSON values (missing file: none).
+pub fn read_yaml_documents(path: &Path) -> Result<Vec<Value>, Error> {
+    let Some(text) = read(path)? else { return Ok(Vec::new()) };
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let value =
+            Value::deserialize(doc).map_err(|e| Error::Yaml { path: path.to_owned(), reason: e.to_string() })?;
+        match value {
+            Value::Null => {}
+            // An empty item (`- `) is skipped like an empty document.
+            Value::Array(items) => docs.extend(items.into_iter().filter(|i| !i.is_null())),
+            other => docs.push(other),
+        }
+    }
+    Ok(docs)
+}
+
+/// True if `dir` is a case: it has `given.yaml` or `conversion.yaml`.
+fn is_case(dir: &Path) -> bool {
+    dir.join("given.yaml").is_file() || dir.join("conversion.yaml").is_file()
+}
+
+/// The cases under `dir`: itself if it is one (it has `given.yaml` or
+/// `conversion.yaml`), else its subfolders that are, in name order.
+pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    if is_case(dir) {
+        return Ok(vec![dir.to_owned()]);
+    }
+    let entries = std::fs::read_dir(dir).map_err(|error| Error::Read { path: dir.to_owned(), error })?;
+    let mut cases: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_case(p)).collect();
+    cases.sort();
+    if cases.is_empty() {
+        return Err(Error::Empty(dir.to_owned()));
+    }
+    Ok(cases)
+}
+
+/// Runs every case under `dir` against `component`.
+///
+/// # Errors
+///
+/// When a case cannot be run at all (unreadable files, the component is
+/// rejected); a failing case is a [`CaseResult`] with mismatches.
+pub async fn run_all(component: &Path, dir: &Path) -> Result<Vec<CaseResult>, Error> {
+    let mut results = Vec::new();
+    for case in discover(dir)? {
+        results.push(run_case(component, &case).await?);
+    }
+    Ok(results)
+}
+
+/// Runs one case.
+///
+/// # Errors
+///
+/// As [`run_all`].
+pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error> {
+    let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut host = MockHost::new()?;
+    host.load(component).await?;
+    let mut mismatches = Vec::new();
+
+    let mut denials = Vec::new();
+    for object in crds_first(read_yaml_documents(&case.join("given.yaml"))?) {
+        if let Err(e) = apply(&host, object, Start::Given, &mut denials).await {
+            mismatches.push(format!("given.yaml: {e}"));
+        }
+    }
+    let run = host.run_until_idle().await;
+    check(&host, case, "", run, denials, &mut mismatches).await?;
+    check_conversion(&host, case, &mut mismatches).await?;
+
+    let steps_dir = case.join("steps");
+    if steps_dir.is_dir() {
+        let mut steps: Vec<PathBuf> = std::fs::read_dir(&steps_dir)
+            .map_err(|error| Error::Read { path: steps_dir.clone(), error })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect();
+        steps.sort();
+        for step in steps {
+            let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+            let mut denials = Vec::new();
+            for object in crds_first(read_yaml_documents(&step.join("apply.yaml"))?) {
+                if let Err(e) = apply(&host, object, Start::Step, &mut denials).await {
+                    mismatches.push(format!("{label}apply.yaml: {e}"));
+                }
+            }
+            for object in read_yaml_documents(&step.join("delete.yaml"))? {
+                let Some(r) = ObjectRef::of(&object) else {
+                    mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
+                    continue;
+                };
+                let old = host.cluster().get(&r).await.ok();
+                match host.admit(Operation::Delete, None, old).await? {
+                    Admission::Denied { message, .. } => denials.push(format!("{r}: {message}")),
+                    Admission::Allowed { .. } => {
+                        if let Err(e) = host.cluster().delete(&r, Propagation::Default).await {
+                            mismatches.push(format!("{label}delete.yaml: {r}: {e}"));
+                        }
+                    }
+                }
+            }
+            let run = host.run_until_idle().await;
+            check(&host, &step, &label, run, denials, &mut mismatches).await?;
+        }
+    }
+    Ok(CaseResult { name, mismatches })
+}
+
+/// The objects with CustomResourceDefinitions first (otherwise in file
+/// order), so that a file may define a kind after using it.
+fn crds_first(mut objects: Vec<Value>) -> Vec<Value> {
+    objects.sort_by_key(|o| o.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition"));
+    objects
+}
+
+/// Which file an object comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// `given.yaml`: a new object keeps its `status` (fixtures need one).
+    Given,
+    /// A step's `apply.yaml`.
+    Step,
+}
+
+/// Creates `object`, or merges it into the existing one (spec and
+/// metadata; status through the status subresource), after the admission
+/// webhooks: a denial is added to `denials` and nothing is written.
+async fn apply(host: &MockHost, object: Value, from: Start, denials: &mut Vec<String>) -> Result<(), cluster::Error> {
+    let cluster = host.cluster();
+    let r = ObjectRef::of(&object).ok_or_else(|| cluster::Error::BadRequest("object lacks identity".into()))?;
+    let existing = match cluster.get(&r).await {
+        Ok(existing) => Some(existing),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e),
+    };
+    let (operation, merged) = match &existing {
+        Some(old) => {
+            let mut merged = old.clone();
+            json_merge(&mut merged, &object);
+            (Operation::Update, merged)
+        }
+        None => (Operation::Create, object.clone()),
+    };
+    let admitted = match host.admit(operation, Some(merged.clone()), existing.clone()).await {
+        Ok(Admission::Denied { message, .. }) => {
+            denials.push(format!("{r}: {message}"));
+            return Ok(());
+        }
+        Ok(Admission::Allowed { object, .. }) => object,
+        Err(e) => return Err(cluster::Error::BadRequest(e.to_string())),
+    };
+    // What a mutating webhook changed is stored; otherwise the file's
+    // object is merged as before (so that `null` still removes a field).
+    let object = match (admitted, &existing) {
+        (Some(admitted), None) => admitted,
+        (Some(admitted), Some(_)) if admitted != merged => admitted,
+        _ => object,
+    };
+    match existing {
+        Some(_) => {
+            let mut main = object.clone();
+            let status = main.as_object_mut().and_then(|m| m.remove("status"));
+            cluster.patch(&r, Patch::Merge(main), Subresource::Main).await?;
+            if let Some(status) = status {
+                cluster.patch(&r, Patch::Merge(serde_json::json!({"status": status})), Subresource::Status).await?;
+            }
+            Ok(())
+        }
+        None if from == Start::Given => cluster.seed(object).map(drop),
+        None => {
+            // Created, then its status written, as a client would.
+            let status = object.get("status").cloned();
+            cluster.create(object).await?;
+            match status {
+                Some(status) => {
+                    let patch = Patch::Merge(serde_json::json!({"status": status}));
+                    cluster.patch(&r, patch, Subresource::Status).await.map(drop)
+                }
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+/// RFC 7386 merge of `patch` into `target`, as `apply.yaml` merges.
+fn json_merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    json_merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+/// Checks the case's `conversion.yaml`, if it has one.
+async fn check_conversion(host: &MockHost, case: &Path, mismatches: &mut Vec<String>) -> Result<(), Error> {
+    let Some(spec) = read_yaml_documents(&case.join("conversion.yaml"))?.into_iter().next() else { return Ok(()) };
+    let desired = spec.get("desiredAPIVersion").and_then(Value::as_str).unwrap_or_default();
+    let objects = spec.get("objects").and_then(Value::as_array).cloned().unwrap_or_default();
+    let expected_error = spec.get("error").and_then(Value::as_str);
+    let converted = match host.convert(desired, objects.clone()).await {
+        Ok(result) => result,
+        Err(e) => {
+            mismatches.push(format!("conversion.yaml: {e}"));
+            return Ok(());
+        }
+    };
+    match (converted, expected_error) {
+        (Err(message), Some(text)) if message.contains(text) => {}
+        (Err(message), _) => mismatches.push(format!("conversion.yaml: the conversion failed: {message}")),
+        (Ok(_), Some(text)) => {
+            mismatches.push(format!("conversion.yaml: expected a failure containing {text:?}, it succeeded"));
+        }
+        (Ok(converted), None) => {
+            if converted.len() != objects.len() {
+                mismatches.push(format!("conversion.yaml: {} objects in, {} out", objects.len(), converted.len()));
+            }
+            let expected = spec.get("expect").and_then(Value::as_array).cloned().unwrap_or_default();
+            for (i, (e, a)) in expected.iter().zip(&converted).enumerate() {
+                let mut diffs = Vec::new();
+                subset_diff(e, a, String::new(), &mut diffs);
+                for d in diffs {
+                    mismatches.push(format!("conversion.yaml: expect[{i}]: {d}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn check(
+    host: &MockHost,
+    dir: &Path,
+    label: &str,
+    run: Result<Run, testing::Error>,
+    denials: Vec<String>,
+    mismatches: &mut Vec<String>,
+) -> Result<(), Error> {
+    let expected_error = read(&dir.join("error.txt"))?.map(|s| s.trim().to_owned());
+    let mut failures: Vec<String> = match &run {
+        Ok(run) => run
+            .failures()
+            .filter_map(|s| s.report.result.as_ref().err().map(|e| format!("{}: {e}", s.report.object)))
+            .collect(),
+        Err(e) => vec![e.to_string()],
+    };
+    failures.extend(denials);
+    match (&expected_error, failures.is_empty()) {
+        (Some(text), _) if !failures.iter().any(|f| f.contains(text.as_str())) => {
+            mismatches.push(format!("{label}error.txt: expected an error containing {text:?}, got {failures:?}"));
+        }
+        (None, false) => {
+            for f in failures {
+                mismatches.push(format!("{label}unexpected error: {f}"));
+            }
+        }
+        _ => {}
+    }
+
+    for expected in read_yaml_documents(&dir.join("expect.yaml"))? {
+        let Some(r) = ObjectRef::of(&expected) else {
+            mismatches.push(format!("{label}expect.yaml: an entry lacks apiVersion, kind or metadata.name"));
+            continue;
+        };
+        match host.cluster().get(&r).await {
+            Ok(actual) => {
+                let mut diffs = Vec::new();
+                subset_diff(&expected, &actual, String::new(), &mut diffs);
+                for d in diffs {
+                    mismatches.push(format!("{label}expect.yaml: {r}: {d}"));
+                }
+            }
+            Err(e) => mismatches.push(format!("{label}expect.yaml: {r}: {e}")),
+        }
+    }
+    for absent in read_yaml_documents(&dir.join("absent.yaml"))? {
+        let Some(r) = ObjectRef::of(&absent) else {
+            mismatches.push(format!("{label}absent.yaml: an entry lacks apiVersion, kind or metadata.name"));
+            continue;
+        };
+        if host.cluster().get(&r).await.is_ok() {
+            mismatches.push(format!("{label}absent.yaml: {r} still exists"));
+        }
+    }
+    let recorded: Vec<Value> = host
+        .events()
+        .into_iter()
+        .map(|e| {
+            serde_json::json!({
+                "reason": e.reason,
+                "type": if e.warning { "Warning" } else { "Normal" },
+                "action": e.action,
+                "note": e.note,
+                "regarding": {
+                    "apiVersion": e.regarding.gvk.api_version(),
+                    "kind": e.regarding.gvk.kind,
+                    "namespace": e.regarding.namespace,
+                    "name": e.regarding.name,
+                },
+            })
+        })
+        .collect();
+    for expected in read_yaml_documents(&dir.join("events.yaml"))? {
+        let found = recorded.iter().any(|actual| {
+            let mut diffs = Vec::new();
+            subset_diff(&expected, actual, String::new(), &mut diffs);
+            diffs.is_empty()
+        });
+        if !found {
+            mismatches.push(format!(
+                "{label}events.yaml: no recorded event matches {}; recorded: {}",
+                compact(&expected),
+                recorded.iter().map(compact).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn compact(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+/// Appends to `out` every place where `expected` is not a subset of
+/// `actual`, as `at <path>: expected X, got Y`.
+pub fn subset_diff(expected: &Value, actual: &Value, path: String, out: &mut Vec<String>) {
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => {
+            for (k, ev) in e {
+                let p = format!("{path}.{k}");
+                match a.get(k) {
+                    Some(av) => subset_diff(ev, av, p, out),
+                    None if ev.is_null() => {}
+                    None => out.push(format!("at {p}: expected {}, missing", compact(ev))),
+                }
+            }
+        }
+        (Value::Array(e), Value::Array(a)) => {
+            for (i, ev) in e.iter().enumerate() {
+                let matched = a.iter().any(|av| {
+                    let mut d = Vec::new();
+                    subset_diff(ev, av, String::new(), &mut d);
+                    d.is_empty()
+                });
+                if !matched {
+                    let mut msg = format!("at {path}[{i}]: expected an element matching {}", compact(ev));
+                    let _ = write!(msg, ", got {}", compact(actual));
+                    out.push(msg);
+                }
+            }
+        }
+        (Value::Number(e), Value::Number(a)) if e.as_f64() == a.as_f64() => {}
+        (e, a) if e == a => {}
+        (e, a) => out.push(format!(
+            "at {}: expected {}, got {}",
+            if path.is_empty() { "." } else { &path },
+            compact(e),
+            compact(a)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn subset_match_ignores_extra_fields_and_list_order() {
+        let expected = json!({"data": {"a": "1"}, "list": [{"type": "Ready"}]});
+        let actual = json!({"data": {"a": "1", "b": "2"}, "list": [{"type": "Other"}, {"type": "Ready", "x": 1}]});
+        let mut out = Vec::new();
+        subset_diff(&expected, &actual, String::new(), &mut out);
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn subset_mismatch_names_the_path() {
+        let mut out = Vec::new();
+        subset_diff(&json!({"spec": {"replicas": 3}}), &json!({"spec": {"replicas": 2}}), String::new(), &mut out);
+        assert_eq!(out, vec!["at .spec.replicas: expected 3, got 2"]);
+        let mut out = Vec::new();
+        subset_diff(&json!({"data": {"k": "v"}}), &json!({}), String::new(), &mut out);
+        assert_eq!(out, vec!["at .data: expected {\"k\":\"v\"}, missing"]);
+    }
+}
