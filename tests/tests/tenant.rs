@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use capstan_host::serve::host::{Host, HostBuilder};
 use capstan_host::testing::find_component;
+use capstan_tests::bench::RequestCounts;
 use capstan_tests::{ControlPlane, TestNamespace, random_suffix, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
@@ -105,6 +106,7 @@ async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_ch
             "annotations": {"tenants.examples.capstan.dev/tenant": name}},
         "data": {"token": "czNjcmV0"},
     }))?;
+    let before = RequestCounts::scrape(&client, &["configmaps", "rolebindings"]).await?;
     vault.api::<k8s_openapi::api::core::v1::Secret>().create(&PostParams::default(), &secret).await?;
     let cms = Api::<ConfigMap>::namespaced(client.clone(), &ns);
     wait_for(TIMEOUT, || async {
@@ -114,6 +116,13 @@ async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_ch
             .filter(|c| c.data.as_ref().and_then(|d| d.get("secrets")).map(String::as_str) == Some("1"))
     })
     .await?;
+    // That pass changed the ConfigMap only: the RoleBinding, still as the
+    // host last applied it (no one else writes it), is not applied again.
+    // (This is the only test of this binary; no other writes RoleBindings.)
+    let served = RequestCounts::scrape(&client, &["configmaps", "rolebindings"]).await?.since(&before);
+    let applies = |call: &str| served.by_call.get(call).copied().unwrap_or(0.0);
+    assert!(applies("APPLY configmaps") >= 1.0, "{:?}", served.by_call);
+    assert_eq!(applies("APPLY rolebindings"), 0.0, "{:?}", served.by_call);
 
     // A child the API server refuses (422: a negative quota) reaches the
     // object: an Event naming it, the host's condition, and the guest's
