@@ -263,6 +263,10 @@ fn write_key(gvk: &Gvk, namespace: Option<&str>, name: &str) -> WriteKey {
     (gvk.group.clone(), gvk.kind.clone(), namespace.map(str::to_owned), name.to_owned())
 }
 
+fn key_of(r: &ObjectRef) -> WriteKey {
+    write_key(&r.gvk, r.namespace.as_deref(), &r.name)
+}
+
 /// Most writes of the host's to one object whose watch events are awaited
 /// (a reconcile writes its primary object twice: finalizer and status).
 const MAX_OWN_WRITES: usize = 4;
@@ -605,7 +609,7 @@ impl Reconciler {
     /// True if the host wrote `r` less than [`OWN_WRITE_WAIT`] ago and the
     /// watch has not shown that write yet: the cache is behind it.
     fn behind_own_write(&self, r: &ObjectRef) -> bool {
-        let key = write_key(&r.gvk, r.namespace.as_deref(), &r.name);
+        let key = key_of(r);
         let mut writes = lock(&self.own_writes);
         let Some(pending) = writes.get_mut(&key) else { return false };
         pending.retain(|(_, _, at)| at.elapsed() < OWN_WRITE_WAIT);
@@ -624,7 +628,7 @@ impl Reconciler {
         if before == Some(rv) {
             return;
         }
-        let key = write_key(&r.gvk, r.namespace.as_deref(), &r.name);
+        let key = key_of(r);
         let mut writes = lock(&self.own_writes);
         let pending = writes.entry(key).or_default();
         if pending.len() == MAX_OWN_WRITES {
@@ -1031,7 +1035,7 @@ impl Reconciler {
                     continue;
                 }
             };
-            let key = write_key(&child_ref.gvk, child_ref.namespace.as_deref(), &child_ref.name);
+            let key = key_of(&child_ref);
             let sent = digest(&child);
             let same = lock(&self.applied)
                 .get(&key)
@@ -1134,11 +1138,7 @@ impl Reconciler {
                 let child_ref = ObjectRef { gvk: owned.kind.clone(), ..child_ref };
                 let selected = owned.selects(child.pointer("/metadata/labels"));
                 if controlled_by_us && selected && !desired.contains(&child_ref) && !object::is_deleting(&child) {
-                    lock(&self.applied).remove(&write_key(
-                        &child_ref.gvk,
-                        child_ref.namespace.as_deref(),
-                        &child_ref.name,
-                    ));
+                    lock(&self.applied).remove(&key_of(&child_ref));
                     match self.cluster.delete(&child_ref, Propagation::Background).await {
                         Ok(()) => report.pruned.push(child_ref),
                         Err(e) if e.is_not_found() => {}
