@@ -665,6 +665,24 @@ impl From<wit_v0_1::ControllerManifest> for wit::ControllerManifest {
 }
 
 impl Manifest {
+    /// A manifest of controller `name` for `primary` and nothing else, for
+    /// tests to build on.
+    #[cfg(test)]
+    pub(crate) fn bare(name: &str, primary: Gvk) -> Self {
+        Self {
+            name: name.into(),
+            primary,
+            crds: vec![],
+            owns: vec![],
+            watches: vec![],
+            finalizer: None,
+            permissions: vec![],
+            resync: None,
+            max_concurrency: 1,
+            roles: Roles::reconcile_only(),
+        }
+    }
+
     /// The CRD in `crds` that defines `gvk`'s group and kind, if any.
     pub fn crd_for(&self, gvk: &Gvk) -> Option<&Value> {
         self.crds.iter().find(|crd| {

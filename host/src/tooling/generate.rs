@@ -729,16 +729,9 @@ mod tests {
     fn component(name: &str, crds: Vec<Value>) -> Component {
         Component::new(
             Manifest {
-                name: name.into(),
-                primary: Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting"),
                 crds,
                 owns: vec![crate::manifest::Owned::kind(Gvk::new("", "v1", "ConfigMap"))],
-                watches: vec![],
-                finalizer: None,
-                permissions: vec![],
-                resync: None,
-                max_concurrency: 1,
-                roles: crate::manifest::Roles::reconcile_only(),
+                ..Manifest::bare(name, Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting"))
             },
             b"\0asm".to_vec(),
         )

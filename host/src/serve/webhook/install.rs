@@ -246,24 +246,17 @@ mod tests {
             object_selector: Some(json!({"matchLabels": {"team": "a"}})),
         };
         Manifest {
-            name: "greeter".into(),
-            primary: greeting.clone(),
             crds: vec![json!({
                 "metadata": {"name": "greetings.example.com"},
                 "spec": {"group": "example.com", "names": {"kind": "Greeting", "plural": "greetings"}},
             })],
-            owns: vec![],
-            watches: vec![],
-            finalizer: None,
-            permissions: vec![],
-            resync: None,
-            max_concurrency: 1,
             roles: Roles {
                 reconcile: false,
                 admission: vec![webhook("validate.example.com", false), webhook("default.example.com", true)],
                 conversion: vec![GroupKind { group: "example.com".into(), kind: "Greeting".into() }],
                 scheduler: None,
             },
+            ..Manifest::bare("greeter", greeting.clone())
         }
     }
 

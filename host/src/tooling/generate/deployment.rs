@@ -378,21 +378,7 @@ mod tests {
     use crate::object::Gvk;
 
     fn component(name: &str, size: usize) -> Component {
-        Component::new(
-            Manifest {
-                name: name.into(),
-                primary: Gvk::new("", "v1", "ConfigMap"),
-                crds: vec![],
-                owns: vec![],
-                watches: vec![],
-                finalizer: None,
-                permissions: vec![],
-                resync: None,
-                max_concurrency: 1,
-                roles: crate::manifest::Roles::reconcile_only(),
-            },
-            vec![0; size],
-        )
+        Component::new(Manifest::bare(name, Gvk::new("", "v1", "ConfigMap")), vec![0; size])
     }
 
     /// A component of `size` bytes that does not compress.
