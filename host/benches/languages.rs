@@ -10,7 +10,9 @@
 //!
 //! Prints a Markdown table of medians; a component that is not built is
 //! skipped. `CAPSTAN_BENCH_COMPILES` (default 3) and
-//! `CAPSTAN_BENCH_RECONCILES` (default 300) set the number of runs.
+//! `CAPSTAN_BENCH_RECONCILES` (default 300) set the number of runs;
+//! `CAPSTAN_BENCH_GUESTS` (component stems, comma-separated, e.g.
+//! `greeter-js,greeter-python`) measures only those.
 //!
 //! What each column measures:
 //!
@@ -22,8 +24,10 @@
 //!   pre-instantiate, call `manifest()`; in parentheses the part spent
 //!   loading the artefact (the loader's `compile_time` on a cache hit).
 //! - **reconcile**: one greeter resync through the `Reconciler` on the mock
-//!   cluster: a fresh instance, the guest's `get` of its Deployment, the
-//!   server-side apply of two children and the status; median and p99.
+//!   cluster: the guest's `get` of its Deployment, the server-side apply of
+//!   two children and the status; median and p99, with the instance kept
+//!   from the call before (the host's default) and, alternating with it in
+//!   the same loop, with a fresh instance per call (`Limits::reuse(1)`).
 //! - **memory/instance**: the growth of the process's resident set (VmRSS;
 //!   RssAnon, the private part, in parentheses) per live instance, with
 //!   16 instances alive at once, each after one reconcile. Linear memories
@@ -68,6 +72,8 @@ struct Row {
     artefact_load: Duration,
     reconcile: Duration,
     reconcile_p99: Duration,
+    fresh: Duration,
+    fresh_p99: Duration,
     rss_per_instance: i64,
     anon_per_instance: i64,
     memories: f64,
@@ -132,7 +138,7 @@ fn cluster_for(loaded: &Loaded) -> Arc<MockCluster> {
     mock
 }
 
-async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Runtime) -> Row {
+async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Runtime, fresh: &Runtime) -> Row {
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
 
     let compiles: Vec<Duration> = {
@@ -163,14 +169,29 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
     let backend: Arc<dyn Cluster> = mock.clone();
     let greeting = greeting_ref();
     let reconciler = Reconciler::new(runtime.clone(), loaded.clone(), backend.clone());
+    let fresh_reconciler = Reconciler::new(fresh.clone(), loaded.clone(), backend.clone());
+    // What the watch would tell the reconcilers: the Greeting as it is now
+    // (else the next reconcile waits for the host's own status write).
+    let seen = |reconciler: &Reconciler| {
+        let object = mock.get_sync(&greeting).expect("the greeting exists");
+        let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+            serde_json::from_value(object["metadata"].clone()).expect("metadata");
+        reconciler.written_for(&greeting.gvk, &meta, false);
+    };
     let first = reconciler.reconcile(&greeting).await;
     assert!(first.result.is_ok(), "{label}: {:?}", first.result);
+    seen(&reconciler);
+    seen(&fresh_reconciler);
     let mut reconciles = Vec::new();
+    let mut fresh_reconciles = Vec::new();
     for _ in 0..runs("CAPSTAN_BENCH_RECONCILES", 300) {
-        let start = Instant::now();
-        let report = reconciler.reconcile(&greeting).await;
-        reconciles.push(start.elapsed());
-        assert!(report.result.is_ok(), "{label}: {:?}", report.result);
+        for (reconciler, samples) in [(&reconciler, &mut reconciles), (&fresh_reconciler, &mut fresh_reconciles)] {
+            let start = Instant::now();
+            let report = reconciler.reconcile(&greeting).await;
+            samples.push(start.elapsed());
+            assert!(report.result.is_ok(), "{label}: {:?}", report.result);
+            seen(reconciler);
+        }
     }
 
     // Memory: instances alive at once, each after one reconcile.
@@ -183,7 +204,7 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
         store.limiter(|s| &mut s.limiter);
         // Epochs tick every 10 ms; this deadline is hours away.
         store.set_epoch_deadline(1 << 20);
-        let capstan_host::runtime::invocation::Pre::Current(pre) = &loaded.pre else {
+        let capstan_host::runtime::invocation::PreKind::Current(pre) = loaded.pre.kind() else {
             panic!("{label}: built against an older contract");
         };
         let instance = pre.instantiate_async(&mut store).await.expect("instantiates");
@@ -212,6 +233,8 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
         artefact_load: median(artefacts),
         reconcile: median(reconciles.clone()),
         reconcile_p99: percentile(reconciles, 0.99),
+        fresh: median(fresh_reconciles.clone()),
+        fresh_p99: percentile(fresh_reconciles, 0.99),
         rss_per_instance: (rss_after - rss_before) / LIVE_INSTANCES as i64,
         anon_per_instance: (anon_after - anon_before) / LIVE_INSTANCES as i64,
         memories,
@@ -238,8 +261,11 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio");
     let engine = Engine::new(EngineConfig::default()).expect("engine");
     let runtime = Runtime::new(&engine, Limits::default()).expect("runtime");
+    let fresh = Runtime::new(&engine, Limits::default().reuse(1)).expect("runtime");
+    let only = std::env::var("CAPSTAN_BENCH_GUESTS").ok();
     let components: Vec<(&'static str, PathBuf)> = LANGUAGES
         .iter()
+        .filter(|(_, stem)| only.as_deref().is_none_or(|only| only.split(',').any(|s| s.trim() == *stem)))
         .filter_map(|(label, stem)| match find_component(stem) {
             Ok(path) => Some((*label, path)),
             Err(e) => {
@@ -252,16 +278,16 @@ fn main() {
     let mut rows = Vec::new();
     for (label, path) in &components {
         eprintln!("measuring {label} ({})", path.display());
-        rows.push(rt.block_on(measure(label, path, &engine, &runtime)));
+        rows.push(rt.block_on(measure(label, path, &engine, &runtime, &fresh)));
     }
 
     println!(
-        "| guest | size | compile | cached load (artefact) | reconcile (median) | reconcile (p99) | memory/instance (RSS, anon) | memories, core instances |"
+        "| guest | size | compile | cached load (artefact) | reconcile, kept instance (median, p99) | reconcile, fresh instance (median, p99) | memory/instance (RSS, anon) | memories, core instances |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.2} MB | {} | {} ({}) | {} | {} | {} ({}) | {:.0}, {:.0} |",
+            "| {} | {:.2} MB | {} | {} ({}) | {}, {} | {}, {} | {} ({}) | {:.0}, {:.0} |",
             r.label,
             r.size as f64 / 1e6,
             ms(r.compile),
@@ -269,6 +295,8 @@ fn main() {
             ms(r.artefact_load),
             ms(r.reconcile),
             ms(r.reconcile_p99),
+            ms(r.fresh),
+            ms(r.fresh_p99),
             mib(r.rss_per_instance),
             mib(r.anon_per_instance),
             r.memories,

@@ -20,7 +20,7 @@ use wasmtime::component::Component;
 use crate::manifest::{self, Manifest};
 use crate::metrics::{Export, metrics};
 use crate::runtime::bindings::{CONTRACT_VERSION, CONTRACT_VERSIONS, CONTROLLER_EXPORT, OperatorPre, v0_1, v0_2};
-use crate::runtime::invocation::{self as runtime, Pre, Runtime};
+use crate::runtime::invocation::{self as runtime, Pre, PreKind, Runtime};
 
 /// Why a component was rejected. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -356,10 +356,11 @@ impl Loader {
         let wrong_world =
             |e: wasmtime::Error| Error::WrongWorld { path: path.clone(), exports: vec![format!("{e:#}")] };
         let pre = match contract.as_str() {
-            CONTRACT_VERSION => Pre::Current(OperatorPre::new(instance_pre).map_err(wrong_world)?),
-            "0.2.0" => Pre::V0_2(v0_2::OperatorPre::new(instance_pre).map_err(wrong_world)?),
-            _ => Pre::V0_1(v0_1::OperatorPre::new(instance_pre).map_err(wrong_world)?),
+            CONTRACT_VERSION => PreKind::Current(OperatorPre::new(instance_pre).map_err(wrong_world)?),
+            "0.2.0" => PreKind::V0_2(v0_2::OperatorPre::new(instance_pre).map_err(wrong_world)?),
+            _ => PreKind::V0_1(v0_1::OperatorPre::new(instance_pre).map_err(wrong_world)?),
         };
+        let pre = Pre::new(pre);
         let invocation = self.runtime.manifest(&pre).await;
         // Before the manifest names the controller, the file does.
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

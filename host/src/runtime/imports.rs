@@ -198,13 +198,29 @@ impl HostState {
     /// Ends the invocation: moves captured stdio into the journal and
     /// returns it.
     pub fn into_journal(mut self) -> Journal {
-        let (stdout, stdout_dropped) = self.stdout.contents();
-        let (stderr, stderr_dropped) = self.stderr.contents();
-        self.journal.stdout = String::from_utf8_lossy(&stdout).into_owned();
-        self.journal.stdout_dropped = stdout_dropped;
-        self.journal.stderr = String::from_utf8_lossy(&stderr).into_owned();
-        self.journal.stderr_dropped = stderr_dropped;
-        self.journal
+        self.take_journal()
+    }
+
+    /// Ends one invocation of a store that may serve another: takes the
+    /// journal, with the captured stdio, and leaves the state as a fresh
+    /// one for the same caller (no calls counted, nothing captured).
+    pub fn take_journal(&mut self) -> Journal {
+        let (stdout, stdout_dropped) = self.stdout.take();
+        let (stderr, stderr_dropped) = self.stderr.take();
+        let mut journal = std::mem::take(&mut self.journal);
+        journal.stdout = String::from_utf8_lossy(&stdout).into_owned();
+        journal.stdout_dropped = stdout_dropped;
+        journal.stderr = String::from_utf8_lossy(&stderr).into_owned();
+        journal.stderr_dropped = stderr_dropped;
+        self.kube_calls = 0;
+        self.events_recorded = 0;
+        self.limiter.reset();
+        journal
+    }
+
+    /// Starts another invocation of this store on behalf of `caller`.
+    pub fn begin(&mut self, caller: Option<Caller>) {
+        self.caller = caller;
     }
 
     fn journal_call(&mut self, function: &'static str, target: String, result: CallResult, duration: Duration) {

@@ -1,11 +1,16 @@
-//! Running guest code: a fresh `Store` per invocation from a component's
-//! pre-instance, with the memory cap and wall-clock deadline of [`Limits`],
-//! and traps told apart from guest errors.
+//! Running guest code: instances of a component's pre-instance, each in a
+//! `Store` of its own, with the memory cap and wall-clock deadline of
+//! [`Limits`], and traps told apart from guest errors.
 //!
 //! # Guarantees
 //!
-//! - Every invocation gets a new instance: no state leaks between calls,
-//!   and a trapped instance is simply dropped.
+//! - An instance serves one controller only (one name, grants and
+//!   cluster). After a call that returned, it is kept for a later call of
+//!   that controller, up to [`Limits::reuse`] calls: instantiating a
+//!   Python or JavaScript component costs more than most reconciles. A
+//!   call that trapped, ran past its deadline or hit the memory cap drops
+//!   its instance, and so does memory grown past half the cap. No call
+//!   sees the counts, log lines or stdio of another.
 //! - A guest that loops is interrupted at its deadline (checked every
 //!   [`EPOCH_TICK`](crate::runtime::engine::EPOCH_TICK)); a `tokio` timeout guards
 //!   host calls that hang. A guest that grows memory past the cap traps.
@@ -137,9 +142,17 @@ pub struct Invocation<T> {
 pub type ReconcileResult = Result<wit::Outcome, wit::Failure>;
 
 /// A component's pre-instance (imports resolved, instantiation per call
-/// is cheap), at the contract version it was built against.
+/// is cheap), at the contract version it was built against, and the
+/// instances it keeps between calls. Clones share them.
 #[derive(Clone)]
-pub enum Pre {
+pub struct Pre {
+    kind: PreKind,
+    idle: Arc<std::sync::Mutex<Vec<Idle>>>,
+}
+
+/// A pre-instance by contract version.
+#[derive(Clone)]
+pub enum PreKind {
     /// `capstan:operator@0.1.0`.
     V0_1(v0_1::OperatorPre<HostState>),
     /// `capstan:operator@0.2.0`.
@@ -148,18 +161,126 @@ pub enum Pre {
     Current(OperatorPre<HostState>),
 }
 
+/// An instance of a [`PreKind`].
+enum Instance {
+    V0_1(v0_1::Operator),
+    V0_2(v0_2::Operator),
+    Current(crate::runtime::bindings::Operator),
+}
+
+/// An instance between calls, in its store.
+struct Idle {
+    store: Store<HostState>,
+    instance: Instance,
+    /// Calls it has served.
+    calls: u32,
+    /// Its place under the runtime's bound on idle instances.
+    _slot: IdleSlot,
+}
+
+/// Most instances one pre-instance keeps between calls. The number kept
+/// follows the calls in flight at once (each call takes one, or makes
+/// one, and gives it back), so this only bounds a burst.
+const IDLE_PER_COMPONENT: usize = 16;
+
 impl Pre {
+    /// A pre-instance that keeps no instance yet.
+    pub fn new(kind: PreKind) -> Self {
+        Self { kind, idle: Arc::default() }
+    }
+
+    /// The pre-instance.
+    pub fn kind(&self) -> &PreKind {
+        &self.kind
+    }
+
     /// The contract version, e.g. `0.2.0`.
     pub fn contract(&self) -> &'static str {
-        match self {
-            Pre::V0_1(_) => "0.1.0",
-            Pre::V0_2(_) => "0.2.0",
-            Pre::Current(_) => crate::runtime::bindings::CONTRACT_VERSION,
+        match &self.kind {
+            PreKind::V0_1(_) => "0.1.0",
+            PreKind::V0_2(_) => "0.2.0",
+            PreKind::Current(_) => crate::runtime::bindings::CONTRACT_VERSION,
+        }
+    }
+
+    /// Instances kept between calls now.
+    pub fn idle(&self) -> usize {
+        lock(&self.idle).len()
+    }
+
+    /// Drops the instances kept between calls: the next calls start fresh
+    /// (as after a host restart).
+    pub fn drop_idle(&self) {
+        lock(&self.idle).clear();
+    }
+
+    /// An idle instance that `runtime` made (with its limits) and that
+    /// served `caller`'s controller, or one that served no controller yet
+    /// (made for `manifest()`), for `caller`.
+    fn take(&self, runtime: &Arc<std::sync::atomic::AtomicUsize>, caller: Option<&Caller>) -> Option<Idle> {
+        let mut idle = lock(&self.idle);
+        let at = idle.iter().rposition(|i| {
+            Arc::ptr_eq(&i._slot.0, runtime) && same_controller(i.store.data().caller.as_ref(), caller)
+        })?;
+        Some(idle.swap_remove(at))
+    }
+
+    fn give_back(&self, idle: Idle) {
+        let mut kept = lock(&self.idle);
+        if kept.len() < IDLE_PER_COMPONENT {
+            kept.push(idle);
+        }
+    }
+
+    async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Instance> {
+        Ok(match &self.kind {
+            PreKind::V0_1(pre) => Instance::V0_1(pre.instantiate_async(store).await?),
+            PreKind::V0_2(pre) => Instance::V0_2(pre.instantiate_async(store).await?),
+            PreKind::Current(pre) => Instance::Current(pre.instantiate_async(store).await?),
+        })
+    }
+}
+
+/// Whether an instance that served `served` (`None`: only `manifest()`)
+/// may serve `caller`: the same controller name, grants and cluster, so
+/// that nothing one controller read is in memory a call of another runs
+/// with.
+fn same_controller(served: Option<&Caller>, caller: Option<&Caller>) -> bool {
+    match (served, caller) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => {
+            a.controller == b.controller
+                && Arc::ptr_eq(&a.grants, &b.grants)
+                && std::ptr::addr_eq(Arc::as_ptr(&a.cluster), Arc::as_ptr(&b.cluster))
         }
     }
 }
 
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A place under [`Runtime`]'s bound on idle instances, given back when
+/// the instance is dropped.
+struct IdleSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl IdleSlot {
+    fn claim(count: &Arc<std::sync::atomic::AtomicUsize>, bound: usize) -> Option<Self> {
+        use std::sync::atomic::Ordering;
+        count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < bound).then_some(n + 1)).ok()?;
+        Some(Self(Arc::clone(count)))
+    }
+}
+
+impl Drop for IdleSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// How the guest part of an invocation failed before a result.
+#[derive(Debug)]
 enum Failed {
     /// Instantiation.
     Instantiate(wasmtime::Error),
@@ -173,6 +294,11 @@ pub struct Runtime {
     engine: Engine,
     linker: Arc<Linker<HostState>>,
     limits: Limits,
+    /// Instances kept between calls, of every component, and their bound:
+    /// half the pooling allocator's slots, so that idle instances never
+    /// keep a new one from being made.
+    idle: Arc<std::sync::atomic::AtomicUsize>,
+    idle_bound: usize,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -190,7 +316,8 @@ impl Runtime {
     pub fn new(engine: &Engine, limits: Limits) -> wasmtime::Result<Self> {
         let mut linker = Linker::new(engine.wasmtime());
         imports::add_to_linker(&mut linker)?;
-        Ok(Self { engine: engine.clone(), linker: Arc::new(linker), limits })
+        let idle_bound = if limits.reuse > 1 { engine.config().pool_instances as usize / 2 } else { 0 };
+        Ok(Self { engine: engine.clone(), linker: Arc::new(linker), limits, idle: Arc::default(), idle_bound })
     }
 
     /// The engine.
@@ -208,15 +335,19 @@ impl Runtime {
         self.limits
     }
 
-    fn store(&self, caller: Option<Caller>, deadline: Duration) -> Store<HostState> {
+    fn store(&self, caller: Option<Caller>) -> Store<HostState> {
         let mut store = Store::new(self.engine.wasmtime(), HostState::new(&self.limits, caller));
         store.limiter(|s| &mut s.limiter);
+        store
+    }
+
+    /// Sets the wall-clock deadline of the invocation about to start.
+    fn arm(store: &mut Store<HostState>, deadline: Duration) {
         let deadline = Instant::now() + deadline;
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline { Err(Trap::Interrupt.into()) } else { Ok(UpdateDeadline::Yield(1)) }
         });
-        store
     }
 
     /// Maps a wasmtime error to the failure it stands for. A memory
@@ -249,10 +380,11 @@ impl Runtime {
 
     async fn invoke<T>(
         &self,
+        pre: &Pre,
         caller: Option<Caller>,
-        call: impl AsyncFnOnce(&mut Store<HostState>) -> Result<T, Failed>,
+        call: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> Result<T, Failed>,
     ) -> Invocation<T> {
-        self.invoke_within(self.limits.deadline, caller, call).await
+        self.invoke_within(self.limits.deadline, pre, caller, call).await
     }
 
     /// [`invoke`](Self::invoke) with a deadline of its own (a webhook's,
@@ -260,25 +392,51 @@ impl Runtime {
     async fn invoke_within<T>(
         &self,
         deadline: Duration,
+        pre: &Pre,
         caller: Option<Caller>,
-        call: impl AsyncFnOnce(&mut Store<HostState>) -> Result<T, Failed>,
+        call: impl AsyncFnOnce(&mut Store<HostState>, &Instance) -> Result<T, Failed>,
     ) -> Invocation<T> {
         let deadline = deadline.min(self.limits.deadline);
         let start = Instant::now();
-        let mut store = self.store(caller, deadline);
+        let (mut store, kept, calls, slot) = match pre.take(&self.idle, caller.as_ref()) {
+            Some(Idle { mut store, instance, calls, _slot }) => {
+                store.data_mut().begin(caller);
+                (store, Some(instance), calls, Some(_slot))
+            }
+            None => (self.store(caller), None, 0, None),
+        };
+        Self::arm(&mut store, deadline);
         // Second guard for host calls that hang: the epoch deadline only
         // fires while guest code runs.
         let guard = deadline + Duration::from_millis(500);
-        let outcome = tokio::time::timeout(guard, call(&mut store)).await;
-        let state = store.into_data();
+        let outcome = tokio::time::timeout(guard, async {
+            let instance = match kept {
+                Some(instance) => instance,
+                None => pre.instantiate(&mut store).await.map_err(Failed::Instantiate)?,
+            };
+            let value = call(&mut store, &instance).await?;
+            Ok::<_, Failed>((value, instance))
+        })
+        .await;
+        let state = store.data_mut();
         let memory_exceeded = state.limiter.exceeded();
+        let past_half = state.limiter.past_half();
         let controller = state.caller.as_ref().map(|c| Arc::clone(&c.controller));
-        let journal = state.into_journal();
+        let journal = state.take_journal();
         if let Some(controller) = controller {
             report_dropped(&controller, &journal);
         }
         let result = match outcome {
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok((value, instance))) => {
+                let calls = calls + 1;
+                if calls < self.limits.reuse
+                    && !past_half
+                    && let Some(slot) = slot.or_else(|| IdleSlot::claim(&self.idle, self.idle_bound))
+                {
+                    pre.give_back(Idle { store, instance, calls, _slot: slot });
+                }
+                Ok(value)
+            }
             Ok(Err(Failed::Instantiate(e))) => Err(Error::Instantiate(format!("{e:#}"))),
             Ok(Err(Failed::Call(wasm_error))) => {
                 Err(self.classify(&wasm_error, memory_exceeded, &journal.stderr, deadline))
@@ -293,31 +451,18 @@ impl Runtime {
     /// here: the controller's name is only known from the result
     /// ([`Loader`](crate::runtime::component::Loader) counts it).
     pub async fn manifest(&self, pre: &Pre) -> Invocation<wit::ComponentManifest> {
-        match pre {
-            Pre::Current(pre) => {
-                self.invoke(None, async |store| {
-                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
-                    op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)
-                })
-                .await
+        self.invoke(pre, None, async |store, instance| match instance {
+            Instance::Current(op) => op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call),
+            Instance::V0_2(op) => {
+                let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
+                Ok(wit::ComponentManifest { controller: m, roles: wit::Roles::reconcile_only() })
             }
-            Pre::V0_2(pre) => {
-                self.invoke(None, async |store| {
-                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
-                    let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
-                    Ok(wit::ComponentManifest { controller: m, roles: wit::Roles::reconcile_only() })
-                })
-                .await
+            Instance::V0_1(op) => {
+                let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
+                Ok(wit::ComponentManifest { controller: m.into(), roles: wit::Roles::reconcile_only() })
             }
-            Pre::V0_1(pre) => {
-                self.invoke(None, async |store| {
-                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
-                    let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
-                    Ok(wit::ComponentManifest { controller: m.into(), roles: wit::Roles::reconcile_only() })
-                })
-                .await
-            }
-        }
+        })
+        .await
     }
 
     /// Calls the guest's `reconcile(request)` on behalf of `caller`; counts
@@ -331,24 +476,15 @@ impl Runtime {
         request: wit::ReconcileRequest,
     ) -> Invocation<ReconcileResult> {
         let controller = Arc::clone(&caller.controller);
-        let invocation = match pre {
-            Pre::Current(pre) => {
-                self.invoke(Some(caller), async |store| {
-                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+        let invocation = self
+            .invoke(pre, Some(caller), async |store, instance| match instance {
+                Instance::Current(op) => {
                     op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)
-                })
-                .await
-            }
-            Pre::V0_2(pre) => {
-                self.invoke(Some(caller), async |store| {
-                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                }
+                Instance::V0_2(op) => {
                     op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)
-                })
-                .await
-            }
-            Pre::V0_1(pre) => {
-                self.invoke(Some(caller), async |store| {
-                    let op = pre.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
+                }
+                Instance::V0_1(op) => {
                     let event = v0_1_event(request.event);
                     let result = op
                         .capstan_operator_controller()
@@ -356,10 +492,9 @@ impl Runtime {
                         .await
                         .map_err(Failed::Call)?;
                     Ok(result.map(wit::Outcome::from).map_err(wit::Failure::from))
-                })
-                .await
-            }
-        };
+                }
+            })
+            .await;
         metrics().guest_invoked(&controller, Export::Reconcile, invocation.duration);
         if let Err(e) = &invocation.result {
             metrics().guest_trapped(&controller, e.kind().as_str());
@@ -381,9 +516,8 @@ impl Runtime {
     ) -> Invocation<wit::AdmissionResponse> {
         let controller = Arc::clone(&caller.controller);
         let invocation = self
-            .invoke_within(deadline, Some(caller), async |store| {
-                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
-                op.capstan_operator_admission().call_review(store, &request).await.map_err(Failed::Call)
+            .invoke_within(deadline, pre, Some(caller), async |store, instance| {
+                current(instance)?.capstan_operator_admission().call_review(store, &request).await.map_err(Failed::Call)
             })
             .await;
         count(&controller, Export::Review, &invocation);
@@ -401,9 +535,12 @@ impl Runtime {
     ) -> Invocation<Result<Vec<wit::Json>, String>> {
         let controller = Arc::clone(&caller.controller);
         let invocation = self
-            .invoke_within(deadline, Some(caller), async |store| {
-                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
-                op.capstan_operator_conversion().call_convert(store, &request).await.map_err(Failed::Call)
+            .invoke_within(deadline, pre, Some(caller), async |store, instance| {
+                current(instance)?
+                    .capstan_operator_conversion()
+                    .call_convert(store, &request)
+                    .await
+                    .map_err(Failed::Call)
             })
             .await;
         count(&controller, Export::Convert, &invocation);
@@ -420,9 +557,12 @@ impl Runtime {
     ) -> Invocation<Result<String, wit::Unschedulable>> {
         let controller = Arc::clone(&caller.controller);
         let invocation = self
-            .invoke(Some(caller), async |store| {
-                let op = current(pre)?.instantiate_async(&mut *store).await.map_err(Failed::Instantiate)?;
-                op.capstan_operator_scheduler().call_schedule(store, &request).await.map_err(Failed::Call)
+            .invoke(pre, Some(caller), async |store, instance| {
+                current(instance)?
+                    .capstan_operator_scheduler()
+                    .call_schedule(store, &request)
+                    .await
+                    .map_err(Failed::Call)
             })
             .await;
         count(&controller, Export::Schedule, &invocation);
@@ -430,17 +570,16 @@ impl Runtime {
     }
 }
 
-/// The current contract's pre-instance: only it exports the roles beyond
+/// The current contract's instance: only it exports the roles beyond
 /// reconcile (the manifest of an older component declares none, so the
 /// host never routes one to it).
-fn current(pre: &Pre) -> Result<&OperatorPre<HostState>, Failed> {
-    match pre {
-        Pre::Current(pre) => Ok(pre),
-        other => Err(Failed::Instantiate(wasmtime::format_err!(
-            "a component of contract {} serves only reconcile",
-            other.contract()
-        ))),
-    }
+fn current(instance: &Instance) -> Result<&crate::runtime::bindings::Operator, Failed> {
+    let contract = match instance {
+        Instance::Current(op) => return Ok(op),
+        Instance::V0_2(_) => "0.2.0",
+        Instance::V0_1(_) => "0.1.0",
+    };
+    Err(Failed::Instantiate(wasmtime::format_err!("a component of contract {contract} serves only reconcile")))
 }
 
 fn count<T>(controller: &str, export: Export, invocation: &Invocation<T>) {
@@ -524,6 +663,33 @@ fn failed_allocation(stderr: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_serves_only_the_controller_it_served_first() {
+        use crate::cluster::mock::MockCluster;
+        use crate::object::Gvk;
+        use crate::runtime::grants::Grants;
+        let manifest = crate::manifest::Manifest::bare("a", Gvk::new("", "v1", "ConfigMap"));
+        let grants = Arc::new(Grants::from_manifest(&manifest));
+        let cluster: Arc<dyn crate::cluster::Cluster> = Arc::new(MockCluster::new());
+        let caller = |name: &str, grants: &Arc<Grants>, cluster: &Arc<dyn crate::cluster::Cluster>| Caller {
+            controller: name.into(),
+            field_manager: "capstan".into(),
+            grants: Arc::clone(grants),
+            cluster: Arc::clone(cluster),
+            reconciling: None,
+        };
+        let a = caller("a", &grants, &cluster);
+        assert!(same_controller(Some(&a), Some(&caller("a", &grants, &cluster))));
+        assert!(same_controller(None, Some(&a)), "an instance made for manifest() serves anyone");
+        assert!(same_controller(None, None));
+        assert!(!same_controller(Some(&a), None), "nor back to manifest()");
+        assert!(!same_controller(Some(&a), Some(&caller("b", &grants, &cluster))), "another name");
+        let other_grants = Arc::new(Grants::from_manifest(&manifest));
+        assert!(!same_controller(Some(&a), Some(&caller("a", &other_grants, &cluster))), "other grants");
+        let other_cluster: Arc<dyn crate::cluster::Cluster> = Arc::new(MockCluster::new());
+        assert!(!same_controller(Some(&a), Some(&caller("a", &grants, &other_cluster))), "another cluster");
+    }
 
     #[test]
     fn a_panic_message_is_taken_from_stderr_not_the_backtrace_note() {

@@ -36,10 +36,19 @@ pub struct Limits {
     /// over a limit) and guest log lines reach the host's log.
     /// Default: [`LogBudget::default`].
     pub log: LogBudget,
+    /// Most calls one instance serves before it is dropped; 1 makes every
+    /// call start from a fresh instance. An instance is only ever reused
+    /// by the controller it first served, and never after a trap, a
+    /// deadline, a memory fault, or once its memory has grown past half
+    /// of [`Limits::memory`]. Default: [`DEFAULT_REUSE`].
+    pub reuse: u32,
 }
 
 /// Default of [`Limits::host_calls`]: 1000 `kube.*` calls per invocation.
 pub const DEFAULT_HOST_CALLS: u32 = 1000;
+
+/// Default of [`Limits::reuse`]: an instance serves up to 1000 calls.
+pub const DEFAULT_REUSE: u32 = 1000;
 
 /// Default of [`Limits::events`]: 100 events recorded per invocation.
 pub const DEFAULT_EVENTS: u32 = 100;
@@ -52,6 +61,7 @@ impl Default for Limits {
             host_calls: DEFAULT_HOST_CALLS,
             events: DEFAULT_EVENTS,
             log: LogBudget::default(),
+            reuse: DEFAULT_REUSE,
         }
     }
 }
@@ -84,6 +94,13 @@ impl Limits {
     /// Sets the log budget of each controller.
     pub fn log(mut self, budget: LogBudget) -> Self {
         self.log = budget;
+        self
+    }
+
+    /// Sets the most calls one instance serves (at least 1: a fresh
+    /// instance per call).
+    pub fn reuse(mut self, calls: u32) -> Self {
+        self.reuse = calls.max(1);
         self
     }
 }
@@ -125,17 +142,36 @@ impl LogBudget {
 pub struct Limiter {
     memory: usize,
     exceeded: Option<usize>,
+    largest: usize,
 }
 
 impl Limiter {
     /// A limiter for `limits`.
     pub fn new(limits: &Limits) -> Self {
-        Self { memory: limits.memory, exceeded: None }
+        Self { memory: limits.memory, exceeded: None, largest: 0 }
     }
 
     /// The size the guest asked for when it hit the cap, if it did.
     pub fn exceeded(&self) -> Option<usize> {
         self.exceeded
+    }
+
+    /// Forgets a refused growth (a later invocation of the same store
+    /// starts clean); the sizes reached stay.
+    pub fn reset(&mut self) {
+        self.exceeded = None;
+    }
+
+    /// The largest size a memory of this store was allowed to grow to.
+    pub fn largest(&self) -> usize {
+        self.largest
+    }
+
+    /// Whether the store's memory has grown past half the cap: an instance
+    /// that large is not reused, so that what one call leaves behind
+    /// cannot make a later call hit the cap.
+    pub fn past_half(&self) -> bool {
+        self.largest > self.memory / 2
     }
 }
 
@@ -148,6 +184,7 @@ impl wasmtime::ResourceLimiter for Limiter {
                 self.memory
             )));
         }
+        self.largest = self.largest.max(desired);
         Ok(true)
     }
 
@@ -181,6 +218,8 @@ mod tests {
         assert_eq!((l.memory, l.deadline), (64 << 20, Duration::from_secs(5)));
         assert_eq!((l.host_calls, l.events), (DEFAULT_HOST_CALLS, DEFAULT_EVENTS));
         assert_eq!(l.log, LogBudget::new(10, 50));
+        assert_eq!(l.reuse, DEFAULT_REUSE);
+        assert_eq!(Limits::default().reuse(0).reuse, 1, "0 is a fresh instance per call");
     }
 
     use super::*;
@@ -192,5 +231,9 @@ mod tests {
         assert!(l.exceeded().is_none());
         assert!(l.memory_growing(1 << 19, 2 << 20, None).is_err());
         assert_eq!(l.exceeded(), Some(2 << 20));
+        assert_eq!(l.largest(), 1 << 19, "a refused growth is not a size");
+        assert!(!l.past_half(), "half a MiB of one is not past half");
+        assert!(l.memory_growing(1 << 19, (1 << 19) + 1, None).expect("under the cap"));
+        assert!(l.past_half());
     }
 }

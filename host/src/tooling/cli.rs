@@ -164,6 +164,11 @@ pub struct RunArgs {
     /// Deadline per guest call, in milliseconds.
     #[arg(long, default_value_t = 5000)]
     pub deadline_ms: u64,
+    /// Most calls one guest instance serves before a fresh one is made;
+    /// 1: a fresh instance for every call. An instance serves one
+    /// controller only and is dropped after any trap.
+    #[arg(long, default_value_t = crate::runtime::limits::DEFAULT_REUSE, value_name = "CALLS")]
+    pub instance_reuse: u32,
     /// Most `kube.*` host calls one guest invocation may make; later ones
     /// return `denied` to the guest, naming the limit.
     #[arg(long, default_value_t = crate::runtime::limits::DEFAULT_HOST_CALLS, env = "CAPSTAN_MAX_HOST_CALLS")]
@@ -697,6 +702,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     let limits = Limits::default()
         .memory(args.memory_limit_mib << 20)
         .deadline(std::time::Duration::from_millis(args.deadline_ms))
+        .reuse(args.instance_reuse)
         .host_calls(args.max_host_calls)
         .events(args.max_events)
         .log(crate::runtime::limits::LogBudget::new(args.log_lines_per_second, args.log_burst));

@@ -424,9 +424,11 @@ impl MockHost {
     }
 
     /// Makes every controller forget what it handled, as a host restart
-    /// does, and queues every primary object.
+    /// does, drops the guest instances kept between calls, and queues
+    /// every primary object.
     pub async fn restart(&mut self) -> Result<(), Error> {
         for index in 0..self.controllers.len() {
+            self.controllers[index].reconciler.component().pre.drop_idle();
             if !self.controllers[index].manifest.roles.reconcile {
                 continue;
             }

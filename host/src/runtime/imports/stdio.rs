@@ -47,10 +47,11 @@ impl CappedPipe {
         c.dropped += (bytes.len() - kept) as u64;
     }
 
-    /// What was kept, and how many bytes were dropped over the capacity.
-    pub(crate) fn contents(&self) -> (Vec<u8>, u64) {
-        let c = lock(&self.captured);
-        (c.kept.clone(), c.dropped)
+    /// Takes what was kept, and how many bytes were dropped over the
+    /// capacity, leaving the pipe empty for the next invocation.
+    pub(crate) fn take(&self) -> (Vec<u8>, u64) {
+        let mut c = lock(&self.captured);
+        (std::mem::take(&mut c.kept), std::mem::take(&mut c.dropped))
     }
 }
 
@@ -117,6 +118,9 @@ mod tests {
             assert!(pipe.check_write().expect("always writable") > 0);
             pipe.write(Bytes::from_static(b"0123456")).expect("never fails");
         }
-        assert_eq!(pipe.contents(), (b"0123456012".to_vec(), 11));
+        assert_eq!(pipe.take(), (b"0123456012".to_vec(), 11));
+        assert_eq!(pipe.take(), (Vec::new(), 0), "taking empties the pipe");
+        pipe.write(Bytes::from_static(b"ab")).expect("never fails");
+        assert_eq!(pipe.take(), (b"ab".to_vec(), 0), "the capacity is whole again");
     }
 }
