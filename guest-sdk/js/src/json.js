@@ -1,14 +1,51 @@
 // Objects cross the component boundary as UTF-8 JSON bytes (`list<u8>`),
 // which is far cheaper than strings for JavaScript guests. TextEncoder and
 // TextDecoder are used where the engine has them (SpiderMonkey does); the
-// QuickJS engine does not, so a small UTF-8 codec stands in.
+// QuickJS engine does not, so a small UTF-8 codec stands in. Its loops run
+// in the interpreter, a few hundred nanoseconds a byte, so it leaves the
+// per-byte work to the engine's native functions where it can: a JSON text
+// is mostly ASCII (checked with one regular expression), and UTF-8 beyond
+// it is what `encodeURIComponent` and `decodeURIComponent` speak.
+
+const NOT_ASCII = /[^\x00-\x7f]/;
+const CHUNK = 8192;
+const uriCodec = typeof escape === "function" && typeof unescape === "function";
 
 /**
- * UTF-8 encoding of a string, for engines without TextEncoder.
+ * The bytes of a string whose code units are all below 256.
+ * @param {string} s
+ * @returns {Uint8Array}
+ */
+function bytesOf(s) {
+  const out = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+  return out;
+}
+
+/**
+ * UTF-8 encoding of a string, for engines without TextEncoder. Lone
+ * surrogates become U+FFFD.
  * @param {string} s
  * @returns {Uint8Array}
  */
 export function utf8Encode(s) {
+  if (!NOT_ASCII.test(s)) return bytesOf(s);
+  if (uriCodec) {
+    try {
+      return bytesOf(unescape(encodeURIComponent(s)));
+    } catch {
+      // A lone surrogate: the code unit by code unit encoder replaces it.
+    }
+  }
+  return utf8EncodeEach(s);
+}
+
+/**
+ * {@link utf8Encode}, a code unit at a time.
+ * @param {string} s
+ * @returns {Uint8Array}
+ */
+function utf8EncodeEach(s) {
   const out = [];
   for (let i = 0; i < s.length; i++) {
     let c = s.charCodeAt(i);
@@ -35,6 +72,27 @@ export function utf8Encode(s) {
  * @returns {string}
  */
 export function utf8Decode(b) {
+  let binary = "";
+  for (let i = 0; i < b.length; i += CHUNK) {
+    binary += String.fromCharCode.apply(null, b.subarray(i, i + CHUNK));
+  }
+  if (!NOT_ASCII.test(binary)) return binary;
+  if (uriCodec) {
+    try {
+      return decodeURIComponent(escape(binary));
+    } catch {
+      // Not valid UTF-8: the byte by byte decoder replaces what is not.
+    }
+  }
+  return utf8DecodeEach(b);
+}
+
+/**
+ * {@link utf8Decode}, a byte at a time.
+ * @param {Uint8Array} b
+ * @returns {string}
+ */
+function utf8DecodeEach(b) {
   let s = "";
   let chunk = [];
   const flush = () => {

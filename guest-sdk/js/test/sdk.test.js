@@ -33,11 +33,14 @@ const status = (code, reason) => ({ code, reason, message: `${reason} message` }
 const greeting = { apiVersion: "example.com/v1", kind: "Greeting", metadata: { name: "hi", namespace: "demo" } };
 
 test("the fallback utf-8 codec agrees with TextEncoder and TextDecoder", () => {
-  for (const s of ["", "plain", "héllo ✓", "emoji 🎉 and 𝄞", "\u0000\u007f\u0080\u07ff\u0800\uffff"]) {
+  const long = "x".repeat(10000) + "é" + "y".repeat(10000);
+  for (const s of ["", "plain", "100% %41", "héllo ✓", "emoji 🎉 and 𝄞", "\u0000\u007f\u0080\u07ff\u0800\uffff", long]) {
     assert.deepEqual(utf8Encode(s), new TextEncoder().encode(s), s);
     assert.equal(utf8Decode(new TextEncoder().encode(s)), s, s);
   }
   assert.equal(utf8Decode(Uint8Array.of(0xff, 0x41)), "\ufffdA");
+  assert.equal(utf8Decode(Uint8Array.of(0x41, 0xc3, 0xa9, 0xff)), "Aé\ufffd", "invalid after valid");
+  assert.deepEqual(utf8Encode("a\ud800b"), new TextEncoder().encode("a\ud800b"), "a lone surrogate is U+FFFD");
   assert.deepEqual(fromBytes(toBytes({ a: ["✓", 1] })), { a: ["✓", 1] });
 });
 
