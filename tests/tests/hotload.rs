@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use capstan_host::serve::host::{ComponentStatus, Host, HostBuilder};
 use capstan_host::testing::find_component;
+use capstan_tests::bench::RequestCounts;
 use capstan_tests::{ControlPlane, TestNamespace, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::events::v1::Event;
@@ -75,12 +76,16 @@ impl Drop for Dir {
 
 /// A host following `dir`, with the greeter in `greeter_file` and the
 /// fixture beside it.
-async fn start_host(ns: &TestNamespace, dir: &Dir, greeter_file: &Path) -> Result<Host> {
+/// A host following `dir` with the greeter (v1) and the fixture; with
+/// `check_permissions`, it asks the API server (SelfSubjectAccessReviews)
+/// for what each manifest declares before it runs a component.
+async fn start_host(ns: &TestNamespace, dir: &Dir, greeter_file: &Path, check_permissions: bool) -> Result<Host> {
     std::fs::copy(component("greeter"), greeter_file)?;
     std::fs::copy(component("fixture"), dir.0.join("fixture.wasm"))?;
     Ok(HostBuilder::new(ns.client())
         .namespace(Some(ns.name().to_owned()))
         .install_crds(true)
+        .check_permissions(check_permissions)
         .components_dir(Some(dir.0.clone()))
         .start()
         .await?)
@@ -92,8 +97,16 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     let ns = TestNamespace::new("hotload").await?;
     let dir = Dir::new(&ns)?;
     let greeter_file = dir.0.join("greeter.wasm");
-    let host = start_host(&ns, &dir, &greeter_file).await?;
+    // Only this test checks permissions: the SelfSubjectAccessReviews
+    // counted are its host's.
+    let client = ns.client();
+    let reviews = || RequestCounts::scrape(&client, &["selfsubjectaccessreviews"]);
+    let before_start = reviews().await?;
+    let host = start_host(&ns, &dir, &greeter_file, true).await?;
     ensure!(host.controllers().len() == 2, "both components run: {:?}", host.status());
+    let at_start = reviews().await?;
+    let asked = |counts: &RequestCounts| counts.by_call.get("POST selfsubjectaccessreviews").copied().unwrap_or(0.0);
+    assert!(asked(&at_start.since(&before_start)) >= 2.0, "each component's access checked: {at_start:?}");
 
     // v1 at work.
     let names: Vec<String> = (0..5).map(|i| format!("g{i}")).collect();
@@ -119,6 +132,8 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     assert_eq!(status.state, "running", "{status:?}");
     assert!(status.rejected.is_none(), "{status:?}");
     assert_eq!(status.failed, 0, "no reconcile failed because of the swap: {status:?}");
+    // v2 declares what v1 declares: its access is not asked again.
+    assert_eq!(asked(&reviews().await?.since(&at_start)), 0.0, "no review for the same manifest");
 
     // The other controller was not interrupted.
     let cms: Api<ConfigMap> = ns.api();
@@ -197,7 +212,7 @@ async fn a_manifest_change_restarts_only_that_controller_and_a_new_name_replaces
     let ns = TestNamespace::new("hotload-shape").await?;
     let dir = Dir::new(&ns)?;
     let file = dir.0.join("controller.wasm");
-    let host = start_host(&ns, &dir, &file).await?;
+    let host = start_host(&ns, &dir, &file, false).await?;
     greetings(&ns).create(&PostParams::default(), &greeting("a")?).await?;
     wait_for(TIMEOUT, || version_of(&ns, "a")).await?;
     let before = host.controller("greeter").context("greeter runs")?;

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest as _, Sha256};
 
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{self, Cluster, Patch, Subresource};
@@ -642,7 +641,8 @@ impl Shared {
                 return Err(self.reject(path, None, e.into()));
             }
         };
-        self.load_bytes(path, bytes, None).await
+        let digest = component::digest(&bytes);
+        self.load_bytes(path, bytes, digest, None).await
     }
 
     /// Loads the component at `path` now if it is complete and a version
@@ -652,14 +652,14 @@ impl Shared {
     /// written, waits until it holds still; see [`crate::serve::reload`]).
     pub(crate) async fn load_if_known(self: &Arc<Self>, path: &Path) -> Option<Result<Change, Error>> {
         let bytes = component::read(path).await.ok()?;
-        let digest = hex::encode(Sha256::digest(&bytes));
+        let digest = component::digest(&bytes);
         let running =
             lock(&self.slots).iter().any(|s| s.path == path && s.version.as_ref().is_some_and(|v| v.digest == digest));
         if !running && !self.loader.is_cached(&digest) {
             return None;
         }
         let _one_at_a_time = self.changes.lock().await;
-        Some(self.load_bytes(path, bytes, None).await)
+        Some(self.load_bytes(path, bytes, digest, None).await)
     }
 
     /// Loads (or reloads) a component pulled from a registry under `key`
@@ -679,7 +679,8 @@ impl Shared {
                 return Err(self.reject(key, Some(pulled.layer_digest.trim_start_matches("sha256:")), e.into()));
             }
         };
-        self.load_bytes(key, bytes, Some(artifact)).await
+        let digest = component::digest(&bytes);
+        self.load_bytes(key, bytes, digest, Some(artifact)).await
     }
 
     /// Records that what `key` names could not be pulled (it shows in the
@@ -699,9 +700,9 @@ impl Shared {
         self: &Arc<Self>,
         path: &Path,
         bytes: Vec<u8>,
+        digest: String,
         artifact: Option<Artifact>,
     ) -> Result<Change, Error> {
-        let digest = hex::encode(Sha256::digest(&bytes));
         let (running, name) = {
             let slots = lock(&self.slots);
             let slot = slots.iter().find(|s| s.path == path);
@@ -721,7 +722,7 @@ impl Shared {
             }
             return Ok(Change::Unchanged(name));
         }
-        let loaded = match self.admit(path, bytes).await {
+        let loaded = match self.admit(path, bytes, digest.clone()).await {
             Ok(loaded) => loaded,
             Err(e) => return Err(self.reject(path, Some(&digest), e)),
         };
@@ -729,9 +730,9 @@ impl Shared {
     }
 
     /// Compiles and checks a component: everything that can reject it.
-    async fn admit(&self, path: &Path, bytes: Vec<u8>) -> Result<Loaded, Error> {
+    async fn admit(&self, path: &Path, bytes: Vec<u8>, digest: String) -> Result<Loaded, Error> {
         let started = Instant::now();
-        let loaded = self.loader.load_bytes(path, bytes).await?;
+        let loaded = self.loader.load_digested(path, bytes, digest).await?;
         let name = loaded.manifest.name.clone();
         let other = lock(&self.slots)
             .iter()
@@ -756,20 +757,16 @@ impl Shared {
             let what = format!("{} on {}/{}", verbs.join(","), p.group, p.kind);
             return Err(Error::Wildcard { path: path.to_owned(), what });
         }
-        if self.check_permissions {
-            access::check(&self.cluster, &loaded.manifest, &self.namespaces, self.install_crds)
-                .await
-                .map_err(|error| Error::Access { path: path.to_owned(), error })?;
-        }
-        if self.install_crds {
-            for crd in &loaded.manifest.crds {
-                install_crd(&self.cluster, crd, &loaded.manifest.name).await?;
-            }
-        }
-        if let Some(install) = self.webhooks.as_ref().and_then(|w| w.install_settings()) {
-            crate::serve::webhook::install::install(&self.cluster, &loaded.manifest, install)
-                .await
-                .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
+        // A new version that declares what the running one declares asks
+        // nothing new of the cluster: its access was checked, its CRDs and
+        // webhooks installed, when the running one was admitted.
+        let declared_before = lock(&self.slots)
+            .iter()
+            .find(|s| s.path == path)
+            .and_then(|s| s.controller.as_ref())
+            .is_some_and(|c| *c.reconciler().component().manifest == *loaded.manifest);
+        if !declared_before {
+            self.prepare_cluster(path, &loaded.manifest).await?;
         }
         tracing::info!(
             controller = %name,
@@ -778,9 +775,31 @@ impl Shared {
             source = ?loaded.source,
             compile_ms = loaded.compile_time.as_secs_f64() * 1000.0,
             admit_ms = started.elapsed().as_secs_f64() * 1000.0,
+            declared_before,
             "component loaded"
         );
         Ok(loaded)
+    }
+
+    /// Checks the host's access for what `manifest` declares and installs
+    /// its CRDs and webhook configurations, as configured.
+    async fn prepare_cluster(&self, path: &Path, manifest: &Manifest) -> Result<(), Error> {
+        if self.check_permissions {
+            access::check(&self.cluster, manifest, &self.namespaces, self.install_crds)
+                .await
+                .map_err(|error| Error::Access { path: path.to_owned(), error })?;
+        }
+        if self.install_crds {
+            for crd in &manifest.crds {
+                install_crd(&self.cluster, crd, &manifest.name).await?;
+            }
+        }
+        if let Some(install) = self.webhooks.as_ref().and_then(|w| w.install_settings()) {
+            crate::serve::webhook::install::install(&self.cluster, manifest, install)
+                .await
+                .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
+        }
+        Ok(())
     }
 
     fn reject(&self, path: &Path, digest: Option<&str>, error: Error) -> Error {
