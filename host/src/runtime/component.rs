@@ -215,12 +215,22 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// [`Error::Read`], [`Error::NotWasm`], [`Error::CoreModule`],
 /// [`Error::TooLarge`], [`Error::Gzip`].
 pub async fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    use tokio::io::AsyncReadExt as _;
+    // One blocking read into a buffer of the file's size: a Python
+    // component (19 MB) read through tokio's file, 2 MiB a hop, took 20 ms.
+    let owned = path.to_owned();
+    tokio::task::spawn_blocking(move || read_blocking(&owned))
+        .await
+        .map_err(|e| Error::Read { path: path.to_owned(), error: std::io::Error::other(e) })?
+}
+
+/// [`read`], on the calling thread.
+fn read_blocking(path: &Path) -> Result<Vec<u8>, Error> {
+    use std::io::Read as _;
     let read_err = |error| Error::Read { path: path.to_owned(), error };
-    let mut file = tokio::fs::File::open(path).await.map_err(read_err)?;
-    let size = file.metadata().await.map_err(read_err)?.len();
+    let mut file = std::fs::File::open(path).map_err(read_err)?;
+    let size = file.metadata().map_err(read_err)?.len();
     let mut header = Vec::with_capacity(COMPONENT_HEADER.len());
-    (&mut file).take(COMPONENT_HEADER.len() as u64).read_to_end(&mut header).await.map_err(read_err)?;
+    (&mut file).take(COMPONENT_HEADER.len() as u64).read_to_end(&mut header).map_err(read_err)?;
     if !header.starts_with(&GZIP_MAGIC) {
         if !header.starts_with(b"\0asm") {
             return Err(Error::NotWasm { path: path.to_owned() });
@@ -232,9 +242,10 @@ pub async fn read(path: &Path) -> Result<Vec<u8>, Error> {
     if size > MAX_COMPONENT_SIZE {
         return Err(Error::TooLarge { path: path.to_owned(), size });
     }
-    let mut bytes = header;
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
+    bytes.extend_from_slice(&header);
     // The file may grow while it is read: never past the cap.
-    (&mut file).take(MAX_COMPONENT_SIZE + 1 - bytes.len() as u64).read_to_end(&mut bytes).await.map_err(read_err)?;
+    (&mut file).take(MAX_COMPONENT_SIZE + 1 - bytes.len() as u64).read_to_end(&mut bytes).map_err(read_err)?;
     if bytes.len() as u64 > MAX_COMPONENT_SIZE {
         return Err(Error::TooLarge { path: path.to_owned(), size: bytes.len() as u64 });
     }

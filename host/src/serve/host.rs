@@ -651,8 +651,16 @@ impl Shared {
     /// without loading otherwise (a new version, or a file still being
     /// written, waits until it holds still; see [`crate::serve::reload`]).
     pub(crate) async fn load_if_known(self: &Arc<Self>, path: &Path) -> Option<Result<Change, Error>> {
+        let started = Instant::now();
         let bytes = component::read(path).await.ok()?;
+        let read = started.elapsed();
         let digest = component::digest(&bytes);
+        tracing::debug!(
+            path = %path.display(),
+            read_ms = read.as_secs_f64() * 1000.0,
+            hash_ms = (started.elapsed() - read).as_secs_f64() * 1000.0,
+            "read and hashed"
+        );
         let running =
             lock(&self.slots).iter().any(|s| s.path == path && s.version.as_ref().is_some_and(|v| v.digest == digest));
         if !running && !self.loader.is_cached(&digest) {

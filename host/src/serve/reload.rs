@@ -186,6 +186,7 @@ async fn look(shared: &Arc<Shared>, dir: &Path, known: &mut Known) {
         present.iter().filter(|(p, s)| known.stamps.get(*p) != Some(s)).map(|(p, _)| p).collect();
     changed.sort();
     for path in changed {
+        tracing::debug!(path = %path.display(), "changed");
         // A version seen before (its digest in the compile cache, or the
         // one running) is complete: no need to wait for it to hold still.
         if !is_reference_file(path)

@@ -9,6 +9,9 @@
 //! target/release/bench-reload --rounds 5      # KUBECONFIG: a running control plane
 //! ```
 //!
+//! `RUST_LOG=capstan_host=info` prints the host's log to stderr (each load
+//! with its compile and admission times).
+//!
 //! One host (in this process) follows a directory holding `greeter.wasm`,
 //! with one `Greeting` to reconcile. Each round writes the version under
 //! test into the file (written to a temporary name, then renamed: the way to
@@ -56,6 +59,11 @@ struct Landing {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    // The host's own log (e.g. `component loaded` with its compile and
+    // admission times), with `RUST_LOG=capstan_host=info`.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
     let client = Client::try_default().await.context("no cluster: set KUBECONFIG")?;
     let ns = format!("bench-reload-{}", capstan_tests::random_suffix(6));
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -127,6 +135,7 @@ async fn land(host: &Host, version: &Path, file: &Path) -> Result<Landing> {
     let before = reconciled(host);
     let landed = Instant::now();
     std::fs::rename(&staged, file)?;
+    tracing::info!(version = %version.display(), "landed");
     wait(host, Duration::from_secs(120), |h| swaps(h) > swapped_before)
         .await
         .context("the new version is swapped in")?;
