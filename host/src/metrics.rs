@@ -20,6 +20,7 @@
 //! | `capstan_queue_retries_total` | `controller` | objects queued again with backoff after a failure |
 //! | `capstan_guest_traps_total` | `controller`, `kind` | invocations ended by `trap`, `deadline`, `memory`, `instantiate` |
 //! | `capstan_guest_invocation_seconds` | `controller`, `export` | guest calls (`manifest`, `reconcile`), instantiation included |
+//! | `capstan_guest_instances_total` | `controller` | guest instances made for the controller's calls (the others ran on an instance kept from an earlier call) |
 //! | `capstan_host_calls_total` | `controller`, `verb`, `kind`, `result` | `kube` and `events` imports by outcome |
 //! | `capstan_grant_denials_total` | `controller`, `verb`, `kind` | import calls refused by the grants |
 //! | `capstan_host_call_limits_total` | `controller`, `limit` | import calls refused over a per-invocation limit (`host_calls`, `events`) |
@@ -378,6 +379,7 @@ pub struct Metrics {
     queue_retries: Family<ControllerLabels, Counter>,
     guest_traps: Family<TrapLabels, Counter>,
     guest_time: Histograms<InvocationLabels>,
+    guest_instances: Family<ControllerLabels, Counter>,
     host_calls: Family<HostCallLabels, Counter>,
     grant_denials: Family<DenialLabels, Counter>,
     call_limits: Family<LimitLabels, Counter>,
@@ -417,6 +419,7 @@ impl Metrics {
             queue_retries: Family::default(),
             guest_traps: Family::default(),
             guest_time: Family::new_with_constructor(seconds),
+            guest_instances: Family::default(),
             host_calls: Family::default(),
             grant_denials: Family::default(),
             call_limits: Family::default(),
@@ -453,6 +456,11 @@ impl Metrics {
             "Duration of guest calls, instantiation included",
             Unit::Seconds,
             m.guest_time.clone(),
+        );
+        r.register(
+            "guest_instances",
+            "Guest instances made for a controller's calls (the others reused one)",
+            m.guest_instances.clone(),
         );
         r.register("host_calls", "Host import calls by controller, verb, kind and result", m.host_calls.clone());
         r.register("grant_denials", "Host import calls refused by the controller's grants", m.grant_denials.clone());
@@ -548,6 +556,11 @@ impl Metrics {
     /// cap or a failed instantiation (`kind`: [`TrapKind::as_str`](crate::runtime::invocation::TrapKind::as_str)).
     pub fn guest_trapped(&self, controller_name: &str, kind: &'static str) {
         self.guest_traps.get_or_create(&TrapLabels { controller: controller_name.to_owned(), kind }).inc();
+    }
+
+    /// Counts an instance made for a call of `controller_name`.
+    pub fn guest_instantiated(&self, controller_name: &str) {
+        self.guest_instances.get_or_create(&ControllerLabels { controller: controller_name.to_owned() }).inc();
     }
 
     /// Records the duration of a guest call.

@@ -17,6 +17,18 @@ use capstan_host::runtime::limits::Limits;
 use capstan_host::testing::MockHost;
 use serde_json::json;
 
+/// The tests of this file run one at a time: they count instances in the
+/// process-wide metrics, under the one controller name `fixture`.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Instances made for the fixture's calls so far
+/// (`capstan_guest_instances_total`).
+fn instances_made() -> f64 {
+    let scrape = capstan_host::metrics::metrics().encode();
+    let series = r#"capstan_guest_instances_total{controller="fixture"}"#;
+    scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
+}
+
 async fn host(limits: Limits) -> MockHost {
     let mut host = MockHost::with_limits(limits, None).expect("host");
     let fixture = capstan_host::testing::find_component("fixture").unwrap_or_else(|e| panic!("{e}"));
@@ -48,25 +60,33 @@ fn calls(host: &MockHost, name: &str) -> u32 {
 
 #[tokio::test]
 async fn an_instance_serves_the_later_calls_of_its_controller() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut host = host(Limits::default()).await;
+    let before = instances_made();
     for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
         let report = reconcile(&mut host, name, "count").await;
         assert!(report.result.is_ok(), "{:?}", report.result);
         assert_eq!(calls(&host, name), i as u32 + 1, "{name}: the same instance counted on");
     }
+    assert_eq!(instances_made() - before, 0.0, "every call ran on the instance made for manifest()");
 }
 
 #[tokio::test]
 async fn with_reuse_1_every_call_gets_a_fresh_instance() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut host = host(Limits::default().reuse(1)).await;
+    let before = instances_made();
     for name in ["a", "b"] {
         reconcile(&mut host, name, "count").await;
         assert_eq!(calls(&host, name), 1, "{name}");
     }
+    // `a`, its child `a-count`, `b`, `b-count`.
+    assert_eq!(instances_made() - before, 4.0, "one instance a call");
 }
 
 #[tokio::test]
 async fn an_instance_is_dropped_after_its_last_call() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     // Four calls an instance. Each round makes two: the `count` one and the
     // reconcile of its child (a ConfigMap too); the first instance also
     // served `manifest()` at load. So the counts go 1, 2, then a fresh
@@ -85,6 +105,7 @@ async fn an_instance_is_dropped_after_its_last_call() {
 
 #[tokio::test]
 async fn a_trap_drops_the_instance_and_the_next_call_starts_fresh() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut host = host(Limits::default()).await;
     reconcile(&mut host, "a", "count").await;
     reconcile(&mut host, "b", "count").await;
@@ -97,6 +118,7 @@ async fn a_trap_drops_the_instance_and_the_next_call_starts_fresh() {
 
 #[tokio::test]
 async fn a_deadline_drops_the_instance() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut host = host(Limits::default().deadline(std::time::Duration::from_millis(200))).await;
     reconcile(&mut host, "a", "count").await;
     let stopped = reconcile(&mut host, "l", "loop").await;
@@ -111,6 +133,7 @@ async fn a_deadline_drops_the_instance() {
 
 #[tokio::test]
 async fn memory_grown_past_half_the_cap_is_not_kept() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     // `hold` keeps 40 MiB: past half of 64 MiB, under half of 128 MiB.
     for (cap, after) in [(64 << 20, 1), (128 << 20, 2)] {
         let mut host = host(Limits::default().memory(cap)).await;
@@ -124,6 +147,7 @@ async fn memory_grown_past_half_the_cap_is_not_kept() {
 
 #[tokio::test]
 async fn a_call_sees_only_its_own_journal() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut host = host(Limits::default()).await;
     let flood = reconcile(&mut host, "f", "stdout-flood").await;
     assert!(flood.result.is_ok(), "{:?}", flood.result);
@@ -138,6 +162,7 @@ async fn a_call_sees_only_its_own_journal() {
 
 #[tokio::test]
 async fn a_restart_of_the_mock_host_starts_fresh_instances() {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let mut host = host(Limits::default()).await;
     reconcile(&mut host, "a", "count").await;
     host.restart().await.expect("restarts");

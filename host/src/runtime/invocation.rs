@@ -412,7 +412,12 @@ impl Runtime {
         let outcome = tokio::time::timeout(guard, async {
             let instance = match kept {
                 Some(instance) => instance,
-                None => pre.instantiate(&mut store).await.map_err(Failed::Instantiate)?,
+                None => {
+                    if let Some(caller) = &store.data().caller {
+                        metrics().guest_instantiated(&caller.controller);
+                    }
+                    pre.instantiate(&mut store).await.map_err(Failed::Instantiate)?
+                }
             };
             let value = call(&mut store, &instance).await?;
             Ok::<_, Failed>((value, instance))
