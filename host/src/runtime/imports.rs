@@ -195,12 +195,6 @@ impl HostState {
         }
     }
 
-    /// Ends the invocation: moves captured stdio into the journal and
-    /// returns it.
-    pub fn into_journal(mut self) -> Journal {
-        self.take_journal()
-    }
-
     /// Ends one invocation of a store that may serve another: takes the
     /// journal, with the captured stdio, and leaves the state as a fresh
     /// one for the same caller (no calls counted, nothing captured).

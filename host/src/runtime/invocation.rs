@@ -174,8 +174,9 @@ struct Idle {
     instance: Instance,
     /// Calls it has served.
     calls: u32,
-    /// Its place under the runtime's bound on idle instances.
-    _slot: IdleSlot,
+    /// Its place under the bound on idle instances of the runtime that
+    /// made it.
+    slot: IdleSlot,
 }
 
 /// Most instances one pre-instance keeps between calls. The number kept
@@ -203,11 +204,6 @@ impl Pre {
         }
     }
 
-    /// Instances kept between calls now.
-    pub fn idle(&self) -> usize {
-        lock(&self.idle).len()
-    }
-
     /// Drops the instances kept between calls: the next calls start fresh
     /// (as after a host restart).
     pub fn drop_idle(&self) {
@@ -220,7 +216,7 @@ impl Pre {
     fn take(&self, runtime: &Arc<std::sync::atomic::AtomicUsize>, caller: Option<&Caller>) -> Option<Idle> {
         let mut idle = lock(&self.idle);
         let at = idle.iter().rposition(|i| {
-            Arc::ptr_eq(&i._slot.0, runtime) && same_controller(i.store.data().caller.as_ref(), caller)
+            Arc::ptr_eq(&i.slot.0, runtime) && same_controller(i.store.data().caller.as_ref(), caller)
         })?;
         Some(idle.swap_remove(at))
     }
@@ -399,9 +395,9 @@ impl Runtime {
         let deadline = deadline.min(self.limits.deadline);
         let start = Instant::now();
         let (mut store, kept, calls, slot) = match pre.take(&self.idle, caller.as_ref()) {
-            Some(Idle { mut store, instance, calls, _slot }) => {
+            Some(Idle { mut store, instance, calls, slot }) => {
                 store.data_mut().begin(caller);
-                (store, Some(instance), calls, Some(_slot))
+                (store, Some(instance), calls, Some(slot))
             }
             None => (self.store(caller), None, 0, None),
         };
@@ -438,7 +434,7 @@ impl Runtime {
                     && !past_half
                     && let Some(slot) = slot.or_else(|| IdleSlot::claim(&self.idle, self.idle_bound))
                 {
-                    pre.give_back(Idle { store, instance, calls, _slot: slot });
+                    pre.give_back(Idle { store, instance, calls, slot });
                 }
                 Ok(value)
             }
