@@ -10,12 +10,13 @@
 //! Needs the guest components built by `tests/build-guests.sh` (the test
 //! command does it).
 
+mod fixture;
+
 use capstan_host::control::reconciler;
-use capstan_host::object::Gvk;
 use capstan_host::runtime::invocation as runtime;
 use capstan_host::runtime::limits::Limits;
 use capstan_host::testing::MockHost;
-use serde_json::json;
+use fixture::{calls, reconcile};
 
 /// The tests of this file run one at a time: they count instances in the
 /// process-wide metrics, under the one controller name `fixture`.
@@ -34,28 +35,6 @@ async fn host(limits: Limits) -> MockHost {
     let fixture = capstan_host::testing::find_component("fixture").unwrap_or_else(|e| panic!("{e}"));
     host.load(fixture).await.expect("loads");
     host
-}
-
-/// Seeds ConfigMap `name` with `behaviour` and runs the host until idle;
-/// returns the report of its reconcile.
-async fn reconcile(host: &mut MockHost, name: &str, behaviour: &str) -> reconciler::Report {
-    host.seed(json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "default"},
-        "data": {"behaviour": behaviour},
-    }))
-    .expect("seed");
-    let run = host.run_until_idle().await.expect("runs");
-    run.steps.into_iter().map(|s| s.report).find(|r| r.object.name == name).expect("the seeded object was reconciled")
-}
-
-/// The count in `<name>-count`.
-fn calls(host: &MockHost, name: &str) -> u32 {
-    let child = format!("{name}-count");
-    let objects = host.cluster().objects(&Gvk::new("", "v1", "ConfigMap"));
-    let found = objects.iter().find(|o| o["metadata"]["name"] == child.as_str()).expect("the count child");
-    found["data"]["calls"].as_str().expect("calls").parse().expect("a number")
 }
 
 #[tokio::test]

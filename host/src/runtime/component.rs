@@ -20,7 +20,7 @@ use wasmtime::component::Component;
 use crate::manifest::{self, Manifest};
 use crate::metrics::{Export, metrics};
 use crate::runtime::bindings::{CONTRACT_VERSION, CONTRACT_VERSIONS, CONTROLLER_EXPORT, OperatorPre, v0_1, v0_2};
-use crate::runtime::invocation::{self as runtime, Pre, PreKind, Runtime};
+use crate::runtime::invocation::{self as runtime, Pre, PreKind, Runtime, Tier, WeakPre};
 
 /// Why a component was rejected. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -140,19 +140,24 @@ impl Error {
 /// Where a compiled component came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CompileSource {
-    /// Compiled now.
+    /// Compiled now, by cranelift.
     Compiled,
     /// Loaded from the compile cache.
     Cache,
+    /// Compiled now by the baseline compiler (Winch); cranelift compiles
+    /// it in the background and its code replaces Winch's when done.
+    Baseline,
 }
 
 impl CompileSource {
     /// Lower-case name, the `source` label of
-    /// `capstan_component_compile_seconds`: `compiled` or `cache`.
+    /// `capstan_component_compile_seconds`: `compiled`, `cache` or
+    /// `baseline`.
     pub fn as_str(self) -> &'static str {
         match self {
             CompileSource::Compiled => "compiled",
             CompileSource::Cache => "cache",
+            CompileSource::Baseline => "baseline",
         }
     }
 }
@@ -171,7 +176,8 @@ pub struct Loaded {
     pub manifest: Arc<Manifest>,
     /// The pre-instance: imports resolved, instantiation per call is cheap.
     pub pre: Pre,
-    /// Whether compilation was a cache hit.
+    /// Whether compilation was a cache hit, and which compiler made the
+    /// code it started with ([`Pre::tier`] says which runs now).
     pub source: CompileSource,
     /// Time spent compiling or loading from cache.
     pub compile_time: Duration,
@@ -190,11 +196,22 @@ impl std::fmt::Debug for Loaded {
 
 /// Loads components, with an optional on-disk compile cache keyed by
 /// component digest and engine fingerprint.
+///
+/// With a baseline engine ([`EngineConfig::baseline`](crate::runtime::engine::EngineConfig::baseline)),
+/// a component the cache does not hold is compiled by Winch and serves at
+/// once; cranelift compiles it in a background task, one component at a
+/// time, writes the cache entry and swaps its code in ([`Pre::optimize`]).
+/// A version replaced before its turn is not compiled again.
 #[derive(Clone, Debug)]
 pub struct Loader {
     runtime: Runtime,
     cache_dir: Option<PathBuf>,
     cache_budget: u64,
+    /// One optimizing compile at a time: on two cores, two would starve
+    /// the controllers.
+    optimizing: Arc<tokio::sync::Semaphore>,
+    /// Whether cranelift replaces baseline code.
+    optimize: bool,
 }
 
 /// The largest component the host reads, plain or decompressed from a
@@ -293,7 +310,23 @@ const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x0
 impl Loader {
     /// A loader; `cache_dir` enables the compile cache.
     pub fn new(runtime: Runtime, cache_dir: Option<PathBuf>) -> Self {
-        Self { runtime, cache_dir, cache_budget: CACHE_BUDGET }
+        Self {
+            runtime,
+            cache_dir,
+            cache_budget: CACHE_BUDGET,
+            optimizing: Arc::new(tokio::sync::Semaphore::new(1)),
+            optimize: true,
+        }
+    }
+
+    /// Whether cranelift's code replaces the baseline compiler's (default:
+    /// true). Off, baseline code serves for good and nothing is written
+    /// to the compile cache: for a short run that would spend more time
+    /// compiling than running.
+    #[must_use]
+    pub fn optimize(mut self, on: bool) -> Self {
+        self.optimize = on;
+        self
     }
 
     /// Keeps the compile cache under `bytes` (default [`CACHE_BUDGET`]):
@@ -376,24 +409,14 @@ impl Loader {
         let span = tracing::Span::current();
         span.record("digest", digest.as_str());
         let start = Instant::now();
-        let (component, source) = self.compile(&path, &digest, bytes).await?;
+        let bytes: Arc<[u8]> = bytes.into();
+        let (component, source) = self.compile(&path, &digest, &bytes).await?;
         let compile_time = start.elapsed();
         span.record("source", source.as_str());
         metrics().compiled(source.as_str(), compile_time);
-        let contract = check_world(&path, &component, self.runtime.engine().wasmtime())?;
-        let instance_pre = self
-            .runtime
-            .linker()
-            .instantiate_pre(&component)
-            .map_err(|e| Error::Imports { path: path.clone(), reason: format!("{e:#}") })?;
-        let wrong_world =
-            |e: wasmtime::Error| Error::WrongWorld { path: path.clone(), exports: vec![format!("{e:#}")] };
-        let pre = match contract.as_str() {
-            CONTRACT_VERSION => PreKind::Current(OperatorPre::new(instance_pre).map_err(wrong_world)?),
-            "0.2.0" => PreKind::V0_2(v0_2::OperatorPre::new(instance_pre).map_err(wrong_world)?),
-            _ => PreKind::V0_1(v0_1::OperatorPre::new(instance_pre).map_err(wrong_world)?),
-        };
-        let pre = Pre::new(pre);
+        let (contract, kind) = self.prepare(&path, &component)?;
+        let tier = if source == CompileSource::Baseline { Tier::Baseline } else { Tier::Optimized };
+        let pre = Pre::tiered(kind, tier);
         let invocation = self.runtime.manifest(&pre).await;
         // Before the manifest names the controller, the file does.
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -406,6 +429,9 @@ impl Loader {
         span.record("controller", raw.controller.name.as_str());
         let manifest = Manifest::try_from(raw).map_err(|error| Error::Manifest { path: path.clone(), error })?;
         tracing::debug!(source = source.as_str(), compile_ms = compile_time.as_secs_f64() * 1000.0, "component ready");
+        if tier == Tier::Baseline && self.optimize {
+            self.optimize_later(path.clone(), digest.clone(), bytes, contract.clone(), pre.downgrade());
+        }
         Ok(Loaded { path, digest, contract, manifest: Arc::new(manifest), pre, source, compile_time })
     }
 
@@ -421,8 +447,102 @@ impl Loader {
         Some(dir.join(format!("{digest}-{}.cwasm", self.runtime.engine().fingerprint())))
     }
 
-    async fn compile(&self, path: &Path, digest: &str, bytes: Vec<u8>) -> Result<(Component, CompileSource), Error> {
-        let engine = self.runtime.engine().wasmtime().clone();
+    /// Checks the world of `component` and resolves its imports with the
+    /// linker of its engine: its contract version and pre-instance.
+    fn prepare(&self, path: &Path, component: &Component) -> Result<(String, PreKind), Error> {
+        let engine = component.engine();
+        let contract = check_world(path, component, engine)?;
+        let linker = if wasmtime::Engine::same(engine, self.runtime.engine().wasmtime()) {
+            self.runtime.linker()
+        } else {
+            self.runtime.baseline_linker().ok_or_else(|| Error::Imports {
+                path: path.to_owned(),
+                reason: "no linker for the engine this component was compiled for (a bug)".into(),
+            })?
+        };
+        let instance_pre = linker
+            .instantiate_pre(component)
+            .map_err(|e| Error::Imports { path: path.to_owned(), reason: format!("{e:#}") })?;
+        let wrong_world =
+            |e: wasmtime::Error| Error::WrongWorld { path: path.to_owned(), exports: vec![format!("{e:#}")] };
+        let kind = match contract.as_str() {
+            CONTRACT_VERSION => PreKind::Current(OperatorPre::new(instance_pre).map_err(wrong_world)?),
+            "0.2.0" => PreKind::V0_2(v0_2::OperatorPre::new(instance_pre).map_err(wrong_world)?),
+            _ => PreKind::V0_1(v0_1::OperatorPre::new(instance_pre).map_err(wrong_world)?),
+        };
+        Ok((contract, kind))
+    }
+
+    /// Compiles the component with cranelift in the background, when no
+    /// other optimizing compile runs, and swaps its code in for the
+    /// baseline code of `pre`; skipped if nothing holds `pre` by then (a
+    /// newer version replaced it). A failure keeps the baseline code
+    /// serving, logged.
+    fn optimize_later(&self, path: PathBuf, digest: String, bytes: Arc<[u8]>, contract: String, pre: WeakPre) {
+        let loader = self.clone();
+        let span = tracing::info_span!("optimize_component", digest = %digest_prefix(&digest));
+        let task = async move {
+            let Ok(_permit) = loader.optimizing.acquire().await else { return };
+            if pre.upgrade().is_none() {
+                tracing::debug!(path = %path.display(), "not optimizing a replaced version");
+                return;
+            }
+            let start = Instant::now();
+            let optimized = async {
+                let component = loader.compile_optimized(&path, &digest, &bytes).await?;
+                let (again, kind) = loader.prepare(&path, &component)?;
+                if again != contract {
+                    return Err(Error::Compile {
+                        path: path.clone(),
+                        reason: format!("cranelift's code is of contract {again}, Winch's of {contract}"),
+                    });
+                }
+                Ok(kind)
+            }
+            .await;
+            let took = start.elapsed();
+            match (optimized, pre.upgrade()) {
+                (Ok(kind), Some(pre)) => {
+                    metrics().compiled(CompileSource::Compiled.as_str(), took);
+                    pre.optimize(kind);
+                    tracing::info!(
+                        path = %path.display(),
+                        compile_ms = took.as_secs_f64() * 1000.0,
+                        "optimized code serving"
+                    );
+                }
+                (Ok(_), None) => tracing::debug!(path = %path.display(), "optimized a version replaced meanwhile"),
+                (Err(error), _) => {
+                    tracing::warn!(path = %path.display(), %error, "optimizing compile failed, baseline code keeps serving");
+                }
+            }
+        };
+        tokio::spawn(task.instrument(span));
+    }
+
+    async fn compile(&self, path: &Path, digest: &str, bytes: &Arc<[u8]>) -> Result<(Component, CompileSource), Error> {
+        if let Some(component) = self.cached(digest) {
+            return Ok((component, CompileSource::Cache));
+        }
+        if let Some(engine) = self.runtime.engine().baseline().cloned() {
+            let wasm = Arc::clone(bytes);
+            match tokio::task::spawn_blocking(move || Component::new(&engine, &*wasm)).await {
+                Ok(Ok(component)) => return Ok((component, CompileSource::Baseline)),
+                // Winch lacks some proposals cranelift has (tail calls,
+                // exceptions, GC): such a component waits for cranelift.
+                Ok(Err(e)) => {
+                    tracing::info!(error = format!("{e:#}"), "the baseline compiler refused, compiling with cranelift")
+                }
+                Err(e) => tracing::warn!(error = %e, "baseline compiler task failed, compiling with cranelift"),
+            }
+        }
+        Ok((self.compile_optimized(path, digest, bytes).await?, CompileSource::Compiled))
+    }
+
+    /// The component from the compile cache, if it holds a trusted,
+    /// usable entry for `digest`.
+    fn cached(&self, digest: &str) -> Option<Component> {
+        let engine = self.runtime.engine().wasmtime();
         let cached = self.cache_path(digest);
         let trusted = match cached.as_ref().filter(|f| f.is_file()) {
             Some(file) => match trusted_entry(file) {
@@ -435,7 +555,7 @@ impl Loader {
             None => None,
         };
         if let Some(file) = trusted {
-            match deserialize_cached(&engine, file) {
+            match deserialize_cached(engine, file) {
                 Ok(component) => {
                     // Used: last to go when the cache is pruned.
                     if let Err(e) =
@@ -443,14 +563,22 @@ impl Loader {
                     {
                         tracing::debug!(file = %file.display(), error = %e, "cannot touch compile cache entry");
                     }
-                    return Ok((component, CompileSource::Cache));
+                    return Some(component);
                 }
                 Err(e) => tracing::warn!(file = %file.display(), error = %e, "ignoring unusable compile cache entry"),
             }
         }
+        None
+    }
+
+    /// Compiles with cranelift and writes the compile cache entry.
+    async fn compile_optimized(&self, path: &Path, digest: &str, bytes: &Arc<[u8]>) -> Result<Component, Error> {
+        let engine = self.runtime.engine().wasmtime().clone();
+        let cached = self.cache_path(digest);
+        let wasm = Arc::clone(bytes);
         let compile_err = |reason: String| Error::Compile { path: path.to_owned(), reason };
         let (component, artefact) = tokio::task::spawn_blocking(move || {
-            let artefact = engine.precompile_component(&bytes)?;
+            let artefact = engine.precompile_component(&wasm)?;
             let component = deserialize_fresh(&engine, &artefact)?;
             Ok::<_, wasmtime::Error>((component, artefact))
         })
@@ -474,8 +602,13 @@ impl Loader {
                 Err(e) => tracing::warn!(file = %file.display(), error = %e, "cannot write compile cache entry"),
             }
         }
-        Ok((component, CompileSource::Compiled))
+        Ok(component)
     }
+}
+
+/// The first 12 hex digits of a digest, for log fields.
+fn digest_prefix(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
 }
 
 /// Why the compile cache entry `file` (or its directory) cannot be trusted

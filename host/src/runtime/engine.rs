@@ -1,6 +1,6 @@
 //! The one place wasmtime is configured: component model, async, epoch
-//! interruption, pooling allocator; and the epoch ticker that makes
-//! deadlines work.
+//! interruption, pooling allocator, the optional baseline (Winch) engine;
+//! and the epoch ticker that makes deadlines work.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,11 +32,18 @@ pub struct EngineConfig {
     /// of its code, is the same in every version. Default: 0; `capstan
     /// dev` keeps 512 MiB.
     pub function_cache: usize,
+    /// Also make a baseline engine (Winch, a single-pass compiler): a
+    /// component the compile cache does not hold first runs on code Winch
+    /// compiled, in about a fifth of cranelift's time (a Python component:
+    /// 1.7 s against 8.6 s), and cranelift's code replaces it when ready
+    /// (see [`Loader`](crate::runtime::component::Loader)). Default: false;
+    /// `capstan serve` and `capstan dev` turn it on.
+    pub baseline: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { memory_limit: 64 << 20, pool_instances: 64, pooling: true, function_cache: 0 }
+        Self { memory_limit: 64 << 20, pool_instances: 64, pooling: true, function_cache: 0, baseline: false }
     }
 }
 
@@ -63,6 +70,12 @@ impl EngineConfig {
     /// [`EngineConfig::function_cache`]).
     pub fn function_cache(mut self, bytes: usize) -> Self {
         self.function_cache = bytes;
+        self
+    }
+
+    /// Turns the baseline engine on or off (see [`EngineConfig::baseline`]).
+    pub fn baseline(mut self, on: bool) -> Self {
+        self.baseline = on;
         self
     }
 }
@@ -117,6 +130,9 @@ pub enum Error {
 #[derive(Clone)]
 pub struct Engine {
     inner: wasmtime::Engine,
+    /// The Winch engine, if [`EngineConfig::baseline`] is on and Winch
+    /// supports this machine.
+    baseline: Option<wasmtime::Engine>,
     config: EngineConfig,
     _ticker: Arc<Ticker>,
 }
@@ -168,6 +184,24 @@ fn pooling(config: &EngineConfig) -> PoolingAllocationConfig {
     pool
 }
 
+/// The Winch engine of [`EngineConfig::baseline`], or `None` (logged) if
+/// Winch cannot run here. It allocates instances on demand: its code
+/// serves for the seconds until cranelift's replaces it, and a second pool
+/// would reserve as much address space as the first.
+fn baseline_engine() -> Option<wasmtime::Engine> {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.strategy(wasmtime::Strategy::Winch);
+    match wasmtime::Engine::new(&config) {
+        Ok(engine) => Some(engine),
+        Err(e) => {
+            tracing::warn!(error = %e, "no baseline compiler: new components wait for cranelift");
+            None
+        }
+    }
+}
+
 impl Engine {
     /// Creates the engine and starts its epoch ticker (a dedicated OS
     /// thread, so a runaway guest cannot starve it).
@@ -189,8 +223,10 @@ impl Engine {
         } else {
             wasmtime::Engine::new(&base_config(&config)?).map_err(Error::Config)?
         };
+        let baseline = config.baseline.then(baseline_engine).flatten();
         let stop = Arc::new(AtomicBool::new(false));
         let ticking = inner.weak();
+        let ticking_baseline = baseline.as_ref().map(wasmtime::Engine::weak);
         let stopped = Arc::clone(&stop);
         thread::Builder::new()
             .name("capstan-epoch".into())
@@ -201,15 +237,24 @@ impl Engine {
                         Some(engine) => engine.increment_epoch(),
                         None => break,
                     }
+                    if let Some(engine) = ticking_baseline.as_ref().and_then(wasmtime::EngineWeak::upgrade) {
+                        engine.increment_epoch();
+                    }
                 }
             })
             .map_err(|e| Error::Config(wasmtime::Error::msg(format!("cannot start the epoch thread: {e}"))))?;
-        Ok(Self { inner, config, _ticker: Arc::new(Ticker(stop)) })
+        Ok(Self { inner, baseline, config, _ticker: Arc::new(Ticker(stop)) })
     }
 
     /// The wasmtime engine.
     pub fn wasmtime(&self) -> &wasmtime::Engine {
         &self.inner
+    }
+
+    /// The baseline (Winch) engine, if there is one (see
+    /// [`EngineConfig::baseline`]).
+    pub fn baseline(&self) -> Option<&wasmtime::Engine> {
+        self.baseline.as_ref()
     }
 
     /// The settings this engine was made with.

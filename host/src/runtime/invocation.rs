@@ -143,11 +143,62 @@ pub type ReconcileResult = Result<wit::Outcome, wit::Failure>;
 
 /// A component's pre-instance (imports resolved, instantiation per call
 /// is cheap), at the contract version it was built against, and the
-/// instances it keeps between calls. Clones share them.
+/// instances it keeps between calls. Clones share them, and share the
+/// swap from baseline to optimized code ([`Pre::optimize`]).
 #[derive(Clone)]
 pub struct Pre {
-    kind: PreKind,
+    tiered: Arc<std::sync::RwLock<Tiered>>,
     idle: Arc<std::sync::Mutex<Vec<Idle>>>,
+}
+
+/// A [`Pre`]'s code: the pre-instance and which compiler made it.
+#[derive(Clone)]
+struct Tiered {
+    kind: PreKind,
+    tier: Tier,
+}
+
+/// Which compiler made the code a [`Pre`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Winch, a single-pass compiler: fast to compile, slower to run.
+    /// Serves until cranelift's code is ready.
+    Baseline,
+    /// Cranelift, the optimizing compiler (or its artefact from the
+    /// compile cache).
+    Optimized,
+}
+
+impl Tier {
+    /// Lower-case name, as the host's status shows it: `baseline` or
+    /// `optimized`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Baseline => "baseline",
+            Tier::Optimized => "optimized",
+        }
+    }
+}
+
+/// A [`Pre`] that does not keep it alive: an optimizing compile checks
+/// that someone still runs the code before it starts.
+#[derive(Clone)]
+pub struct WeakPre {
+    tiered: std::sync::Weak<std::sync::RwLock<Tiered>>,
+    idle: std::sync::Weak<std::sync::Mutex<Vec<Idle>>>,
+}
+
+impl WeakPre {
+    /// The pre-instance, if a clone of it is still held.
+    pub fn upgrade(&self) -> Option<Pre> {
+        Some(Pre { tiered: self.tiered.upgrade()?, idle: self.idle.upgrade()? })
+    }
+}
+
+impl std::fmt::Debug for Pre {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pre").field("contract", &self.contract()).field("tier", &self.tier()).finish_non_exhaustive()
+    }
 }
 
 /// A pre-instance by contract version.
@@ -174,6 +225,8 @@ struct Idle {
     instance: Instance,
     /// Calls it has served.
     calls: u32,
+    /// Which compiler made its code.
+    tier: Tier,
     /// Its place under the bound on idle instances of the runtime that
     /// made it.
     slot: IdleSlot,
@@ -185,19 +238,47 @@ struct Idle {
 const IDLE_PER_COMPONENT: usize = 16;
 
 impl Pre {
-    /// A pre-instance that keeps no instance yet.
+    /// A pre-instance of optimized code that keeps no instance yet.
     pub fn new(kind: PreKind) -> Self {
-        Self { kind, idle: Arc::default() }
+        Self::tiered(kind, Tier::Optimized)
     }
 
-    /// The pre-instance.
-    pub fn kind(&self) -> &PreKind {
-        &self.kind
+    /// A pre-instance of code `tier` made, that keeps no instance yet.
+    pub fn tiered(kind: PreKind, tier: Tier) -> Self {
+        Self { tiered: Arc::new(std::sync::RwLock::new(Tiered { kind, tier })), idle: Arc::default() }
+    }
+
+    /// A handle that does not keep the pre-instance alive.
+    pub fn downgrade(&self) -> WeakPre {
+        WeakPre { tiered: Arc::downgrade(&self.tiered), idle: Arc::downgrade(&self.idle) }
+    }
+
+    fn current(&self) -> Tiered {
+        self.tiered.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The pre-instance calls use now.
+    pub fn kind(&self) -> PreKind {
+        self.current().kind
+    }
+
+    /// Which compiler made the code calls run now.
+    pub fn tier(&self) -> Tier {
+        self.current().tier
+    }
+
+    /// Swaps in `kind`, cranelift's code of the same component, for the
+    /// baseline code: calls that start from now on run it. Instances of the
+    /// baseline code are dropped, those in use when they return.
+    pub fn optimize(&self, kind: PreKind) {
+        *self.tiered.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Tiered { kind, tier: Tier::Optimized };
+        self.drop_idle();
     }
 
     /// The contract version, e.g. `0.2.0`.
     pub fn contract(&self) -> &'static str {
-        match &self.kind {
+        match self.current().kind {
             PreKind::V0_1(_) => "0.1.0",
             PreKind::V0_2(_) => "0.2.0",
             PreKind::Current(_) => crate::runtime::bindings::CONTRACT_VERSION,
@@ -221,15 +302,31 @@ impl Pre {
         Some(idle.swap_remove(at))
     }
 
+    /// Keeps `idle` for a later call, unless it runs code that was
+    /// replaced while it was in use.
     fn give_back(&self, idle: Idle) {
+        if idle.tier != self.tier() {
+            return;
+        }
         let mut kept = lock(&self.idle);
         if kept.len() < IDLE_PER_COMPONENT {
             kept.push(idle);
         }
     }
+}
+
+impl PreKind {
+    /// The engine whose code this is: a store for it must be of the same.
+    fn engine(&self) -> &wasmtime::Engine {
+        match self {
+            PreKind::V0_1(pre) => pre.instance_pre().engine(),
+            PreKind::V0_2(pre) => pre.instance_pre().engine(),
+            PreKind::Current(pre) => pre.instance_pre().engine(),
+        }
+    }
 
     async fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Instance> {
-        Ok(match &self.kind {
+        Ok(match self {
             PreKind::V0_1(pre) => Instance::V0_1(pre.instantiate_async(store).await?),
             PreKind::V0_2(pre) => Instance::V0_2(pre.instantiate_async(store).await?),
             PreKind::Current(pre) => Instance::Current(pre.instantiate_async(store).await?),
@@ -289,6 +386,8 @@ enum Failed {
 pub struct Runtime {
     engine: Engine,
     linker: Arc<Linker<HostState>>,
+    /// The same imports, for the baseline engine's code.
+    baseline_linker: Option<Arc<Linker<HostState>>>,
     limits: Limits,
     /// Instances kept between calls, of every component, and their bound:
     /// half the pooling allocator's slots, so that idle instances never
@@ -310,10 +409,15 @@ impl Runtime {
     ///
     /// When the imports cannot be linked (a bug).
     pub fn new(engine: &Engine, limits: Limits) -> wasmtime::Result<Self> {
-        let mut linker = Linker::new(engine.wasmtime());
-        imports::add_to_linker(&mut linker)?;
+        let linked = |engine: &wasmtime::Engine| {
+            let mut linker = Linker::new(engine);
+            imports::add_to_linker(&mut linker)?;
+            Ok::<_, wasmtime::Error>(Arc::new(linker))
+        };
+        let linker = linked(engine.wasmtime())?;
+        let baseline_linker = engine.baseline().map(linked).transpose()?;
         let idle_bound = if limits.reuse > 1 { engine.config().pool_instances as usize / 2 } else { 0 };
-        Ok(Self { engine: engine.clone(), linker: Arc::new(linker), limits, idle: Arc::default(), idle_bound })
+        Ok(Self { engine: engine.clone(), linker, baseline_linker, limits, idle: Arc::default(), idle_bound })
     }
 
     /// The engine.
@@ -326,13 +430,18 @@ impl Runtime {
         &self.linker
     }
 
+    /// The linker for code of the baseline engine, if there is one.
+    pub fn baseline_linker(&self) -> Option<&Linker<HostState>> {
+        self.baseline_linker.as_deref()
+    }
+
     /// The limits applied to every invocation.
     pub fn limits(&self) -> Limits {
         self.limits
     }
 
-    fn store(&self, caller: Option<Caller>) -> Store<HostState> {
-        let mut store = Store::new(self.engine.wasmtime(), HostState::new(&self.limits, caller));
+    fn store(&self, engine: &wasmtime::Engine, caller: Option<Caller>) -> Store<HostState> {
+        let mut store = Store::new(engine, HostState::new(&self.limits, caller));
         store.limiter(|s| &mut s.limiter);
         store
     }
@@ -394,12 +503,16 @@ impl Runtime {
     ) -> Invocation<T> {
         let deadline = deadline.min(self.limits.deadline);
         let start = Instant::now();
-        let (mut store, kept, calls, slot) = match pre.take(&self.idle, caller.as_ref()) {
-            Some(Idle { mut store, instance, calls, slot }) => {
+        let (mut store, kept, calls, slot, tier) = match pre.take(&self.idle, caller.as_ref()) {
+            Some(Idle { mut store, instance, calls, slot, tier }) => {
                 store.data_mut().begin(caller);
-                (store, Some(instance), calls, Some(slot))
+                (store, Ok(instance), calls, Some(slot), tier)
             }
-            None => (self.store(caller), None, 0, None),
+            None => {
+                // One snapshot: the store and the code are of one engine.
+                let Tiered { kind, tier } = pre.current();
+                (self.store(kind.engine(), caller), Err(kind), 0, None, tier)
+            }
         };
         Self::arm(&mut store, deadline);
         // Second guard for host calls that hang: the epoch deadline only
@@ -407,12 +520,12 @@ impl Runtime {
         let guard = deadline + Duration::from_millis(500);
         let outcome = tokio::time::timeout(guard, async {
             let instance = match kept {
-                Some(instance) => instance,
-                None => {
+                Ok(instance) => instance,
+                Err(kind) => {
                     if let Some(caller) = &store.data().caller {
                         metrics().guest_instantiated(&caller.controller);
                     }
-                    pre.instantiate(&mut store).await.map_err(Failed::Instantiate)?
+                    kind.instantiate(&mut store).await.map_err(Failed::Instantiate)?
                 }
             };
             let value = call(&mut store, &instance).await?;
@@ -434,7 +547,7 @@ impl Runtime {
                     && !past_half
                     && let Some(slot) = slot.or_else(|| IdleSlot::claim(&self.idle, self.idle_bound))
                 {
-                    pre.give_back(Idle { store, instance, calls, slot });
+                    pre.give_back(Idle { store, instance, calls, slot, tier });
                 }
                 Ok(value)
             }

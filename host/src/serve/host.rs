@@ -39,7 +39,7 @@ use crate::metrics::metrics;
 use crate::object::{Gvk, ObjectRef};
 use crate::runtime::component::{self, CompileSource, Loaded, Loader};
 use crate::runtime::engine::{self, Engine, EngineConfig};
-use crate::runtime::invocation::Runtime;
+use crate::runtime::invocation::{Pre, Runtime};
 use crate::runtime::limits::Limits;
 use crate::serve::follow::Follow;
 use crate::serve::reload::DirWatch;
@@ -205,6 +205,7 @@ pub struct HostBuilder {
     allow_wildcards: bool,
     limits: Limits,
     function_cache: usize,
+    baseline: bool,
     settings: Settings,
     cache_dir: Option<PathBuf>,
     instance: Option<String>,
@@ -242,6 +243,7 @@ impl HostBuilder {
             allow_wildcards: false,
             limits: Limits::default(),
             function_cache: 0,
+            baseline: false,
             settings: Settings::default(),
             cache_dir: None,
             instance: None,
@@ -347,6 +349,15 @@ impl HostBuilder {
         self
     }
 
+    /// Serves a component the compile cache does not hold from Winch's
+    /// code first, and swaps in cranelift's when it is ready (see
+    /// [`EngineConfig::baseline`]). Default: false; `capstan serve` and
+    /// `capstan dev` turn it on.
+    pub fn baseline(mut self, on: bool) -> Self {
+        self.baseline = on;
+        self
+    }
+
     /// Guest limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -414,8 +425,12 @@ impl HostBuilder {
         if let Some(bad) = self.namespaces.iter().find(|ns| !crate::manifest::is_dns1123_label(ns)) {
             return Err(Error::Namespace(bad.clone()));
         }
-        let engine =
-            Engine::new(EngineConfig::default().memory_limit(self.limits.memory).function_cache(self.function_cache))?;
+        let engine = Engine::new(
+            EngineConfig::default()
+                .memory_limit(self.limits.memory)
+                .function_cache(self.function_cache)
+                .baseline(self.baseline),
+        )?;
         let runtime = Runtime::new(&engine, self.limits).map_err(|e| Error::Link(format!("{e:#}")))?;
         let loader = Loader::new(runtime.clone(), self.cache_dir.clone());
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());
@@ -508,6 +523,8 @@ struct Version {
     loaded_at: Timestamp,
     source: CompileSource,
     compile_time: Duration,
+    /// Its code: which compiler made what runs now.
+    pre: Pre,
     /// The registry it was pulled from, if it was.
     artifact: Option<Artifact>,
 }
@@ -567,10 +584,14 @@ pub struct ComponentStatus {
     pub contract: Option<String>,
     /// When the running version was loaded (RFC 3339).
     pub loaded_at: Option<String>,
-    /// How it was loaded: `compiled` or `cache`.
+    /// How it was loaded: `compiled` (by cranelift), `cache`, or
+    /// `baseline` (by Winch, with cranelift's code to follow).
     pub compile: Option<&'static str>,
     /// Compile (or cache load) time in milliseconds.
     pub compile_ms: Option<f64>,
+    /// The code that runs now: `baseline` (Winch's, until cranelift's is
+    /// ready) or `optimized`.
+    pub tier: Option<&'static str>,
     /// `running`, `standby` (another replica leads), `syncing`,
     /// `waiting-for-kinds`, `stopped`, `serving` (no reconcile loop:
     /// webhooks or a scheduler only), or `rejected` (nothing runs from this
@@ -855,6 +876,7 @@ impl Shared {
             loaded_at: Timestamp::now(),
             source: loaded.source,
             compile_time: loaded.compile_time,
+            pre: loaded.pre.clone(),
         };
         let name = loaded.manifest.name.clone();
         let (current, leading) = {
@@ -1156,10 +1178,8 @@ impl Shared {
                     digest: version.map(|v| format!("sha256:{}", v.digest)),
                     contract: version.map(|v| v.contract.clone()),
                     loaded_at: version.map(|v| v.loaded_at.to_string()),
-                    compile: version.map(|v| match v.source {
-                        CompileSource::Compiled => "compiled",
-                        CompileSource::Cache => "cache",
-                    }),
+                    compile: version.map(|v| v.source.as_str()),
+                    tier: version.map(|v| v.pre.tier().as_str()),
                     compile_ms: version.map(|v| v.compile_time.as_secs_f64() * 1000.0),
                     state,
                     leading: slot.leadership.as_ref().map(Leadership::is_leading),

@@ -169,6 +169,12 @@ pub struct RunArgs {
     /// controller only and is dropped after any trap.
     #[arg(long, default_value_t = crate::runtime::limits::DEFAULT_REUSE, value_name = "CALLS")]
     pub instance_reuse: u32,
+    /// Serve a component the compile cache does not hold from code of the
+    /// baseline compiler (Winch, seconds faster to compile, slower to run)
+    /// until cranelift's optimized code, compiled in the background,
+    /// replaces it. `false`: wait for cranelift.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub baseline_compile: bool,
     /// Most `kube.*` host calls one guest invocation may make; later ones
     /// return `denied` to the guest, naming the limit.
     #[arg(long, default_value_t = crate::runtime::limits::DEFAULT_HOST_CALLS, env = "CAPSTAN_MAX_HOST_CALLS")]
@@ -747,6 +753,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
                 .allow_wildcard_permissions(args.allow_wildcard_permissions)
                 .canary(args.canary)
                 .limits(limits)
+                .baseline(args.baseline_compile)
                 .cache_dir(default_cache_dir())
                 .instance(instance.clone())
                 .components_dir(args.components_dir.clone())

@@ -55,7 +55,7 @@ use crate::object::{self, ObjectRef};
 use crate::runtime::component::{self, Loader};
 use crate::runtime::engine::{self, Engine, EngineConfig};
 use crate::runtime::imports::{ImportCall, LogLine};
-use crate::runtime::invocation::Runtime;
+use crate::runtime::invocation::{Runtime, Tier};
 use crate::runtime::limits::Limits;
 
 mod roles;
@@ -344,8 +344,14 @@ impl MockHost {
     pub fn with_limits(limits: Limits, cache_dir: Option<PathBuf>) -> Result<Self, Error> {
         let engine = shared_engine()?;
         let runtime = Runtime::new(&engine, limits).map_err(|e| Error::Link(format!("{e:#}")))?;
-        Ok(Self {
-            loader: Loader::new(runtime, cache_dir),
+        Ok(Self::with_loader(Loader::new(runtime, cache_dir)))
+    }
+
+    /// A mock host that loads components with `loader`: its engine
+    /// (e.g. one with the baseline compiler), limits and compile cache.
+    pub fn with_loader(loader: Loader) -> Self {
+        Self {
+            loader,
             cluster: Arc::new(MockCluster::new()),
             controllers: Vec::new(),
             queue: VecDeque::new(),
@@ -353,7 +359,7 @@ impl MockHost {
             timers: BTreeMap::new(),
             now: Duration::ZERO,
             cursor: 0,
-        })
+        }
     }
 
     /// Loads a component as a controller and serves the CRDs it defines.
@@ -396,6 +402,12 @@ impl MockHost {
             }
         }
         Ok(manifest)
+    }
+
+    /// Which compiler made the code controller `name` runs now, if it is
+    /// loaded.
+    pub fn tier(&self, name: &str) -> Option<Tier> {
+        self.controllers.iter().find(|c| c.manifest.name == name).map(|c| c.reconciler.component().pre.tier())
     }
 
     /// The in-memory cluster, to seed, inspect and change objects.

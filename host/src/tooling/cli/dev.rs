@@ -212,6 +212,9 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         // one mostly in its snapshot: its interpreter's functions are not
         // compiled again.
         .function_cache(DEV_FUNCTION_CACHE)
+        // A changed component reconciles within seconds, on Winch's code,
+        // and runs cranelift's once it is ready.
+        .baseline(true)
         .components_dir(Some(components.clone()))
         .webhooks(Some(Arc::clone(&webhooks.registry)))
         .start()
