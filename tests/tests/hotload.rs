@@ -2,7 +2,9 @@
 //! directory swaps in new versions (or tries them on a canary share first),
 //! rejects broken files while the running version keeps serving, and stops
 //! a controller whose file is removed, without disturbing the other
-//! controllers it runs.
+//! controllers it runs. Its hosts compile with the baseline compiler
+//! first, as `capstan serve` does: a new version serves on Winch's code
+//! until cranelift's replaces it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -74,8 +76,6 @@ impl Drop for Dir {
     }
 }
 
-/// A host following `dir`, with the greeter in `greeter_file` and the
-/// fixture beside it.
 /// A host following `dir` with the greeter (v1) and the fixture; with
 /// `check_permissions`, it asks the API server (SelfSubjectAccessReviews)
 /// for what each manifest declares before it runs a component.
@@ -86,6 +86,7 @@ async fn start_host(ns: &TestNamespace, dir: &Dir, greeter_file: &Path, check_pe
         .namespace(Some(ns.name().to_owned()))
         .install_crds(true)
         .check_permissions(check_permissions)
+        .baseline(true)
         .components_dir(Some(dir.0.clone()))
         .start()
         .await?)
@@ -134,6 +135,19 @@ async fn a_new_version_replaces_the_running_one_and_broken_files_are_rejected() 
     assert_eq!(status.failed, 0, "no reconcile failed because of the swap: {status:?}");
     // v2 declares what v1 declares: its access is not asked again.
     assert_eq!(asked(&reviews().await?.since(&at_start)), 0.0, "no review for the same manifest");
+    // No compile cache: v2 served on Winch's code first, then cranelift's
+    // code replaced it under the running controller.
+    assert_eq!(status.compile, Some("baseline"), "{status:?}");
+    wait_for(Duration::from_secs(120), || async {
+        status_of(&host, &greeter_file).filter(|s| s.tier == Some("optimized"))
+    })
+    .await
+    .context("cranelift's code of v2 serves")?;
+    greetings(&ns).create(&PostParams::default(), &greeting("optimized")?).await?;
+    let v = wait_for(TIMEOUT, || version_of(&ns, "optimized")).await.context("v2 serves on cranelift's code")?;
+    assert_eq!(v.as_deref(), Some("2"));
+    let status = status_of(&host, &greeter_file).context("greeter status")?;
+    assert_eq!((status.swaps, status.failed), (1, 0), "the code swap is not a version swap: {status:?}");
 
     // The other controller was not interrupted.
     let cms: Api<ConfigMap> = ns.api();
