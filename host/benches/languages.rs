@@ -18,7 +18,8 @@
 //!
 //! - **size**: the component file.
 //! - **compile**: wasmtime compiling it (cranelift, no cache): the
-//!   loader's `compile_time`.
+//!   loader's `compile_time`; then Winch's (the baseline compiler, what
+//!   serves first on a cache miss).
 //! - **cached load**: the whole `Loader::load` with a warm compile cache:
 //!   read, hash (SHA-256 of the file), load the precompiled artefact,
 //!   pre-instantiate, call `manifest()`; in parentheses the part spent
@@ -27,7 +28,8 @@
 //!   cluster: the guest's `get` of its Deployment, the server-side apply of
 //!   two children and the status; median and p99, with the instance kept
 //!   from the call before (the host's default) and, alternating with it in
-//!   the same loop, with a fresh instance per call (`Limits::reuse(1)`).
+//!   the same loop, with a fresh instance per call (`Limits::reuse(1)`),
+//!   and on Winch's code with the instance kept.
 //! - **memory/instance**: the growth of the process's resident set (VmRSS;
 //!   RssAnon, the private part, in parentheses) per live instance, with
 //!   16 instances alive at once, each after one reconcile. Linear memories
@@ -68,12 +70,15 @@ struct Row {
     label: &'static str,
     size: u64,
     compile: Duration,
+    winch_compile: Duration,
     cached_load: Duration,
     artefact_load: Duration,
     reconcile: Duration,
     reconcile_p99: Duration,
     fresh: Duration,
     fresh_p99: Duration,
+    winch: Duration,
+    winch_p99: Duration,
     rss_per_instance: i64,
     anon_per_instance: i64,
     memories: f64,
@@ -138,7 +143,16 @@ fn cluster_for(loaded: &Loaded) -> Arc<MockCluster> {
     mock
 }
 
-async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Runtime, fresh: &Runtime) -> Row {
+/// The runtimes measured side by side: the host's default, a fresh
+/// instance per call, and the baseline compiler's code.
+struct Runtimes {
+    kept: Runtime,
+    fresh: Runtime,
+    winch: Runtime,
+}
+
+async fn measure(label: &'static str, path: &Path, engine: &Engine, runtimes: &Runtimes) -> Row {
+    let Runtimes { kept: runtime, fresh, winch } = runtimes;
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
 
     let compiles: Vec<Duration> = {
@@ -150,6 +164,16 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
         }
         samples
     };
+    let winch_compiles: Vec<Duration> = {
+        let mut samples = Vec::new();
+        for _ in 0..runs("CAPSTAN_BENCH_COMPILES", 3) {
+            let loaded = Loader::new(winch.clone(), None).optimize(false).load(path).await.expect("loads");
+            assert_eq!(loaded.source, CompileSource::Baseline);
+            samples.push(loaded.compile_time);
+        }
+        samples
+    };
+    let on_winch = Loader::new(winch.clone(), None).optimize(false).load(path).await.expect("loads");
 
     let cache = std::env::temp_dir().join(format!("capstan-bench-languages-{}", std::process::id()));
     let cached = Loader::new(runtime.clone(), Some(cache.clone()));
@@ -170,6 +194,7 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
     let greeting = greeting_ref();
     let reconciler = Reconciler::new(runtime.clone(), loaded.clone(), backend.clone());
     let fresh_reconciler = Reconciler::new(fresh.clone(), loaded.clone(), backend.clone());
+    let winch_reconciler = Reconciler::new(winch.clone(), on_winch, backend.clone());
     // What the watch would tell the reconcilers: the Greeting as it is now
     // (else the next reconcile waits for the host's own status write).
     let seen = |reconciler: &Reconciler| {
@@ -182,10 +207,16 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
     assert!(first.result.is_ok(), "{label}: {:?}", first.result);
     seen(&reconciler);
     seen(&fresh_reconciler);
+    seen(&winch_reconciler);
     let mut reconciles = Vec::new();
     let mut fresh_reconciles = Vec::new();
+    let mut winch_reconciles = Vec::new();
     for _ in 0..runs("CAPSTAN_BENCH_RECONCILES", 300) {
-        for (reconciler, samples) in [(&reconciler, &mut reconciles), (&fresh_reconciler, &mut fresh_reconciles)] {
+        for (reconciler, samples) in [
+            (&reconciler, &mut reconciles),
+            (&fresh_reconciler, &mut fresh_reconciles),
+            (&winch_reconciler, &mut winch_reconciles),
+        ] {
             let start = Instant::now();
             let report = reconciler.reconcile(&greeting).await;
             samples.push(start.elapsed());
@@ -229,12 +260,15 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtime: &Ru
         label,
         size,
         compile: median(compiles),
+        winch_compile: median(winch_compiles),
         cached_load: median(loads),
         artefact_load: median(artefacts),
         reconcile: median(reconciles.clone()),
         reconcile_p99: percentile(reconciles, 0.99),
         fresh: median(fresh_reconciles.clone()),
         fresh_p99: percentile(fresh_reconciles, 0.99),
+        winch: median(winch_reconciles.clone()),
+        winch_p99: percentile(winch_reconciles, 0.99),
         rss_per_instance: (rss_after - rss_before) / LIVE_INSTANCES as i64,
         anon_per_instance: (anon_after - anon_before) / LIVE_INSTANCES as i64,
         memories,
@@ -260,8 +294,12 @@ fn mib(bytes: i64) -> String {
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio");
     let engine = Engine::new(EngineConfig::default()).expect("engine");
-    let runtime = Runtime::new(&engine, Limits::default()).expect("runtime");
-    let fresh = Runtime::new(&engine, Limits::default().reuse(1)).expect("runtime");
+    let baseline = Engine::new(EngineConfig::default().baseline(true)).expect("engine");
+    let runtimes = Runtimes {
+        kept: Runtime::new(&engine, Limits::default()).expect("runtime"),
+        fresh: Runtime::new(&engine, Limits::default().reuse(1)).expect("runtime"),
+        winch: Runtime::new(&baseline, Limits::default()).expect("runtime"),
+    };
     let only = std::env::var("CAPSTAN_BENCH_GUESTS").ok();
     let components: Vec<(&'static str, PathBuf)> = LANGUAGES
         .iter()
@@ -278,25 +316,28 @@ fn main() {
     let mut rows = Vec::new();
     for (label, path) in &components {
         eprintln!("measuring {label} ({})", path.display());
-        rows.push(rt.block_on(measure(label, path, &engine, &runtime, &fresh)));
+        rows.push(rt.block_on(measure(label, path, &engine, &runtimes)));
     }
 
     println!(
-        "| guest | size | compile | cached load (artefact) | reconcile, kept instance (median, p99) | reconcile, fresh instance (median, p99) | memory/instance (RSS, anon) | memories, core instances |"
+        "| guest | size | compile: cranelift, Winch | cached load (artefact) | reconcile, kept instance (median, p99) | reconcile, fresh instance (median, p99) | reconcile on Winch's code, kept (median, p99) | memory/instance (RSS, anon) | memories, core instances |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {:.2} MB | {} | {} ({}) | {}, {} | {}, {} | {} ({}) | {:.0}, {:.0} |",
+            "| {} | {:.2} MB | {}, {} | {} ({}) | {}, {} | {}, {} | {}, {} | {} ({}) | {:.0}, {:.0} |",
             r.label,
             r.size as f64 / 1e6,
             ms(r.compile),
+            ms(r.winch_compile),
             ms(r.cached_load),
             ms(r.artefact_load),
             ms(r.reconcile),
             ms(r.reconcile_p99),
             ms(r.fresh),
             ms(r.fresh_p99),
+            ms(r.winch),
+            ms(r.winch_p99),
             mib(r.rss_per_instance),
             mib(r.anon_per_instance),
             r.memories,

@@ -22,7 +22,14 @@
 //! - `landing → swapped`: the directory watch (debounce, settle) plus the
 //!   load (compile or cache load, instantiate, manifest);
 //! - `landing → reconciled`: plus the first reconcile by the new version
-//!   (instantiate, guest, API writes).
+//!   (instantiate, guest, API writes);
+//! - `landing → optimized`: on a miss with the baseline compiler, until
+//!   cranelift's code replaced Winch's (the host's status says
+//!   `tier: optimized`).
+//!
+//! Each compiler mode (`--modes`) runs its own host, one after the other in
+//! one run: `baseline` (Winch first, as `capstan serve` does) and
+//! `cranelift` (`--baseline-compile=false`).
 //!
 //! A cache miss removes the compile cache before the file lands. Before each
 //! landing the host is left to settle (no reconcile for 300 ms), so that the
@@ -48,12 +55,18 @@ struct Args {
     /// Versions to land (component stems, found like the tests find them).
     #[arg(long, value_delimiter = ',', default_value = "greeter-v2,greeter-python,greeter-js")]
     versions: Vec<String>,
+    /// Compiler modes, each with a host of its own: `baseline`, `cranelift`.
+    #[arg(long, value_delimiter = ',', default_value = "baseline,cranelift")]
+    modes: Vec<String>,
 }
 
 /// One landing's figures.
 struct Landing {
     swapped: Duration,
     reconciled: Duration,
+    /// Until cranelift's code serves (a miss with the baseline compiler).
+    optimized: Option<Duration>,
+    landed: Instant,
 }
 
 #[tokio::main]
@@ -69,22 +82,56 @@ async fn main() -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}}))?).await?;
     let work = std::env::temp_dir().join(&ns);
-    let dir = work.join("components");
-    let cache = work.join("cache");
+    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
+    let greetings: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&gvk));
+    println!(
+        "{:<10} {:<16} {:<6} {:>22} {:>24} {:>23}",
+        "compiler",
+        "version",
+        "cache",
+        "landing → swapped (ms)",
+        "landing → reconciled (ms)",
+        "landing → optimized (ms)"
+    );
+    for mode in &args.modes {
+        let baseline = match mode.as_str() {
+            "baseline" => true,
+            "cranelift" => false,
+            other => bail!("unknown mode {other}: baseline or cranelift"),
+        };
+        run_mode(&client, &ns, &work, &greetings, &args, mode, baseline).await?;
+    }
+    namespaces.delete(&ns, &DeleteParams::default()).await?;
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+/// One host with the baseline compiler on or off: every version, miss and
+/// hit, printed as it is measured.
+async fn run_mode(
+    client: &Client,
+    ns: &str,
+    work: &Path,
+    greetings: &Api<DynamicObject>,
+    args: &Args,
+    mode: &str,
+    baseline: bool,
+) -> Result<()> {
+    let dir = work.join(mode).join("components");
+    let cache = work.join(mode).join("cache");
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("greeter.wasm");
     let v1 = find_component("greeter").map_err(anyhow::Error::msg)?;
     std::fs::copy(&v1, &file)?;
 
     let host = HostBuilder::new(client.clone())
-        .namespace(Some(ns.clone()))
+        .namespace(Some(ns.to_owned()))
         .install_crds(true)
+        .baseline(baseline)
         .cache_dir(Some(cache.clone()))
         .components_dir(Some(dir.clone()))
         .start()
         .await?;
-    let gvk = GroupVersionKind::gvk("examples.capstan.dev", "v1alpha1", "Greeting");
-    let greetings: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ApiResource::from_gvk(&gvk));
     let greeting = json!({
         "apiVersion": "examples.capstan.dev/v1alpha1", "kind": "Greeting",
         "metadata": {"name": "bench"}, "spec": {"message": "hi", "replicas": 1},
@@ -92,7 +139,6 @@ async fn main() -> Result<()> {
     greetings.create(&PostParams::default(), &serde_json::from_value(greeting)?).await?;
     wait(&host, Duration::from_secs(60), |h| reconciled(h) > 0).await.context("v1 reconciles")?;
 
-    println!("{:<16} {:<6} {:>22} {:>24}", "version", "cache", "landing → swapped (ms)", "landing → reconciled (ms)");
     for version in &args.versions {
         let path = find_component(version).map_err(anyhow::Error::msg)?;
         for cold in [true, false] {
@@ -101,27 +147,47 @@ async fn main() -> Result<()> {
                 if cold {
                     let _ = std::fs::remove_dir_all(&cache);
                 }
-                landings.push(land(&host, &path, &file).await?);
+                let mut landing = land(&host, &path, &file).await?;
+                if cold && baseline {
+                    // Cranelift's code, before v1 goes back (and before the
+                    // next round's compile).
+                    wait(&host, Duration::from_secs(300), |h| {
+                        h.status().first().and_then(|s| s.tier) == Some("optimized")
+                    })
+                    .await
+                    .context("cranelift's code serves")?;
+                    landing.optimized = Some(landing.landed.elapsed());
+                }
+                landings.push(landing);
                 // Back to v1 (its compile stays cached), not measured.
                 land(&host, &v1, &file).await?;
             }
             let swapped = median(landings.iter().map(|l| l.swapped));
             let reconciled = median(landings.iter().map(|l| l.reconciled));
+            let optimized = (cold && baseline)
+                .then(|| format!("{:.1}", median(landings.iter().filter_map(|l| l.optimized)).as_secs_f64() * 1000.0));
             println!(
-                "{version:<16} {:<6} {:>22.1} {:>24.1}",
+                "{mode:<10} {version:<16} {:<6} {:>22.1} {:>24.1} {:>23}",
                 if cold { "miss" } else { "hit" },
                 swapped.as_secs_f64() * 1000.0,
-                reconciled.as_secs_f64() * 1000.0
+                reconciled.as_secs_f64() * 1000.0,
+                optimized.as_deref().unwrap_or("-")
             );
         }
     }
 
     greetings.delete("bench", &DeleteParams::default()).await?;
     wait(&host, Duration::from_secs(30), |h| h.controller("greeter").is_some_and(|c| c.queue_len() == 0)).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Gone (its finalizer removed), so the next mode can create it again.
+    let start = Instant::now();
+    while greetings.get_opt("bench").await?.is_some() {
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("the Greeting is not deleted: {:?}", host.status());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     host.shutdown().await;
-    namespaces.delete(&ns, &DeleteParams::default()).await?;
-    let _ = std::fs::remove_dir_all(&work);
+    let _ = std::fs::remove_dir_all(work.join(mode));
     Ok(())
 }
 
@@ -141,7 +207,7 @@ async fn land(host: &Host, version: &Path, file: &Path) -> Result<Landing> {
         .context("the new version is swapped in")?;
     let swapped = landed.elapsed();
     wait(host, Duration::from_secs(60), |h| reconciled(h) > before).await.context("the new version reconciles")?;
-    Ok(Landing { swapped, reconciled: landed.elapsed() })
+    Ok(Landing { swapped, reconciled: landed.elapsed(), optimized: None, landed })
 }
 
 /// Waits until the previous landing's reconciles are over (the new
