@@ -32,8 +32,9 @@
 //! `cranelift` (`--baseline-compile=false`).
 //!
 //! A cache miss removes the compile cache before the file lands. Before each
-//! landing the host is left to settle (no reconcile for 300 ms), so that the
-//! first reconcile counted after it is the new version's.
+//! landing the host is left to settle (cranelift's code serving, no
+//! reconcile for 300 ms), so that no compile runs beside it and the first
+//! reconcile counted after it is the new version's.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -148,19 +149,16 @@ async fn run_mode(
                     let _ = std::fs::remove_dir_all(&cache);
                 }
                 let mut landing = land(&host, &path, &file).await?;
+                // Cranelift's code, before v1 goes back: no compile runs
+                // beside the next landing.
+                optimized(&host).await?;
                 if cold && baseline {
-                    // Cranelift's code, before v1 goes back (and before the
-                    // next round's compile).
-                    wait(&host, Duration::from_secs(300), |h| {
-                        h.status().first().and_then(|s| s.tier) == Some("optimized")
-                    })
-                    .await
-                    .context("cranelift's code serves")?;
                     landing.optimized = Some(landing.landed.elapsed());
                 }
                 landings.push(landing);
-                // Back to v1 (its compile stays cached), not measured.
+                // Back to v1, not measured (a miss compiles it again).
                 land(&host, &v1, &file).await?;
+                optimized(&host).await?;
             }
             let swapped = median(landings.iter().map(|l| l.swapped));
             let reconciled = median(landings.iter().map(|l| l.reconciled));
@@ -208,6 +206,14 @@ async fn land(host: &Host, version: &Path, file: &Path) -> Result<Landing> {
     let swapped = landed.elapsed();
     wait(host, Duration::from_secs(60), |h| reconciled(h) > before).await.context("the new version reconciles")?;
     Ok(Landing { swapped, reconciled: landed.elapsed(), optimized: None, landed })
+}
+
+/// Waits until the version that runs is on cranelift's code (with the
+/// baseline compiler, cranelift compiles in the background).
+async fn optimized(host: &Host) -> Result<()> {
+    wait(host, Duration::from_secs(300), |h| h.status().first().and_then(|s| s.tier) == Some("optimized"))
+        .await
+        .context("cranelift's code serves")
 }
 
 /// Waits until the previous landing's reconciles are over (the new
