@@ -1,12 +1,13 @@
 //! Following a components directory (`capstan run --components DIR`).
 //!
-//! File-system events are debounced and only tell the host to look again:
-//! each look compares the directory's `*.wasm` and `*.wasm.gz` files (size and mtime, then
+//! File-system events only tell the host to look again: each look compares
+//! the directory's `*.wasm` and `*.wasm.gz` files (size and mtime, then
 //! digest) with what it knows, so it does not matter which events a
 //! platform reports, or how an editor, `cp`, or a ConfigMap volume's
-//! symlink swap writes the file. A version seen before (its digest is in
-//! the compile cache, or it is the one running) is loaded as soon as the
-//! events stop ([`DEBOUNCE`]): its bytes are complete. Any other file whose
+//! symlink swap writes the file. The first event starts a look at once;
+//! events during a look start one more after it (however many came). A
+//! version seen before (its digest is in the compile cache, or it is the
+//! one running) is loaded at that look: its bytes are complete. Any other file whose
 //! size or mtime is still moving is not loaded until it holds still
 //! ([`SETTLE`]), so a half-written file is not loaded; write to a temporary name (not ending in `.wasm`) and
 //! rename it into place to be sure (`greeter.wasm.tmp`, then
@@ -31,15 +32,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
-use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
+use notify_debouncer_mini::notify::{self, RecommendedWatcher, RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 
 use crate::serve::follow::Follow;
 use crate::serve::host::{Error, Shared};
 use crate::serve::oci::Reference;
 
-/// Events closer together than this are handled as one.
+/// Events closer together than this are handled as one (by the
+/// certificate watch; the components directory looks at the first event).
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
 /// How long a file's size and mtime must hold still before it is loaded
 /// (unless it is a version seen before, which is loaded at once).
@@ -64,7 +65,7 @@ struct Known {
 /// A running watch of a components directory; stops when dropped.
 pub struct DirWatch {
     task: tokio::task::JoinHandle<()>,
-    _debouncer: Debouncer<RecommendedWatcher>,
+    _watcher: RecommendedWatcher,
 }
 
 impl std::fmt::Debug for DirWatch {
@@ -87,15 +88,17 @@ impl DirWatch {
         if !dir.is_dir() {
             return Err(watch_error("not a directory".into()));
         }
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut debouncer = new_debouncer(DEBOUNCE, move |result: DebounceEventResult| {
+        // One pending look at most: a burst of events while a look runs
+        // makes one more look, not one per event.
+        let (tx, mut rx) = mpsc::channel(1);
+        let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
             if let Err(e) = &result {
                 tracing::warn!(error = %e, "components directory watch error");
             }
-            let _ = tx.send(());
+            let _ = tx.try_send(());
         })
         .map_err(|e| watch_error(e.to_string()))?;
-        debouncer.watcher().watch(&dir, RecursiveMode::NonRecursive).map_err(|e| watch_error(e.to_string()))?;
+        watcher.watch(&dir, RecursiveMode::NonRecursive).map_err(|e| watch_error(e.to_string()))?;
 
         let mut known = Known::default();
         look(&shared, &dir, &mut known).await;
@@ -108,12 +111,10 @@ impl DirWatch {
                     event = rx.recv() => if event.is_none() { return },
                     _ = rescan.tick() => {}
                 }
-                // Events that came in meanwhile are covered by this look.
-                while rx.try_recv().is_ok() {}
                 look(&shared, &dir, &mut known).await;
             }
         });
-        Ok(Self { task, _debouncer: debouncer })
+        Ok(Self { task, _watcher: watcher })
     }
 
     /// Stops following the directory (the controllers keep running).
