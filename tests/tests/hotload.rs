@@ -3,7 +3,7 @@
 //! rejects broken files while the running version keeps serving, and stops
 //! a controller whose file is removed, without disturbing the other
 //! controllers it runs. Its hosts compile with the baseline compiler
-//! first, as `capstan serve` does: a new version serves on Winch's code
+//! first, as `capstan run` does: a new version serves on Winch's code
 //! until cranelift's replaces it.
 
 use std::path::{Path, PathBuf};

@@ -37,7 +37,7 @@ pub struct EngineConfig {
     /// compiled, in about a fifth of cranelift's time (a Python component:
     /// 1.7 s against 8.6 s), and cranelift's code replaces it when ready
     /// (see [`Loader`](crate::runtime::component::Loader)). Default: false;
-    /// `capstan serve` and `capstan dev` turn it on.
+    /// `capstan run` and `capstan dev` turn it on.
     pub baseline: bool,
 }
 

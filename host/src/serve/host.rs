@@ -351,7 +351,7 @@ impl HostBuilder {
 
     /// Serves a component the compile cache does not hold from Winch's
     /// code first, and swaps in cranelift's when it is ready (see
-    /// [`EngineConfig::baseline`]). Default: false; `capstan serve` and
+    /// [`EngineConfig::baseline`]). Default: false; `capstan run` and
     /// `capstan dev` turn it on.
     pub fn baseline(mut self, on: bool) -> Self {
         self.baseline = on;

@@ -28,7 +28,7 @@
 //!   `tier: optimized`).
 //!
 //! Each compiler mode (`--modes`) runs its own host, one after the other in
-//! one run: `baseline` (Winch first, as `capstan serve` does) and
+//! one run: `baseline` (Winch first, as `capstan run` does) and
 //! `cranelift` (`--baseline-compile=false`).
 //!
 //! A cache miss removes the compile cache before the file lands. Before each
