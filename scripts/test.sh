@@ -16,13 +16,18 @@ step() { printf '\n== %s (%ss)\n' "$*" "$((SECONDS - started))" >&2; }
 
 # Every fresh clone builds the workspace's crates under new hashes (their
 # path is part of them), so the shared target directory keeps growing, by
-# about 2 GB a run. Artifacts of this workspace's crates not touched for a
-# day belong to clones long gone.
+# about 2 GB a run, and by more in incremental state that a fresh clone
+# never reuses (28 GB of it filled this machine's disk once). CI (a fresh
+# clone each time) compiles without incremental state, and artifacts of
+# this workspace's crates not touched for two hours belong to clones gone.
+if [[ -n ${CI:-} ]]; then
+  export CARGO_INCREMENTAL=0
+fi
 if [[ -d $CARGO_TARGET_DIR/debug/deps ]]; then
   # Test binaries are the only executables there (proc macros are .so).
-  find "$CARGO_TARGET_DIR/debug/deps" -maxdepth 1 -type f -mtime +0 \( \( -executable ! -name '*.so' \) \
+  find "$CARGO_TARGET_DIR/debug/deps" -maxdepth 1 -type f -mmin +120 \( \( -executable ! -name '*.so' \) \
     -o -name 'libcapstan_*' -o -name 'libgreeter*' -o -name 'libtenant-*' -o -name 'libzone_scheduler-*' \) -delete
-  find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -mtime +0 -exec rm -rf {} + 2>/dev/null || true
+  find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -mmin +120 -exec rm -rf {} + 2>/dev/null || true
 fi
 
 step "toolchain"
