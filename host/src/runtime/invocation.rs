@@ -253,8 +253,12 @@ impl Pre {
         WeakPre { tiered: Arc::downgrade(&self.tiered), idle: Arc::downgrade(&self.idle) }
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Tiered> {
+        self.tiered.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn current(&self) -> Tiered {
-        self.tiered.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.read().clone()
     }
 
     /// The pre-instance calls use now.
@@ -264,7 +268,7 @@ impl Pre {
 
     /// Which compiler made the code calls run now.
     pub fn tier(&self) -> Tier {
-        self.current().tier
+        self.read().tier
     }
 
     /// Swaps in `kind`, cranelift's code of the same component, for the
@@ -278,7 +282,7 @@ impl Pre {
 
     /// The contract version, e.g. `0.2.0`.
     pub fn contract(&self) -> &'static str {
-        match self.current().kind {
+        match self.read().kind {
             PreKind::V0_1(_) => "0.1.0",
             PreKind::V0_2(_) => "0.2.0",
             PreKind::Current(_) => crate::runtime::bindings::CONTRACT_VERSION,
