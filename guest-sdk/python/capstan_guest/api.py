@@ -6,8 +6,6 @@ subclass on failure."""
 
 from __future__ import annotations
 
-import copy
-import json
 from enum import Enum
 from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
 
@@ -15,7 +13,7 @@ from componentize_py_types import Err
 from wit_world.imports import kube as _kube
 from wit_world.imports import types as _wit
 
-from . import errors
+from . import _json, errors
 from .kinds import gvk
 
 T = TypeVar("T")
@@ -86,7 +84,7 @@ def call(function: Callable[..., T], *args: Any) -> T:
 
 def _decode(data: bytes) -> Dict[str, Any]:
     try:
-        value = json.loads(data)
+        value = _json.loads(data)
     except ValueError as e:
         raise errors.Decode(str(e)) from None
     if not isinstance(value, dict):
@@ -96,7 +94,7 @@ def _decode(data: bytes) -> Dict[str, Any]:
 
 def _encode(value: Any) -> bytes:
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+        return _json.dumps(value)
     except (TypeError, ValueError) as e:
         raise errors.BadRequest(str(e)) from None
 
@@ -128,13 +126,16 @@ class Api:
     def _object(self, obj: Mapping[str, Any]) -> bytes:
         """``obj`` as JSON, with this Api's apiVersion, kind and namespace
         filled in where unset."""
-        value = copy.deepcopy(dict(obj))
+        # Copies of the top level and the metadata only: the rest is
+        # encoded as it is, and the caller's dicts are not changed.
+        value = dict(obj)
         value.setdefault("apiVersion", self.api_version)
         value.setdefault("kind", self.kind)
         if self.namespace is not None:
-            meta = value.setdefault("metadata", {})
-            if isinstance(meta, dict):
-                meta.setdefault("namespace", self.namespace)
+            if "metadata" not in value:
+                value["metadata"] = {"namespace": self.namespace}
+            elif isinstance(value["metadata"], dict) and "namespace" not in value["metadata"]:
+                value["metadata"] = {**value["metadata"], "namespace": self.namespace}
         return _encode(value)
 
     def get(self, name: str) -> Dict[str, Any]:

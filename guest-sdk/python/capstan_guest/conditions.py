@@ -13,9 +13,10 @@ The functions never change the list or the dicts they are given.
 
 from __future__ import annotations
 
-import copy
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+
+from ._json import clone_mapping
 
 Condition = Dict[str, Any]
 """A condition: ``type``, ``status`` (``"True"``, ``"False"`` or
@@ -55,7 +56,7 @@ def find_condition(conditions: Optional[Iterable[Mapping[str, Any]]], type: str)
     ``None``. ``conditions`` may be ``None`` (no status yet)."""
     for condition in conditions or ():
         if isinstance(condition, Mapping) and condition.get("type") == type:
-            return copy.deepcopy(dict(condition))
+            return clone_mapping(condition)
     return None
 
 
@@ -90,7 +91,7 @@ def set_condition(
     current time, for tests. Keys are written in the order Kubernetes
     serializes a ``metav1.Condition``."""
     status = _status(status)
-    result: List[Condition] = [copy.deepcopy(dict(c)) for c in conditions or ()]
+    result: List[Condition] = [clone_mapping(c) for c in conditions or ()]
     index = next((i for i, c in enumerate(result) if c.get("type") == type), None)
     old = result[index] if index is not None else None
     if old is not None and old.get("status") == status and old.get("lastTransitionTime"):
@@ -111,4 +112,4 @@ def set_condition(
 def remove_condition(conditions: Optional[Iterable[Mapping[str, Any]]], type: str) -> List[Condition]:
     """``conditions`` without the condition of this ``type``, as a new
     list."""
-    return [copy.deepcopy(dict(c)) for c in conditions or () if c.get("type") != type]
+    return [clone_mapping(c) for c in conditions or () if c.get("type") != type]

@@ -3,12 +3,12 @@ it."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Dict, Optional, Type
 
 from componentize_py_types import Err
 from wit_world.imports import types as _wit
 
+from . import _json
 from .context import Context, EventKind, FailedChild
 from .errors import ApiError, ReconcileError, Terminal, Transient, from_api_error
 from .log import log
@@ -91,7 +91,7 @@ def run_reconcile(controller: Type[Controller], request: _wit.ReconcileRequest) 
     request's event and converts what it returns or raises; raises ``Err``
     with a ``failure``."""
     try:
-        obj = json.loads(request.object)
+        obj = _json.loads(request.object)
     except ValueError as e:
         raise _failure(Terminal(f"object is not valid JSON: {e}")) from None
     if not isinstance(obj, dict):

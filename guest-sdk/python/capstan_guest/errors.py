@@ -15,9 +15,10 @@ becomes terminal, as in the Rust SDK.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Self
+
+from . import _json
 
 if TYPE_CHECKING:
     from .outcome import Event
@@ -161,7 +162,7 @@ class ReconcileError(Exception):
         """Sets the status to write with the failure (encoded to JSON right
         away: a value JSON cannot represent raises ``TypeError`` here).
         Returns the error, so calls chain."""
-        self._status_json = json.dumps(status, separators=(",", ":"), ensure_ascii=False).encode()
+        self._status_json = _json.dumps(status)
         self.status = status
         return self
 

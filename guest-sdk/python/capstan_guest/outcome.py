@@ -16,17 +16,13 @@ does not list are deleted (pruned), unless it says
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any, Mapping, Optional, Union
 
 from wit_world.imports import types as _wit
 
+from ._json import dumps as _json
 from .kinds import object_ref
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class Event:

@@ -85,6 +85,10 @@ def test_find_condition_returns_a_copy_of_the_condition_of_a_type() -> None:
     found = capstan.find_condition(conditions, "Ready")
     assert found == _ready("True")
     assert found is not conditions[1]
+    nested = [_ready("True", extra={"keys": ["a"]})]
+    copied = capstan.set_condition(nested, "Ready", "True", "R", "m")
+    capstan.find_condition(nested, "Ready")["extra"]["keys"].append("b")  # type: ignore[index]
+    assert nested[0]["extra"] == {"keys": ["a"]} and copied[0]["lastTransitionTime"] == T0
     assert capstan.find_condition(conditions, "Missing") is None
     assert capstan.find_condition(None, "Ready") is None
     assert capstan.is_condition_true(conditions, "Ready") and not capstan.is_condition_true(conditions, "Synced")

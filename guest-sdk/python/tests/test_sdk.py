@@ -83,6 +83,41 @@ def test_objects_sent_to_the_host_get_api_version_kind_and_namespace(host: Any) 
     assert host.calls[0][2] is True
 
 
+def test_filling_in_an_object_leaves_the_callers_dicts_as_they_were(host: Any) -> None:
+    import capstan_guest as capstan
+
+    host.impl["kube.apply"] = lambda data, force: data
+    meta = {"name": "cm", "labels": {"a": "b"}}
+    obj = {"metadata": meta, "data": {"k": "✓"}}
+    applied = capstan.Api("v1", "ConfigMap", "demo").apply(obj, force=True)
+    assert applied["metadata"] == {"name": "cm", "labels": {"a": "b"}, "namespace": "demo"}
+    assert obj == {"metadata": {"name": "cm", "labels": {"a": "b"}}, "data": {"k": "✓"}}
+    assert meta == {"name": "cm", "labels": {"a": "b"}}
+    # A namespace the object names is kept; metadata that is not an
+    # object is sent as it is, for the API server to refuse.
+    kept = capstan.Api("v1", "ConfigMap", "demo").apply({"metadata": {"name": "x", "namespace": "other"}})
+    assert kept["metadata"]["namespace"] == "other"
+    odd = capstan.Api("v1", "ConfigMap", "demo").apply({"metadata": None})
+    assert odd["metadata"] is None
+
+
+def test_json_copies_are_deep_and_bytes_round_trip() -> None:
+    from capstan_guest import _json
+
+    value = {"a": [1, {"b": "✓"}], "c": None, "d": 1.5, "e": True, "f": ("t",)}
+    copied = _json.clone(value)
+    assert copied == value
+    assert copied["a"] is not value["a"] and copied["a"][1] is not value["a"][1]
+    copied["a"][1]["b"] = "changed"
+    assert value["a"][1]["b"] == "✓"
+    assert _json.dumps({"k": "✓", "n": [1, 2]}) == '{"k":"✓","n":[1,2]}'.encode()
+    assert _json.loads(_json.dumps(value)) == {**value, "f": ["t"]}
+    with pytest.raises(ValueError):
+        _json.loads(b"\xff")
+    with pytest.raises(ValueError):
+        _json.loads(b"{")
+
+
 def test_the_manifest_and_outcome_have_the_shapes_of_the_wit_records() -> None:
     import capstan_guest as capstan
     from wit_world.imports import types

@@ -56,6 +56,7 @@ const CHECKOUT_FILES: &[File] = files![
     "guest-sdk/python/README.md",
     "guest-sdk/python/pyproject.toml",
     "guest-sdk/python/capstan_guest/__init__.py",
+    "guest-sdk/python/capstan_guest/_json.py",
     "guest-sdk/python/capstan_guest/_plain.py",
     "guest-sdk/python/capstan_guest/admission.py",
     "guest-sdk/python/capstan_guest/api.py",
