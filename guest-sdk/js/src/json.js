@@ -5,21 +5,47 @@
 // in the interpreter, a few hundred nanoseconds a byte, so it leaves the
 // per-byte work to the engine's native functions where it can: a JSON text
 // is mostly ASCII (checked with one regular expression), and UTF-8 beyond
-// it is what `encodeURIComponent` and `decodeURIComponent` speak.
+// it is what `encodeURIComponent` and `decodeURIComponent` speak. A string
+// of bytes and its bytes are turned into each other through base64 (btoa,
+// atob and Uint8Array's base64 methods) where the engine has those.
 
 const NOT_ASCII = /[^\x00-\x7f]/;
 const CHUNK = 8192;
 const uriCodec = typeof escape === "function" && typeof unescape === "function";
+// QuickJS has btoa, atob and Uint8Array's base64 methods: a string of
+// bytes goes through base64 in two native calls each way, where a loop over
+// it runs in the interpreter (measured on the greeter: its Deployment took
+// 244 µs to encode with the loop, 74 µs this way, JSON.stringify included).
+const base64Codec =
+  typeof btoa === "function" &&
+  typeof atob === "function" &&
+  typeof Uint8Array.fromBase64 === "function" &&
+  typeof Uint8Array.prototype.toBase64 === "function";
 
 /**
- * The bytes of a string whose code units are all below 256.
+ * The bytes of a string whose code units are all below 256 (what btoa
+ * accepts).
  * @param {string} s
  * @returns {Uint8Array}
  */
 function bytesOf(s) {
+  if (base64Codec) return Uint8Array.fromBase64(btoa(s));
   const out = new Uint8Array(s.length);
   for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
   return out;
+}
+
+/**
+ * The string whose code units are the bytes `b`.
+ * @param {Uint8Array} b
+ * @returns {string}
+ */
+function binaryOf(b) {
+  let binary = "";
+  for (let i = 0; i < b.length; i += CHUNK) {
+    binary += String.fromCharCode.apply(null, b.subarray(i, i + CHUNK));
+  }
+  return binary;
 }
 
 /**
@@ -72,10 +98,7 @@ function utf8EncodeEach(s) {
  * @returns {string}
  */
 export function utf8Decode(b) {
-  let binary = "";
-  for (let i = 0; i < b.length; i += CHUNK) {
-    binary += String.fromCharCode.apply(null, b.subarray(i, i + CHUNK));
-  }
+  const binary = base64Codec ? atob(b.toBase64()) : binaryOf(b);
   if (!NOT_ASCII.test(binary)) return binary;
   if (uriCodec) {
     try {

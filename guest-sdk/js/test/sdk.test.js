@@ -44,6 +44,32 @@ test("the fallback utf-8 codec agrees with TextEncoder and TextDecoder", () => {
   assert.deepEqual(fromBytes(toBytes({ a: ["✓", 1] })), { a: ["✓", 1] });
 });
 
+test("the base64 path of the codec (QuickJS's) agrees with TextEncoder and TextDecoder", async () => {
+  // Node 20 has btoa and atob but not Uint8Array's base64 methods: stand
+  // them in, and load a second copy of the module, which checks for them
+  // when it loads.
+  const had = { from: Uint8Array.fromBase64, to: Uint8Array.prototype.toBase64 };
+  let used = 0;
+  Uint8Array.fromBase64 = (s) => (used++, new Uint8Array(Buffer.from(s, "base64")));
+  Uint8Array.prototype.toBase64 = function () {
+    used++;
+    return Buffer.from(this).toString("base64");
+  };
+  try {
+    const codec = await import("../src/json.js?base64");
+    for (const s of ["", "plain", "héllo ✓", "emoji 🎉 and 𝄞", "\u0000\u007f\u0080\u07ff\u0800\uffff", "x".repeat(20000) + "é"]) {
+      assert.deepEqual(codec.utf8Encode(s), new TextEncoder().encode(s), s);
+      assert.equal(codec.utf8Decode(new TextEncoder().encode(s)), s, s);
+    }
+    assert.equal(codec.utf8Decode(Uint8Array.of(0x41, 0xc3, 0xa9, 0xff)), "Aé\ufffd", "invalid after valid");
+    assert.deepEqual(codec.utf8Encode("a\ud800b"), new TextEncoder().encode("a\ud800b"), "a lone surrogate is U+FFFD");
+    assert.ok(used >= 12, `the base64 methods were used (${used} calls)`);
+  } finally {
+    Uint8Array.fromBase64 = had.from;
+    Uint8Array.prototype.toBase64 = had.to;
+  }
+});
+
 test("a not-found error from the host is NotFound, and getOpt turns it into undefined", () => {
   impl["kube.get"] = () => {
     throw new ComponentError({ tag: "not-found", val: status(404, "NotFound") });
