@@ -146,6 +146,13 @@ async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_ch
     let later = events(&client, &name, "ChildRefused").await;
     let count = |e: &[Event]| e.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum::<i32>();
     assert!(count(&later) <= 6, "retried with backoff, not hot: {} refusals", count(&later));
+    // The same refusal again is one Event with a series, not a new object each time.
+    assert!(
+        later.len() < count(&later) as usize && later.iter().any(|e| e.series.as_ref().is_some_and(|s| s.count >= 2)),
+        "repeated refusals grow a series: {} Events, {} occurrences",
+        later.len(),
+        count(&later)
+    );
     let _ = refusals;
 
     // An invalid spec: a terminal failure with status; the children stay.

@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PatchParams, PostParams, PropagationPolicy};
 use kube::discovery::{ApiCapabilities, Scope};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use serde_json::Value;
 
 use super::{Cluster, Error, EventRecord, ListParams, Patch, Propagation, Result, Status, Subresource};
@@ -19,8 +18,10 @@ use crate::object::{Gvk, ObjectRef};
 use crate::sync::lock;
 
 mod cache;
+mod events;
 
 pub use cache::{Cache, OwnerIndex};
+pub use events::{MAX_SERIES, Recorder, SERIES_TTL};
 
 /// A kind as the API server serves it.
 #[derive(Clone, Debug)]
@@ -69,7 +70,7 @@ pub struct KubeCluster {
     client: kube::Client,
     kinds: Arc<Mutex<HashMap<Gvk, Resolved>>>,
     caches: Arc<RwLock<HashMap<GroupKind, Cache>>>,
-    recorders: Arc<Mutex<HashMap<String, Recorder>>>,
+    recorders: Arc<Mutex<HashMap<String, Arc<Recorder>>>>,
     instance: Option<String>,
 }
 
@@ -326,20 +327,14 @@ impl Cluster for KubeCluster {
     }
 
     async fn record_event(&self, event: EventRecord) -> Result<()> {
-        let recorder = {
-            let mut recorders = lock(&self.recorders);
-            recorders
-                .entry(event.reporting_controller.clone())
-                .or_insert_with(|| {
-                    let reporter = Reporter {
-                        controller: format!("capstan.dev/{}", event.reporting_controller),
-                        instance: self.instance.clone(),
-                    };
-                    Recorder::new(self.client.clone(), reporter)
-                })
-                .clone()
-        };
-        let reference = ObjectReference {
+        let recorder = lock(&self.recorders)
+            .entry(event.reporting_controller.clone())
+            .or_insert_with(|| {
+                let controller = format!("capstan.dev/{}", event.reporting_controller);
+                Arc::new(Recorder::new(self.client.clone(), controller, self.instance.clone()))
+            })
+            .clone();
+        let regarding = ObjectReference {
             api_version: Some(event.regarding.gvk.api_version()),
             kind: Some(event.regarding.gvk.kind.clone()),
             name: Some(event.regarding.name.clone()),
@@ -347,14 +342,8 @@ impl Cluster for KubeCluster {
             uid: event.regarding_uid.clone(),
             ..ObjectReference::default()
         };
-        let ev = Event {
-            type_: if event.warning { EventType::Warning } else { EventType::Normal },
-            reason: event.reason,
-            note: event.note.map(|n| truncate(n, MAX_EVENT_NOTE)),
-            action: event.action,
-            secondary: None,
-        };
-        recorder.publish(&ev, &reference).await.map_err(map_error)
+        let note = event.note.map(|n| truncate(n, MAX_EVENT_NOTE));
+        recorder.publish(event.warning, event.reason, event.action, note, regarding).await.map_err(map_error)
     }
 }
 
