@@ -809,7 +809,7 @@ const RAW: &str = "raw-greeter";
 /// What the kube-rs peer's reconciles share.
 struct Ctx {
     client: Client,
-    recorder: Recorder,
+    events: Events,
     deployments: Store<Deployment>,
 }
 
@@ -826,7 +826,11 @@ async fn kube_rs_greeter(client: Client, ns: String) -> Result<()> {
     tokio::spawn(reflect.for_each(|_| async {}));
     deployments.wait_until_ready().await?;
     let reporter = Reporter { controller: KUBE_RS.into(), instance: None };
-    let ctx = Arc::new(Ctx { client: client.clone(), recorder: Recorder::new(client, reporter), deployments });
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        events: Events::Recorder(Recorder::new(client, reporter)),
+        deployments,
+    });
     Controller::new(greetings, watcher::Config::default())
         .owns(cms, watcher::Config::default())
         .owns(deploys, watcher::Config::default())
@@ -845,7 +849,7 @@ async fn reconcile(g: Arc<Greeting>, ctx: Arc<Ctx>) -> Result<Action, kube::runt
             Finalizer::Apply(g) => {
                 let key = ObjectRef::new(&greeter::deployment_name(&g.name_any())).within(&ns);
                 let replicas = ctx.deployments.get(&key).and_then(|d| d.status.as_ref()?.replicas).unwrap_or(0);
-                greet(&ctx.client, &ctx.recorder, KUBE_RS, &g, replicas).await?;
+                greet(&ctx.client, &ctx.events, KUBE_RS, &g, replicas).await?;
                 Ok(Action::requeue(Duration::from_secs(300)))
             }
             Finalizer::Cleanup(_) => Ok(Action::await_change()),
@@ -854,10 +858,49 @@ async fn reconcile(g: Arc<Greeting>, ctx: Arc<Ctx>) -> Result<Action, kube::runt
     .await
 }
 
+/// How a peer records its Events.
+enum Events {
+    /// kube-runtime's `Recorder`, as a kube-rs controller records them (it
+    /// keeps every Event of the last 6 minutes and scans them on each one).
+    Recorder(Recorder),
+    /// One create per Event and nothing kept: the raw writer's, the same
+    /// call at no cost in the writer.
+    Create(Client),
+}
+
+impl Events {
+    async fn publish(
+        &self,
+        event: &Event,
+        regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    ) -> kube::Result<()> {
+        let client = match self {
+            Self::Recorder(recorder) => return recorder.publish(event, regarding).await,
+            Self::Create(client) => client,
+        };
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let ns = regarding.namespace.clone().unwrap_or_default();
+        let name = format!("{}.{:x}", regarding.name.as_deref().unwrap_or(RAW), now.as_nanosecond());
+        let body: k8s_openapi::api::events::v1::Event = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns},
+            "action": event.action,
+            "reason": event.reason,
+            "note": event.note,
+            "type": match event.type_ { EventType::Normal => "Normal", EventType::Warning => "Warning" },
+            "eventTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(now),
+            "regarding": regarding,
+            "reportingController": RAW,
+            "reportingInstance": RAW,
+        }))
+        .map_err(kube::Error::SerdeError)?;
+        Api::namespaced(client.clone(), &ns).create(&PostParams::default(), &body).await.map(drop)
+    }
+}
+
 /// The greeter's writes after the finalizer: the ConfigMap and the
 /// Deployment applied, and, if it changes, the status, with an Event for a
 /// Greeting seen first (`Created`) or at a new generation (`Updated`).
-async fn greet(client: &Client, recorder: &Recorder, manager: &str, g: &Greeting, replicas: i32) -> kube::Result<()> {
+async fn greet(client: &Client, events: &Events, manager: &str, g: &Greeting, replicas: i32) -> kube::Result<()> {
     let ns = g.namespace().unwrap_or_default();
     let name = g.name_any();
     let (mut cm, mut deploy, status) = desired(g, replicas);
@@ -887,15 +930,14 @@ async fn greet(client: &Client, recorder: &Recorder, manager: &str, g: &Greeting
         action: "Reconcile".into(),
         secondary: None,
     };
-    recorder.publish(&event, &g.object_ref(&())).await
+    events.publish(&event, &g.object_ref(&())).await
 }
 
 /// The raw writer: for each `create N` or `update N` line on stdin, the
 /// driver's writes of that wave (8 at a time) each followed by the
 /// greeter's writes (4 workers), with no watch and no cache.
 async fn raw_writer(client: Client, ns: String) -> Result<()> {
-    let reporter = Reporter { controller: RAW.into(), instance: None };
-    let recorder = Recorder::new(client.clone(), reporter);
+    let events = Events::Create(client.clone());
     let api: Api<Greeting> = Api::namespaced(client.clone(), &ns);
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
@@ -915,7 +957,7 @@ async fn raw_writer(client: Client, ns: String) -> Result<()> {
                 .await
         };
         let workers = (0..CONCURRENCY).map(|_| {
-            let (rx, client, recorder) = (Arc::clone(&rx), &client, &recorder);
+            let (rx, client, events) = (Arc::clone(&rx), &client, &events);
             async move {
                 loop {
                     let Some(g) = rx.lock().await.recv().await else { return anyhow::Ok(()) };
@@ -923,7 +965,7 @@ async fn raw_writer(client: Client, ns: String) -> Result<()> {
                         let patch = json!({"metadata": {"finalizers": [FINALIZER]}});
                         api.patch_metadata(&g.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
                     }
-                    greet(client, recorder, RAW, &g, 0).await?;
+                    greet(client, events, RAW, &g, 0).await?;
                 }
             }
         });
