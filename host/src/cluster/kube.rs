@@ -21,7 +21,7 @@ mod cache;
 mod events;
 
 pub use cache::{Cache, OwnerIndex};
-pub use events::{MAX_SERIES, Recorder, SERIES_TTL};
+use events::Recorder;
 
 /// A kind as the API server serves it.
 #[derive(Clone, Debug)]
