@@ -109,6 +109,96 @@ pub fn reset_peak_rss(pid: u32) -> Result<()> {
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").with_context(|| format!("resetting VmHWM of {pid}"))
 }
 
+/// A Capstan host's reconciles so far, from its `/metrics`: how many, how
+/// long they took in all, and how many ended each way.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reconciles {
+    /// Reconciles (`capstan_reconcile_time_seconds_count`).
+    pub count: f64,
+    /// Their time in all, in seconds (`capstan_reconcile_time_seconds_sum`).
+    pub seconds: f64,
+    /// By `result` (`capstan_reconcile_total`): `success`, `conflict`, …
+    pub by_result: BTreeMap<String, f64>,
+}
+
+impl Reconciles {
+    /// The reconcile figures of every controller in a host's `/metrics`
+    /// text.
+    pub fn parse(metrics: &str) -> Self {
+        let mut r = Self::default();
+        for line in metrics.lines() {
+            let Some((series, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(value) = value.trim().parse::<f64>() else { continue };
+            if series.starts_with("capstan_reconcile_time_seconds_count{") {
+                r.count += value;
+            } else if series.starts_with("capstan_reconcile_time_seconds_sum{") {
+                r.seconds += value;
+            } else if let Some(labels) = series.strip_prefix("capstan_reconcile_total{") {
+                let Some(start) = labels.find("result=\"") else { continue };
+                let result = labels[start + 8..].split('"').next().unwrap_or_default();
+                *r.by_result.entry(result.to_owned()).or_insert(0.0) += value;
+            }
+        }
+        r
+    }
+
+    /// What happened since `before`.
+    pub fn since(&self, before: &Self) -> Self {
+        let by_result = self
+            .by_result
+            .iter()
+            .map(|(k, n)| (k.clone(), n - before.by_result.get(k).copied().unwrap_or(0.0)))
+            .filter(|(_, n)| *n != 0.0)
+            .collect();
+        Self { count: self.count - before.count, seconds: self.seconds - before.seconds, by_result }
+    }
+}
+
+/// The machine's CPU time so far, from the first line of `/proc/stat`:
+/// core-seconds busy (user, nice, system, irq, softirq, steal) and in all
+/// (busy, idle and iowait), at 100 ticks a second. Between two readings,
+/// the busy delta over the total delta is how busy the machine was, and
+/// the total delta over the wall time is its cores.
+///
+/// # Errors
+///
+/// When `/proc/stat` cannot be read or has no `cpu` line.
+pub fn machine_cpu_seconds() -> Result<MachineCpu> {
+    MachineCpu::parse(&std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?)
+}
+
+/// The machine's CPU time, in core-seconds (see [`machine_cpu_seconds`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MachineCpu {
+    /// Spent running anything.
+    pub busy: f64,
+    /// Spent in all, idle included.
+    pub total: f64,
+}
+
+impl MachineCpu {
+    /// Reads the aggregate `cpu` line of a `/proc/stat`.
+    ///
+    /// # Errors
+    ///
+    /// When there is no such line or a field is not a number.
+    pub fn parse(stat: &str) -> Result<Self> {
+        let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no cpu line in /proc/stat")?;
+        let ticks: Vec<f64> = line.split_whitespace().skip(1).take(8).map(str::parse).collect::<Result<_, _>>()?;
+        anyhow::ensure!(ticks.len() == 8, "a short cpu line in /proc/stat");
+        // user nice system idle iowait irq softirq steal
+        let idle = ticks[3] + ticks[4];
+        let total: f64 = ticks.iter().sum();
+        Ok(Self { busy: (total - idle) / 100.0, total: total / 100.0 })
+    }
+
+    /// The share of the machine's CPU that was busy since `before`, 0 to 1.
+    pub fn busy_since(&self, before: &Self) -> f64 {
+        let total = self.total - before.total;
+        if total > 0.0 { (self.busy - before.busy) / total } else { 0.0 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +224,36 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="",res
     fn other_resources_and_non_resource_urls_are_left_out() {
         let counts = RequestCounts::parse(METRICS, &["greetings"]);
         assert_eq!(counts.by_call.len(), 1);
+    }
+
+    #[test]
+    fn a_hosts_reconciles_are_counted_by_result_and_timed() {
+        let before = Reconciles::parse(
+            "capstan_reconcile_total{controller=\"greeter\",result=\"success\"} 3\n\
+             capstan_reconcile_time_seconds_sum{controller=\"greeter\"} 0.5\n\
+             capstan_reconcile_time_seconds_count{controller=\"greeter\"} 3\n",
+        );
+        let after = Reconciles::parse(
+            "# TYPE capstan_reconcile_total counter\n\
+             capstan_reconcile_total{controller=\"greeter\",result=\"success\"} 10\n\
+             capstan_reconcile_total{controller=\"greeter\",result=\"conflict\"} 2\n\
+             capstan_reconcile_time_seconds_bucket{controller=\"greeter\",le=\"0.1\"} 12\n\
+             capstan_reconcile_time_seconds_sum{controller=\"greeter\"} 1.5\n\
+             capstan_reconcile_time_seconds_count{controller=\"greeter\"} 12\n",
+        );
+        let delta = after.since(&before);
+        assert_eq!(delta.count, 9.0);
+        assert!((delta.seconds - 1.0).abs() < 1e-9);
+        assert_eq!(delta.by_result, BTreeMap::from([("success".to_owned(), 7.0), ("conflict".to_owned(), 2.0)]));
+    }
+
+    #[test]
+    fn the_machine_is_busy_for_all_but_idle_and_iowait() {
+        let before = MachineCpu::parse("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n").expect("parsed");
+        assert_eq!(before, MachineCpu { busy: 1.5, total: 10.0 });
+        let after = MachineCpu::parse("cpu  250 0 100 850 50 0 0 0 0 0\n").expect("parsed");
+        assert!((after.busy_since(&before) - 0.8).abs() < 1e-9, "{}", after.busy_since(&before));
+        assert!(MachineCpu::parse("intr 1 2 3\n").is_err());
     }
 
     #[test]

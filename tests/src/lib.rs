@@ -534,6 +534,18 @@ pub fn peak_rss_mib(pid: u32) -> Result<f64> {
     Ok(kib / 1024.0)
 }
 
+/// The resident memory of process `pid` now (`VmRSS`), in MiB.
+///
+/// # Errors
+///
+/// If the process is gone or its status cannot be read.
+pub fn rss_mib(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
+    let kib: f64 = line.split_whitespace().nth(1).context("VmRSS value")?.parse()?;
+    Ok(kib / 1024.0)
+}
+
 /// A `PATH` with the pinned guest toolchains first (componentize-py, jco,
 /// esbuild), as `tests/build-polyglot-guests.sh` records them in
 /// `toolchains.env` beside the components it builds.

@@ -68,9 +68,19 @@
 //! `apiserver_request_total` for those four resources, including the
 //! driver's own creates or spec patches, split into writes and reads; a
 //! watch is counted only once it ends, so open watches are not in it); the
-//! CPU time (user + system, `/proc/<pid>/stat`) of the peer's process and of
-//! kube-apiserver's (its pid from the cluster's `pids/kube-apiserver`); and
-//! the peer's peak resident memory (`VmHWM`, reset between the phases).
+//! CPU time (user + system, `/proc/<pid>/stat`) of the peer's process, of
+//! kube-apiserver's and of etcd's (their pids from the cluster's `pids/`);
+//! how busy the machine's cores were (`busy`, from `/proc/stat`: near
+//! 100 % the machine's CPU, not the peer's waiting, is the limit; the
+//! driver's own watch and writes are in it); and the peer's peak resident
+//! memory (`VmHWM`, reset between the phases).
+//! Per Greeting also: the peer's CPU to quiet (ms), and its peak memory
+//! over its memory once started and synced (`VmRSS` before the first
+//! wave), in KiB: the figures that stay flat if cost per object does.
+//! For Capstan also, from its `/metrics` (`capstan_reconcile_total`,
+//! `capstan_reconcile_time_seconds`): reconciles per Greeting by result,
+//! their mean time, and how busy its 4 workers were (reconcile time over
+//! 4 × the time to quiet).
 //! Printed: each run, then per phase the median over the rounds of each
 //! figure, Greetings/s as a fraction of `raw`'s, Capstan's Greetings/s over
 //! each peer's, and the calls per Greeting each peer made (last round). The
@@ -83,8 +93,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use capstan_tests::bench::{RequestCounts, reset_peak_rss};
-use capstan_tests::{ControlPlane, cpu_seconds, peak_rss_mib, random_suffix};
+use capstan_tests::bench::{MachineCpu, Reconciles, RequestCounts, machine_cpu_seconds, reset_peak_rss};
+use capstan_tests::{ControlPlane, cpu_seconds, http_get, peak_rss_mib, random_suffix, rss_mib};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt, stream};
 use greeter::{FINALIZER, Greeting, desired};
@@ -264,6 +274,8 @@ struct Phase {
     ready: Sample,
     quiet: Sample,
     peak_mib: f64,
+    /// Capstan's reconciles to quiet, from its `/metrics`.
+    reconciles: Option<Reconciles>,
 }
 
 /// Where a phase stood at one moment, from its start.
@@ -273,11 +285,17 @@ struct Sample {
     calls: RequestCounts,
     peer_cpu: f64,
     apiserver_cpu: f64,
+    /// etcd's CPU seconds (0 where its pid is not known).
+    etcd_cpu: f64,
+    /// The share of the machine's cores that were busy, 0 to 1.
+    busy: f64,
 }
 
 /// One run of one peer: both phases.
 #[derive(Debug)]
 struct Run {
+    /// Resident memory once started and synced, before the first wave.
+    idle_mib: f64,
     create: Phase,
     update: Phase,
 }
@@ -285,12 +303,20 @@ struct Run {
 impl Run {
     fn line(&self, count: usize) -> String {
         let phase = |p: &Phase| {
+            let host = p.reconciles.as_ref().map_or(String::new(), |r| {
+                format!(
+                    ", {:.2} reconciles/G, workers {:.0} % busy",
+                    r.count / count as f64,
+                    100.0 * workers_busy(r, &p.quiet)
+                )
+            });
             format!(
-                "Ready {:.2} s, quiet {:.2} s, {:.2} writes/G, {:.0} MiB",
+                "Ready {:.2} s, quiet {:.2} s, {:.2} writes/G, {:.0} MiB, machine {:.0} % busy{host}",
                 p.ready.seconds,
                 p.quiet.seconds,
                 p.quiet.calls.writes() / count as f64,
-                p.peak_mib
+                p.peak_mib,
+                100.0 * p.quiet.busy,
             )
         };
         format!("create: {} | update: {}", phase(&self.create), phase(&self.update))
@@ -327,14 +353,16 @@ impl Bench {
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
         Api::<Namespace>::all(self.client.clone()).create(&PostParams::default(), &namespace).await?;
         let (watch_task, mut ready) = watch_ready(self.client.clone(), &ns);
-        let mut child = self.spawn(peer, &ns)?;
+        let (mut child, metrics) = self.spawn(peer, &ns)?;
         let pid = child.id().context("the peer's pid")?;
         let result = async {
             settle(&mut child, pid).await?;
-            let create = self.phase(peer, &ns, count, Wave::Create, pid, &mut child, &mut ready).await?;
+            let idle_mib = rss_mib(pid)?;
+            let mut running = Running { peer, pid, metrics, child: &mut child, ready: &mut ready };
+            let create = self.phase(&mut running, &ns, count, Wave::Create).await?;
             let _ = reset_peak_rss(pid);
-            let update = self.phase(peer, &ns, count, Wave::Update, pid, &mut child, &mut ready).await?;
-            anyhow::Ok(Run { create, update })
+            let update = self.phase(&mut running, &ns, count, Wave::Update).await?;
+            anyhow::Ok(Run { idle_mib, create, update })
         }
         .await;
         child.kill().await.ok();
@@ -343,11 +371,16 @@ impl Bench {
         result
     }
 
-    fn spawn(&self, peer: Peer, ns: &str) -> Result<tokio::process::Child> {
+    /// Starts `peer` in `ns`; returns it and, for Capstan, the port of its
+    /// `/metrics`.
+    fn spawn(&self, peer: Peer, ns: &str) -> Result<(tokio::process::Child, Option<u16>)> {
+        let mut port = None;
         let mut command = match peer {
             Peer::Capstan => {
                 let mut c = tokio::process::Command::new(&self.capstan);
-                let listen = format!("127.0.0.1:{}", capstan_tests::free_port()?);
+                let free = capstan_tests::free_port()?;
+                port = Some(free);
+                let listen = format!("127.0.0.1:{free}");
                 c.args(["run", "--log", "warn", "-n", ns, "--listen", &listen]).arg(&self.greeter);
                 c
             }
@@ -370,36 +403,43 @@ impl Bench {
         for proxy in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
             command.env_remove(proxy);
         }
-        command
+        let child = command
             .env("KUBECONFIG", &self.cluster.kubeconfig)
             .stdout(Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("starting the {} peer", peer.name()))
+            .with_context(|| format!("starting the {} peer", peer.name()))?;
+        Ok((child, port))
     }
 
     /// Starts `wave` and measures it to Ready and to quiet.
-    #[expect(clippy::too_many_arguments, reason = "one call site; the run's state, spelled out")]
-    async fn phase(
-        &self,
-        peer: Peer,
-        ns: &str,
-        count: usize,
-        wave: Wave,
-        pid: u32,
-        child: &mut tokio::process::Child,
-        ready: &mut watch::Receiver<Readiness>,
-    ) -> Result<Phase> {
+    async fn phase(&self, running: &mut Running<'_>, ns: &str, count: usize, wave: Wave) -> Result<Phase> {
+        let Running { peer, pid, metrics, ref mut child, ref mut ready } = *running;
+        let reconciles = async || -> Result<Option<Reconciles>> {
+            let Some(port) = metrics else { return Ok(None) };
+            let (code, text) = http_get(port, "/metrics").await.context("reading capstan's /metrics")?;
+            ensure!(code == 200, "capstan's /metrics answered {code}");
+            Ok(Some(Reconciles::parse(&text)))
+        };
+        let reconciles0 = reconciles().await?;
         let api_pid = self.cluster.apiserver;
+        let etcd_cpu = || self.cluster.etcd.map_or(Ok(0.0), cpu_seconds);
         let calls0 = RequestCounts::scrape(&self.client, COUNTED).await?;
-        let (peer0, api0) = (cpu_seconds(pid)?, cpu_seconds(api_pid)?);
+        let (peer0, api0, etcd0, machine0) =
+            (cpu_seconds(pid)?, cpu_seconds(api_pid)?, etcd_cpu()?, machine_cpu_seconds()?);
         let start = Instant::now();
+        // Read when the sample is taken: the machine's figures are not
+        // known for the instant the watch saw Ready, only for the poll
+        // after it (at most one poll later).
         let sample = |at: Instant, calls: RequestCounts| -> Result<Sample> {
+            let machine: MachineCpu = machine_cpu_seconds()?;
             Ok(Sample {
                 seconds: at.duration_since(start).as_secs_f64(),
                 calls: calls.since(&calls0),
                 peer_cpu: cpu_seconds(pid)? - peer0,
                 apiserver_cpu: cpu_seconds(api_pid)? - api0,
+                etcd_cpu: etcd_cpu()? - etcd0,
+                busy: machine.busy_since(&machine0),
             })
         };
         match peer {
@@ -444,8 +484,22 @@ impl Bench {
                 bail!("still writing {:?} after Ready", self.timeout);
             }
         }
-        Ok(Phase { ready, quiet: last, peak_mib: peak_rss_mib(pid)? })
+        let reconciles = match (reconciles().await?, reconciles0) {
+            (Some(now), Some(before)) => Some(now.since(&before)),
+            _ => None,
+        };
+        Ok(Phase { ready, quiet: last, peak_mib: peak_rss_mib(pid)?, reconciles })
     }
+}
+
+/// A peer's process while it runs.
+struct Running<'a> {
+    peer: Peer,
+    pid: u32,
+    /// The port of its `/metrics` (Capstan's).
+    metrics: Option<u16>,
+    child: &'a mut tokio::process::Child,
+    ready: &'a mut watch::Receiver<Readiness>,
 }
 
 /// Waits until the just started process `pid` is idle (its CPU time still
@@ -587,6 +641,13 @@ async fn empty_namespace(client: &Client, ns: &str) -> Result<()> {
     Ok(())
 }
 
+/// The share of Capstan's workers' time to quiet spent in reconciles:
+/// near 100 % they are the limit; well below, the objects reach the queue
+/// slower than the workers take them.
+fn workers_busy(r: &Reconciles, quiet: &Sample) -> f64 {
+    r.seconds / (CONCURRENCY as f64 * quiet.seconds)
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
@@ -603,12 +664,18 @@ struct Medians {
     rate_quiet: f64,
     per_greeting: [f64; 4],
     cpu: [f64; 4],
+    /// etcd's CPU seconds to quiet.
+    etcd_quiet: f64,
+    /// How busy the machine was to Ready and to quiet, 0 to 1.
+    busy: [f64; 2],
     peak_mib: f64,
+    /// Peak resident memory over the idle one, per Greeting, in KiB.
+    kib_per_greeting: f64,
 }
 
-fn medians(count: usize, phases: &[&Phase]) -> Medians {
+fn medians(count: usize, runs: &[(&Run, &Phase)]) -> Medians {
     let n = count as f64;
-    let m = |f: &dyn Fn(&Phase) -> f64| median(phases.iter().map(|p| f(p)).collect());
+    let m = |f: &dyn Fn(&Phase) -> f64| median(runs.iter().map(|(_, p)| f(p)).collect());
     Medians {
         rate_ready: m(&|p| n / p.ready.seconds),
         rate_quiet: m(&|p| n / p.quiet.seconds),
@@ -624,7 +691,10 @@ fn medians(count: usize, phases: &[&Phase]) -> Medians {
             m(&|p| p.quiet.peer_cpu),
             m(&|p| p.quiet.apiserver_cpu),
         ],
+        etcd_quiet: m(&|p| p.quiet.etcd_cpu),
+        busy: [m(&|p| p.ready.busy), m(&|p| p.quiet.busy)],
         peak_mib: m(&|p| p.peak_mib),
+        kib_per_greeting: median(runs.iter().map(|(r, p)| 1024.0 * (p.peak_mib - r.idle_mib) / n).collect()),
     }
 }
 
@@ -641,18 +711,19 @@ fn summarize(count: usize, peers: &[Peer], runs: &[(Peer, Run)]) {
         let table: Vec<(Peer, Medians)> = peers
             .iter()
             .map(|&peer| {
-                let phases: Vec<&Phase> = runs.iter().filter(|(p, _)| *p == peer).map(|(_, r)| phase(r)).collect();
+                let phases: Vec<(&Run, &Phase)> =
+                    runs.iter().filter(|(p, _)| *p == peer).map(|(_, r)| (r, phase(r))).collect();
                 (peer, medians(count, &phases))
             })
             .collect();
         let rounds = runs.len() / peers.len().max(1);
         println!("\n{} of {count} Greetings, medians of {rounds} rounds", wave.word());
         println!(
-            "{:<18} | {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} | {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} | {:>8}",
-            "", "Ready", "", "", "", "", "", "quiet", "", "", "", "", "", ""
+            "{:<18} | {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} {:>5} | {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>5} | {:>8} {:>6} {:>8}",
+            "", "Ready", "", "", "", "", "", "", "quiet", "", "", "", "", "", "", "", "", "", ""
         );
         println!(
-            "{:<18} | {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} | {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} | {:>8}",
+            "{:<18} | {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} {:>5} | {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>5} | {:>8} {:>6} {:>8}",
             "peer",
             "G/s",
             "/raw",
@@ -660,20 +731,25 @@ fn summarize(count: usize, peers: &[Peer], runs: &[(Peer, Run)]) {
             "rd/G",
             "cpu s",
             "api s",
+            "busy",
             "G/s",
             "/raw",
             "wr/G",
             "rd/G",
             "cpu s",
             "api s",
-            "peak MiB"
+            "etcd s",
+            "busy",
+            "peak MiB",
+            "KiB/G",
+            "cpu ms/G"
         );
         let raw = table.iter().find(|(p, _)| *p == Peer::Raw).map(|(_, m)| (m.rate_ready, m.rate_quiet));
         for (peer, m) in &table {
             let of_raw =
                 |rate: f64, ceiling: Option<f64>| ceiling.map_or("-".to_owned(), |c| format!("{:.2}", rate / c));
             println!(
-                "{:<18} | {:>7.1} {:>6} {:>6.2} {:>6.2} {:>7.2} {:>7.2} | {:>7.1} {:>6} {:>6.2} {:>6.2} {:>7.2} {:>7.2} | {:>8.1}",
+                "{:<18} | {:>7.1} {:>6} {:>6.2} {:>6.2} {:>7.2} {:>7.2} {:>4.0}% | {:>7.1} {:>6} {:>6.2} {:>6.2} {:>7.2} {:>7.2} {:>7.2} {:>4.0}% | {:>8.1} {:>6.1} {:>8.2}",
                 peer.name(),
                 m.rate_ready,
                 of_raw(m.rate_ready, raw.map(|r| r.0)),
@@ -681,13 +757,18 @@ fn summarize(count: usize, peers: &[Peer], runs: &[(Peer, Run)]) {
                 m.per_greeting[1],
                 m.cpu[0],
                 m.cpu[1],
+                100.0 * m.busy[0],
                 m.rate_quiet,
                 of_raw(m.rate_quiet, raw.map(|r| r.1)),
                 m.per_greeting[2],
                 m.per_greeting[3],
                 m.cpu[2],
                 m.cpu[3],
+                m.etcd_quiet,
+                100.0 * m.busy[1],
                 m.peak_mib,
+                m.kib_per_greeting,
+                1000.0 * m.cpu[2] / count as f64,
             );
         }
         if let Some((_, c)) = table.iter().find(|(p, _)| *p == Peer::Capstan) {
@@ -699,6 +780,24 @@ fn summarize(count: usize, peers: &[Peer], runs: &[(Peer, Run)]) {
                 })
                 .collect();
             println!("capstan's Greetings/s over (to Ready / to quiet): {}", ratios.join(", "));
+        }
+        let host: Vec<&Phase> = runs.iter().filter(|(p, _)| *p == Peer::Capstan).map(|(_, r)| phase(r)).collect();
+        let with_reconciles: Vec<(&Reconciles, &Sample)> =
+            host.iter().filter_map(|p| Some((p.reconciles.as_ref()?, &p.quiet))).collect();
+        if !with_reconciles.is_empty() {
+            let m = |f: &dyn Fn(&Reconciles, &Sample) -> f64| {
+                median(with_reconciles.iter().map(|(r, s)| f(r, s)).collect())
+            };
+            let (last, _) = with_reconciles[with_reconciles.len() - 1];
+            let results: Vec<String> =
+                last.by_result.iter().map(|(k, n)| format!("{k} {:.2}", n / count as f64)).collect();
+            println!(
+                "capstan to quiet: {:.2} reconciles per Greeting ({} in the last round), {:.2} ms each, workers {:.0} % busy",
+                m(&|r, _| r.count / count as f64),
+                results.join(", "),
+                m(&|r, _| 1000.0 * r.seconds / r.count.max(1.0)),
+                100.0 * m(&|r, s| workers_busy(r, s)),
+            );
         }
         println!("calls per Greeting to quiet (last round):");
         for &peer in peers {
@@ -723,6 +822,7 @@ fn summarize(count: usize, peers: &[Peer], runs: &[(Peer, Run)]) {
 struct Cluster {
     kubeconfig: PathBuf,
     apiserver: u32,
+    etcd: Option<u32>,
     controller_manager: bool,
 }
 
@@ -748,7 +848,8 @@ impl Cluster {
         let apiserver =
             pid("kube-apiserver").with_context(|| format!("no live kube-apiserver in {}", dir.display()))?;
         let controller_manager = pid("kube-controller-manager").is_some();
-        Ok(Self { kubeconfig, apiserver, controller_manager })
+        let etcd = pid("etcd");
+        Ok(Self { kubeconfig, apiserver, etcd, controller_manager })
     }
 }
 
