@@ -141,9 +141,10 @@ async fn the_hosts_own_writes_do_not_trigger_a_second_reconcile() -> Result<()> 
     let reconciles = settled_successes(&host).await? - before;
     // Each parent once, and each child once as a primary object of its own
     // (the fixture's primary kind is its owned kind). The watch event of the
-    // child the host applied does not reconcile its parent again: that was
-    // 3 per pair. A watch event that overtakes the response to the write is
-    // not recognised, which may cost one more.
+    // child the host applied does not reconcile its parent again (that was 3
+    // per pair), not even when it arrives before the answer to the apply.
+    // One more is allowed for a rare event the host still does not place
+    // (the greetings bench shows 0.02 calls per object beyond the first).
     assert!(
         (2 * PARENTS..=2 * PARENTS + 1).contains(&reconciles),
         "{reconciles} reconciles for {PARENTS} parents and their children"

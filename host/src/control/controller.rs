@@ -556,6 +556,9 @@ async fn route(
     reconciler: Arc<Reconciler>,
     queue: Arc<Queue>,
 ) {
+    // Changes waiting for the answer to a write of the host's; they end
+    // with this task.
+    let mut pending = JoinSet::new();
     loop {
         let changes: Vec<Change> = match receiver.recv().await {
             Ok(change) => vec![change],
@@ -575,15 +578,36 @@ async fn route(
         };
         for Change { meta, deleted } in changes {
             let own = reconciler.written_for(&kind, &meta, deleted);
-            for r in mapping::targets(&manifest, namespaced, &kind, &meta, &primaries) {
-                if own.as_ref() == Some(&r) {
-                    tracing::trace!(from = %kind, object = %r, "the host's own write: not queued");
-                    continue;
-                }
-                tracing::trace!(from = %kind, object = %r, "queued");
-                queue.add(r);
+            let targets = mapping::targets(&manifest, namespaced, &kind, &meta, &primaries);
+            if own.is_none() && !deleted && reconciler.writing_to(&kind, &meta) {
+                // Perhaps the event of a write whose answer has not come
+                // back yet: decided once it has (milliseconds), so that
+                // the host's own write is no trigger on a busy machine
+                // either. Other changes go on meanwhile.
+                let (kind, reconciler, queue) = (kind.clone(), Arc::clone(&reconciler), Arc::clone(&queue));
+                pending.spawn(async move {
+                    reconciler.answered(&kind, &meta).await;
+                    let own = reconciler.written_for(&kind, &meta, false);
+                    enqueue(&queue, &kind, targets, own.as_ref());
+                });
+                continue;
             }
+            enqueue(&queue, &kind, targets, own.as_ref());
         }
+        while pending.try_join_next().is_some() {}
+    }
+}
+
+/// Queues `targets` of a change of `kind`, except `own`, the object whose
+/// reconcile made it.
+fn enqueue(queue: &Queue, kind: &Gvk, targets: Vec<ObjectRef>, own: Option<&ObjectRef>) {
+    for r in targets {
+        if own == Some(&r) {
+            tracing::trace!(from = %kind, object = %r, "the host's own write: not queued");
+            continue;
+        }
+        tracing::trace!(from = %kind, object = %r, "queued");
+        queue.add(r);
     }
 }
 

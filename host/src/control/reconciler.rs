@@ -47,8 +47,9 @@
 //!   objects or resyncs do not call the guest again.
 //! - A change the host itself made is no trigger: the watch event of its
 //!   own finalizer patch, status write or child apply (recognised by the
-//!   resourceVersion the write returned, see [`Reconciler::written_for`])
-//!   does not queue the object whose reconcile wrote it, so a reconcile is
+//!   resourceVersion the write returned, see [`Reconciler::written_for`];
+//!   an event that arrives before the write's answer is decided once the
+//!   answer is in) does not queue the object whose reconcile wrote it, so a reconcile is
 //!   not followed by a second one that would only find its own work done.
 //!   A change anyone else makes to the object or a child is a trigger as
 //!   before, and so is every object after a relist.
@@ -276,6 +277,26 @@ const MAX_OWN_WRITES: usize = 4;
 /// object it was written for.
 type OwnWrites = Vec<(String, ObjectRef, Instant)>;
 
+/// A write of the host's in flight (see [`Reconciler::writing_to`]).
+struct Sending<'a> {
+    reconciler: &'a Reconciler,
+    key: WriteKey,
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        let mut in_flight = lock(&self.reconciler.in_flight);
+        if let Some(n) = in_flight.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&self.key);
+            }
+        }
+        drop(in_flight);
+        self.reconciler.answered.notify_waiters();
+    }
+}
+
 /// How long a write of the host's to an object, whose watch event has not
 /// been seen, keeps that object's reconciles waiting for the cache. Past
 /// it the event counts as lost (a relist after a watch restart shows only
@@ -368,6 +389,12 @@ pub struct Reconciler {
     /// children) returned, until its watch event is seen: that event is no
     /// trigger.
     own_writes: Mutex<HashMap<WriteKey, OwnWrites>>,
+    /// The host's writes sent and not answered yet, by object: a watch
+    /// event of such an object may be the write's own, arriving before
+    /// the answer that says so (see [`Reconciler::writing_to`]).
+    in_flight: Mutex<HashMap<WriteKey, usize>>,
+    /// Notified whenever a write of `in_flight` is answered (or dropped).
+    answered: tokio::sync::Notify,
     /// The host's last apply of each child. The same object applied again
     /// to a child still at the resourceVersion that apply returned would
     /// change nothing (no one else has written it since), so it is not
@@ -407,6 +434,8 @@ impl Reconciler {
             adding: Mutex::new(HashSet::new()),
             refused: Mutex::new(HashMap::new()),
             own_writes: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+            answered: tokio::sync::Notify::new(),
             applied: Mutex::new(HashMap::new()),
             without_conditions: Mutex::new(HashSet::new()),
         }
@@ -584,8 +613,10 @@ impl Reconciler {
     /// recognised once; a deletion forgets the object's write and is always
     /// a trigger.
     ///
-    /// A watch event that overtakes the response to the write is not
-    /// recognised, and costs one reconcile that finds nothing to do.
+    /// A watch event can overtake the answer to the write it shows (on a
+    /// busy machine it often does): while [`writing_to`](Self::writing_to)
+    /// the object, an event not recognised yet is decided once the write
+    /// is answered ([`answered`](Self::answered)), not at once.
     pub fn written_for(&self, kind: &Gvk, meta: &ObjectMeta, deleted: bool) -> Option<ObjectRef> {
         let key = write_key(kind, meta.namespace.as_deref(), meta.name.as_deref()?);
         let mut writes = lock(&self.own_writes);
@@ -604,6 +635,49 @@ impl Reconciler {
             writes.remove(&key);
         }
         Some(primary)
+    }
+
+    /// True while a write of the host's to the object `meta` (of `kind`)
+    /// is sent and not answered: a watch event of it may be that write's
+    /// own, overtaking the answer. Wait for [`answered`](Self::answered)
+    /// before asking [`written_for`](Self::written_for).
+    pub fn writing_to(&self, kind: &Gvk, meta: &ObjectMeta) -> bool {
+        let Some(name) = meta.name.as_deref() else { return false };
+        lock(&self.in_flight).contains_key(&write_key(kind, meta.namespace.as_deref(), name))
+    }
+
+    /// Waits until no write of the host's to the object `meta` (of
+    /// `kind`) is in flight, at most [`OWN_WRITE_WAIT`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only waits.
+    pub async fn answered(&self, kind: &Gvk, meta: &ObjectMeta) {
+        let Some(name) = meta.name.as_deref() else { return };
+        let key = write_key(kind, meta.namespace.as_deref(), name);
+        let wait = async {
+            loop {
+                let notified = self.answered.notified();
+                let mut notified = std::pin::pin!(notified);
+                // Registered before the check: an answer between the two
+                // still wakes it.
+                notified.as_mut().enable();
+                if !lock(&self.in_flight).contains_key(&key) {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(OWN_WRITE_WAIT, wait).await;
+    }
+
+    /// Marks a write of the host's to `r` as in flight until the guard is
+    /// dropped (after [`note_write`](Self::note_write) has noted its
+    /// answer).
+    fn sending(&self, r: &ObjectRef) -> Sending<'_> {
+        let key = key_of(r);
+        *lock(&self.in_flight).entry(key.clone()).or_insert(0) += 1;
+        Sending { reconciler: self, key }
     }
 
     /// True if the host wrote `r` less than [`OWN_WRITE_WAIT`] ago and the
@@ -916,8 +990,10 @@ impl Reconciler {
         status: Option<Value>,
         condition: Option<HostCondition>,
     ) -> Result<Value, Error> {
+        let sending = self.sending(r);
         let written = self.send_status(component, r, object, status, condition).await?;
         self.note_write(r, r, object::meta_str(object, "resourceVersion"), &written);
+        drop(sending);
         Ok(written)
     }
 
@@ -973,6 +1049,7 @@ impl Reconciler {
             "finalizers": finalizers,
             "resourceVersion": object::meta_str(object, "resourceVersion"),
         }});
+        let _sending = self.sending(r);
         match self.cluster.patch(r, Patch::Merge(patch), Subresource::Main).await {
             Ok(v) => {
                 self.note_write(r, r, object::meta_str(object, "resourceVersion"), &v);
@@ -1045,9 +1122,14 @@ impl Reconciler {
                 continue;
             }
             let patch = Patch::Apply { object: child, field_manager: field_manager.clone(), force: true };
-            match self.cluster.patch(&child_ref, patch, Subresource::Main).await {
+            let sending = self.sending(&child_ref);
+            let result = self.cluster.patch(&child_ref, patch, Subresource::Main).await;
+            if let Ok(written) = &result {
+                self.note_write(r, &child_ref, before.as_deref(), written);
+            }
+            drop(sending);
+            match result {
                 Ok(written) => {
-                    self.note_write(r, &child_ref, before.as_deref(), &written);
                     match object::meta_str(&written, "resourceVersion") {
                         Some(rv) => lock(&self.applied).insert(key, (rv.to_owned(), sent)),
                         None => lock(&self.applied).remove(&key),
