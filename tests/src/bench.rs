@@ -74,13 +74,7 @@ impl RequestCounts {
 
     /// What was served since `before`.
     pub fn since(&self, before: &Self) -> Self {
-        let by_call = self
-            .by_call
-            .iter()
-            .map(|(call, n)| (call.clone(), n - before.by_call.get(call).copied().unwrap_or(0.0)))
-            .filter(|(_, n)| *n != 0.0)
-            .collect();
-        Self { by_call }
+        Self { by_call: changed_since(&self.by_call, &before.by_call) }
     }
 
     /// Requests with a [mutating verb](MUTATING_VERBS).
@@ -92,6 +86,14 @@ impl RequestCounts {
     pub fn reads(&self) -> f64 {
         self.by_call.iter().filter(|(call, _)| !is_mutating(call)).fold(0.0, |sum, (_, n)| sum + n)
     }
+}
+
+/// The counters of `now` that changed since `before`, by how much.
+fn changed_since(now: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    now.iter()
+        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0.0)))
+        .filter(|(_, n)| *n != 0.0)
+        .collect()
 }
 
 fn is_mutating(call: &str) -> bool {
@@ -144,13 +146,11 @@ impl Reconciles {
 
     /// What happened since `before`.
     pub fn since(&self, before: &Self) -> Self {
-        let by_result = self
-            .by_result
-            .iter()
-            .map(|(k, n)| (k.clone(), n - before.by_result.get(k).copied().unwrap_or(0.0)))
-            .filter(|(_, n)| *n != 0.0)
-            .collect();
-        Self { count: self.count - before.count, seconds: self.seconds - before.seconds, by_result }
+        Self {
+            count: self.count - before.count,
+            seconds: self.seconds - before.seconds,
+            by_result: changed_since(&self.by_result, &before.by_result),
+        }
     }
 }
 
