@@ -330,7 +330,17 @@ async fn a_pod_deleted_while_queued_for_a_retry_is_dropped_and_later_pods_still_
     wait_for(TIMEOUT, || async { pods.get("ghost").await.ok().as_ref().and_then(unschedulable) }).await?;
     pods.delete("ghost", &DeleteParams::default()).await?;
     wait_for(TIMEOUT, || async { pods.get_opt("ghost").await.ok().and_then(|p| p.is_none().then_some(())) }).await?;
-    let failures = event_count(&ns, "ghost", "FailedScheduling").await;
+    // An attempt the scheduler made before its watch saw the deletion (a
+    // retry after backoff, or after another test's Node came) is reported
+    // in a task of its own, so its Event may land after the Pod is gone:
+    // the count to hold is the one once it stops changing.
+    let failures = wait_for(TIMEOUT, || async {
+        let before = event_count(&ns, "ghost", "FailedScheduling").await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = event_count(&ns, "ghost", "FailedScheduling").await;
+        (before == after).then_some(after)
+    })
+    .await?;
 
     // A Node it would fit on comes: its retries find nothing to schedule.
     // A later Pod that only fits where the deleted one would have gone
