@@ -95,6 +95,12 @@ async fn the_greeter_converges_follows_changes_repairs_children_and_cleans_up() 
     let old_uid = cms.get("hello-greeting").await?.metadata.uid;
     cms.delete("hello-greeting", &DeleteParams::default()).await?;
     wait_for(TIMEOUT, || async { cms.get("hello-greeting").await.ok().filter(|c| c.metadata.uid != old_uid) }).await?;
+    // Each generation was `added` or `modified` once; the reconciles that
+    // followed the host's own writes, the Deployment's status (from
+    // kube-controller-manager) and the repair were resyncs.
+    let occurrences = |events: Vec<Event>| events.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum::<i32>();
+    assert_eq!(occurrences(events(&ns, "hello", "Created").await), 1);
+    assert_eq!(occurrences(events(&ns, "hello", "Updated").await), 1);
 
     // Delete: `deleted` is delivered, the finalizer removed, the object gone.
     greetings.delete("hello", &DeleteParams::default()).await?;

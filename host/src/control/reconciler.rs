@@ -71,7 +71,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::cluster::{self, Cluster, EventRecord, Patch, Propagation, Subresource};
 use crate::manifest::{self, Manifest, Verb};
@@ -744,12 +744,19 @@ impl Reconciler {
             && h.resource_versions.iter().any(|v| v.as_deref() == rv)
     }
 
+    /// Notes that the guest handled `seen`, which the host's own writes
+    /// made `object`. A status write carries no precondition, so `object`
+    /// may also hold someone else's change made while the guest ran (a new
+    /// spec): then only `seen` counts as handled, and the cached object,
+    /// once it shows that change, is `modified` (or, after a terminal
+    /// failure, tried again) rather than taken for the guest's own.
     fn remember(&self, manifest: &Manifest, r: &ObjectRef, seen: &Value, object: &Value, terminal: bool) {
         let rv = |o: &Value| object::meta_str(o, "resourceVersion").map(str::to_owned);
+        let ours = only_host_changes(seen, object);
         let handled = Handled {
             uid: object::meta_str(object, "uid").map(str::to_owned),
-            generation: object::generation(object),
-            resource_versions: [rv(seen), rv(object)],
+            generation: object::generation(if ours { object } else { seen }),
+            resource_versions: [rv(seen), if ours { rv(object) } else { None }],
             last: manifest.finalizer.is_none().then(|| object.clone()),
             terminal,
         };
@@ -1350,6 +1357,31 @@ fn logs_dropped_note(journal: &Journal) -> Option<String> {
     ))
 }
 
+/// True if `written`, the answer to the host's write of `seen`'s status,
+/// differs from `seen` only where that write changes an object: `status`,
+/// and the server's `resourceVersion`, `managedFields` and, for a kind
+/// without a status subresource, `generation`. Anything else (spec,
+/// labels, annotations, owners, finalizers) changed is someone else's
+/// write, made while the guest ran.
+fn only_host_changes(seen: &Value, written: &Value) -> bool {
+    fn same_except(a: &Map<String, Value>, b: &Map<String, Value>, skip: &[&str]) -> bool {
+        let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
+        kept(a) == kept(b) && a.iter().filter(|(k, _)| !skip.contains(&k.as_str())).all(|(k, v)| b.get(k) == Some(v))
+    }
+    if object::meta_str(seen, "resourceVersion") == object::meta_str(written, "resourceVersion") {
+        return true;
+    }
+    let (Some(seen), Some(written)) = (seen.as_object(), written.as_object()) else { return false };
+    fn meta(o: &Map<String, Value>) -> Option<&Map<String, Value>> {
+        o.get("metadata").and_then(Value::as_object)
+    }
+    same_except(seen, written, &["status", "metadata"])
+        && match (meta(seen), meta(written)) {
+            (Some(a), Some(b)) => same_except(a, b, &["resourceVersion", "managedFields", "generation"]),
+            (a, b) => a == b,
+        }
+}
+
 /// What the event of an object this host has not handled since it started
 /// is, judged by the marks a handled object carries.
 fn event_after_restart(manifest: &Manifest, object: &Value) -> EventKind {
@@ -1492,6 +1524,39 @@ fn status_apply_body(r: &ObjectRef, status: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_answer_holding_someone_elses_change_is_not_only_the_hosts() {
+        let seen = json!({
+            "apiVersion": "examples.capstan.dev/v1alpha1", "kind": "Greeting",
+            "metadata": {"name": "g", "resourceVersion": "10", "generation": 1, "labels": {"a": "1"},
+                "managedFields": [{"manager": "capstan"}]},
+            "spec": {"message": "hi"},
+        });
+        let mut written = seen.clone();
+        written["metadata"]["resourceVersion"] = json!("11");
+        written["metadata"]["managedFields"] = json!([{"manager": "capstan", "fieldsV1": {}}, {"manager": "x"}]);
+        written["status"] = json!({"observedGeneration": 1});
+        assert!(only_host_changes(&seen, &written), "status, resourceVersion and managedFields are the write's");
+        let mut no_status_subresource = written.clone();
+        no_status_subresource["metadata"]["generation"] = json!(2);
+        assert!(only_host_changes(&seen, &no_status_subresource), "a kind without a status subresource");
+        assert!(only_host_changes(&seen, &seen), "an unchanged answer (nothing written)");
+
+        let mut spec = written.clone();
+        spec["spec"]["message"] = json!("changed");
+        spec["metadata"]["generation"] = json!(2);
+        assert!(!only_host_changes(&seen, &spec), "a new spec");
+        let mut label = written.clone();
+        label["metadata"]["labels"]["b"] = json!("2");
+        assert!(!only_host_changes(&seen, &label), "a new label");
+        let mut removed = written.clone();
+        removed["metadata"].as_object_mut().expect("metadata is an object").remove("labels");
+        assert!(!only_host_changes(&seen, &removed), "a removed field");
+        let mut added = written;
+        added["data"] = json!({});
+        assert!(!only_host_changes(&seen, &added), "a field added at the top");
+    }
 
     #[test]
     fn a_journal_that_logged_every_line_records_no_logs_dropped_event() {
