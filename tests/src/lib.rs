@@ -368,6 +368,11 @@ impl TestNamespace {
     }
 }
 
+/// How many times `events` occurred: one per Event, or its series' count.
+pub fn occurrences(events: &[k8s_openapi::api::events::v1::Event]) -> i32 {
+    events.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum()
+}
+
 /// Polls `check` (every 200 ms) until it returns `Some`, and returns that
 /// value; fails once `timeout` has passed.
 pub async fn wait_for<T, F, Fut>(timeout: Duration, mut check: F) -> Result<T>

@@ -10,7 +10,7 @@ use capstan_host::control::controller::{Backoff, Settings};
 use capstan_host::runtime::limits::Limits;
 use capstan_host::serve::host::{Host, HostBuilder};
 use capstan_host::testing::find_component;
-use capstan_tests::{ControlPlane, TestNamespace, greeting, wait_for};
+use capstan_tests::{ControlPlane, TestNamespace, greeting, occurrences, wait_for};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -98,9 +98,8 @@ async fn the_greeter_converges_follows_changes_repairs_children_and_cleans_up() 
     // Each generation was `added` or `modified` once; the reconciles that
     // followed the host's own writes, the Deployment's status (from
     // kube-controller-manager) and the repair were resyncs.
-    let occurrences = |events: Vec<Event>| events.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum::<i32>();
-    assert_eq!(occurrences(events(&ns, "hello", "Created").await), 1);
-    assert_eq!(occurrences(events(&ns, "hello", "Updated").await), 1);
+    assert_eq!(occurrences(&events(&ns, "hello", "Created").await), 1);
+    assert_eq!(occurrences(&events(&ns, "hello", "Updated").await), 1);
 
     // Delete: `deleted` is delivered, the finalizer removed, the object gone.
     greetings.delete("hello", &DeleteParams::default()).await?;
@@ -249,10 +248,7 @@ async fn after_a_host_restart_every_object_is_reconciled_again_not_added_again()
     }
     let created = |n: &'static str| {
         let ns = ns.clone();
-        async move {
-            let events = events(&ns, n, "Created").await;
-            events.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum::<i32>()
-        }
+        async move { occurrences(&events(&ns, n, "Created").await) }
     };
     for n in names {
         assert_eq!(created(n).await, 1);

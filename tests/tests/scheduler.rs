@@ -19,7 +19,7 @@ use capstan_host::control::controller::{Backoff, Settings};
 use capstan_host::control::leader::LeaseSettings;
 use capstan_host::serve::host::{Change, Error as HostError, Host, HostBuilder};
 use capstan_host::testing::find_component;
-use capstan_tests::{ControlPlane, TestNamespace, random_suffix, wait_for};
+use capstan_tests::{ControlPlane, TestNamespace, occurrences, random_suffix, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -314,7 +314,7 @@ async fn with_leader_election_one_of_two_hosts_schedules_and_the_other_takes_ove
 
 /// The Events about Pod `name` with `reason`, counting each of a series.
 async fn event_count(ns: &TestNamespace, name: &str, reason: &str) -> i32 {
-    events(ns, name, reason).await.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum()
+    occurrences(&events(ns, name, reason).await)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use capstan_host::serve::host::{Host, HostBuilder};
 use capstan_host::testing::find_component;
 use capstan_tests::bench::RequestCounts;
-use capstan_tests::{ControlPlane, TestNamespace, random_suffix, wait_for};
+use capstan_tests::{ControlPlane, TestNamespace, occurrences, random_suffix, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -144,14 +144,14 @@ async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_ch
     // Backoff, then it waits for a change: a handful of attempts, not a hot loop.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let later = events(&client, &name, "ChildRefused").await;
-    let count = |e: &[Event]| e.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum::<i32>();
-    assert!(count(&later) <= 6, "retried with backoff, not hot: {} refusals", count(&later));
+    assert!(occurrences(&later) <= 6, "retried with backoff, not hot: {} refusals", occurrences(&later));
     // The same refusal again is one Event with a series, not a new object each time.
     assert!(
-        later.len() < count(&later) as usize && later.iter().any(|e| e.series.as_ref().is_some_and(|s| s.count >= 2)),
+        later.len() < occurrences(&later) as usize
+            && later.iter().any(|e| e.series.as_ref().is_some_and(|s| s.count >= 2)),
         "repeated refusals grow a series: {} Events, {} occurrences",
         later.len(),
-        count(&later)
+        occurrences(&later)
     );
     let _ = refusals;
 

@@ -49,8 +49,9 @@
 //!   own finalizer patch, status write or child apply (recognised by the
 //!   resourceVersion the write returned, see [`Reconciler::written_for`];
 //!   an event that arrives before the write's answer is decided once the
-//!   answer is in) does not queue the object whose reconcile wrote it, so a reconcile is
-//!   not followed by a second one that would only find its own work done.
+//!   answer is in) does not queue the object whose reconcile wrote it, so a
+//!   reconcile is not followed by a second one that would only find its own
+//!   work done.
 //!   A change anyone else makes to the object or a child is a trigger as
 //!   before, and so is every object after a relist.
 //! - A reconcile whose guest logged more lines than the per-invocation
@@ -1368,13 +1369,13 @@ fn only_host_changes(seen: &Value, written: &Value) -> bool {
         let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
         kept(a) == kept(b) && a.iter().filter(|(k, _)| !skip.contains(&k.as_str())).all(|(k, v)| b.get(k) == Some(v))
     }
+    fn meta(o: &Map<String, Value>) -> Option<&Map<String, Value>> {
+        o.get("metadata").and_then(Value::as_object)
+    }
     if object::meta_str(seen, "resourceVersion") == object::meta_str(written, "resourceVersion") {
         return true;
     }
     let (Some(seen), Some(written)) = (seen.as_object(), written.as_object()) else { return false };
-    fn meta(o: &Map<String, Value>) -> Option<&Map<String, Value>> {
-        o.get("metadata").and_then(Value::as_object)
-    }
     same_except(seen, written, &["status", "metadata"])
         && match (meta(seen), meta(written)) {
             (Some(a), Some(b)) => same_except(a, b, &["resourceVersion", "managedFields", "generation"]),
