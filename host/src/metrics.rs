@@ -29,6 +29,7 @@
 //! | `capstan_watch_restarts_total` | `kind` | watches that relisted after their first list |
 //! | `capstan_watch_errors_total` | `kind` | watch errors (a lost connection, a 403, an expired resource version), each retried with backoff |
 //! | `capstan_component_loads_total` | `result`, `reason` | components `loaded` or `rejected` (with the reason) |
+//! | `capstan_components_dir_read_failures_total` | | looks at `--components DIR` that could not read it (they change nothing) |
 //! | `capstan_component_compile_seconds` | `source` | compiling (`compiled`) or loading from the compile cache (`cache`) |
 //! | `capstan_leader_status` | `controller` | 1 while this replica leads the controller, else 0 |
 //! | `capstan_controllers` | `state` | controllers per state |
@@ -388,6 +389,7 @@ pub struct Metrics {
     watch_restarts: Family<KindLabels, Counter>,
     watch_errors: Family<KindLabels, Counter>,
     component_loads: Family<LoadLabels, Counter>,
+    components_dir_unreadable: Counter,
     compile_time: Histograms<SourceLabels>,
     leader: Family<ControllerLabels, Gauge>,
     controllers: Family<StateLabels, Gauge>,
@@ -428,6 +430,7 @@ impl Metrics {
             watch_restarts: Family::default(),
             watch_errors: Family::default(),
             component_loads: Family::default(),
+            components_dir_unreadable: Counter::default(),
             compile_time: Family::new_with_constructor(seconds),
             leader: Family::default(),
             controllers: Family::default(),
@@ -478,6 +481,11 @@ impl Metrics {
         r.register("watch_restarts", "Watches that relisted after their first list", m.watch_restarts.clone());
         r.register("watch_errors", "Watch errors, each retried with backoff", m.watch_errors.clone());
         r.register("component_loads", "Component loads by result and rejection reason", m.component_loads.clone());
+        r.register(
+            "components_dir_read_failures",
+            "Looks at the components directory that could not read it (and changed nothing)",
+            m.components_dir_unreadable.clone(),
+        );
         r.register_with_unit(
             "component_compile",
             "Time to compile a component or load it from the compile cache",
@@ -630,6 +638,11 @@ impl Metrics {
     /// [`component::Error::reason`](crate::runtime::component::Error::reason)).
     pub fn component_rejected(&self, reason: &'static str) {
         self.component_loads.get_or_create(&LoadLabels { result: "rejected", reason }).inc();
+    }
+
+    /// Counts a look at the components directory that could not read it.
+    pub fn components_dir_unreadable(&self) {
+        self.components_dir_unreadable.inc();
     }
 
     /// Records the time to compile a component (`source`: `compiled`) or

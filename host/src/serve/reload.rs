@@ -60,6 +60,53 @@ struct Known {
     stamps: HashMap<PathBuf, Stamp>,
     /// The `*.oci` files followed, with their references.
     follows: HashMap<PathBuf, (Reference, Follow)>,
+    /// Whether the last look could not read the directory (the failure is
+    /// logged at the first look of a streak).
+    unreadable: bool,
+}
+
+/// What a look does: unload the files `gone`, look at the files `changed`
+/// (both sorted).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Changes {
+    gone: Vec<PathBuf>,
+    changed: Vec<PathBuf>,
+}
+
+impl Known {
+    /// What changed since the last look, given what this one saw of `dir`.
+    /// A listing that failed changes nothing: a directory that cannot be
+    /// read is not an empty one.
+    fn changes(&mut self, dir: &Path, listing: std::io::Result<Listing>) -> Changes {
+        let listing = match listing {
+            Ok(listing) => {
+                if std::mem::take(&mut self.unreadable) {
+                    tracing::info!(dir = %dir.display(), "components directory readable again");
+                }
+                listing
+            }
+            Err(error) => {
+                crate::metrics::metrics().components_dir_unreadable();
+                if !std::mem::replace(&mut self.unreadable, true) {
+                    tracing::warn!(
+                        dir = %dir.display(),
+                        error = %error,
+                        "cannot read the components directory; what runs keeps running until it can be read"
+                    );
+                }
+                return Changes::default();
+            }
+        };
+        let mut gone: Vec<PathBuf> = self.stamps.keys().filter(|p| !listing.contains_key(*p)).cloned().collect();
+        gone.sort();
+        let mut changed: Vec<PathBuf> = listing
+            .iter()
+            .filter(|(p, s)| s.as_ref().is_some_and(|s| self.stamps.get(*p) != Some(s)))
+            .map(|(p, _)| p.clone())
+            .collect();
+        changed.sort();
+        Changes { gone, changed }
+    }
 }
 
 /// A running watch of a components directory; stops when dropped.
@@ -92,8 +139,10 @@ impl DirWatch {
         // makes one more look, not one per event.
         let (tx, mut rx) = mpsc::channel(1);
         let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
-            if let Err(e) = &result {
-                tracing::warn!(error = %e, "components directory watch error");
+            match &result {
+                Ok(event) if !is_change(event) => return,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "components directory watch error"),
             }
             let _ = tx.try_send(());
         })
@@ -124,16 +173,72 @@ impl DirWatch {
     }
 }
 
-/// The `*.wasm` files of `dir` with their stamps (following symlinks).
-fn components_in(dir: &Path) -> HashMap<PathBuf, Stamp> {
-    let Ok(entries) = std::fs::read_dir(dir) else { return HashMap::new() };
-    entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| is_component_file(p))
-        .filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
-        .filter_map(|p| std::fs::metadata(&p).ok().filter(|m| m.is_file()).map(|m| (p, stamp(&m))))
-        .collect()
+/// Whether `event` may change what a look sees: a file created, written
+/// (or closed after writing), renamed, removed, or its metadata changed.
+/// Opening, reading and closing a file without writing are not: a look
+/// opens the directory and its files itself, and a look on every access
+/// would make the next one at once, for ever.
+pub(crate) fn is_change(event: &notify::Event) -> bool {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode};
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        // What the platform could not classify (or events were lost):
+        // look again.
+        EventKind::Any | EventKind::Other => true,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => true,
+    }
+}
+
+/// What a look saw of the directory: each component file with its stamp,
+/// or `None` for a file that is there but could not be looked at (it is
+/// neither loaded nor unloaded for it).
+type Listing = HashMap<PathBuf, Option<Stamp>>;
+
+/// The `*.wasm`, `*.wasm.gz` and `*.oci` files of `dir` with their stamps
+/// (following symlinks).
+///
+/// # Errors
+///
+/// When the directory, or one of its entries, cannot be read (e.g. no
+/// file descriptor is left): the listing would miss files that are
+/// there, and a look would unload them.
+fn components_in(dir: &Path) -> std::io::Result<Listing> {
+    let entries = std::fs::read_dir(dir)?.map(|entry| entry.map(|e| e.path()));
+    listing(entries, |path| std::fs::metadata(path).map(|m| m.is_file().then(|| stamp(&m))))
+}
+
+/// The component files among `entries`, stamped by `stat` (`None`: not a
+/// file). A file `stat` does not find is not there (removed since, or a
+/// dangling symlink); one it fails on otherwise is listed without a stamp.
+///
+/// # Errors
+///
+/// The first entry that could not be read.
+fn listing(
+    entries: impl IntoIterator<Item = std::io::Result<PathBuf>>,
+    stat: impl Fn(&Path) -> std::io::Result<Option<Stamp>>,
+) -> std::io::Result<Listing> {
+    let mut listing = Listing::new();
+    for path in entries {
+        let path = path?;
+        if !is_component_file(&path) || path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+            continue;
+        }
+        match stat(&path) {
+            Ok(Some(stamp)) => {
+                listing.insert(path, Some(stamp));
+            }
+            Ok(None) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "component file not looked at");
+                listing.insert(path, None);
+            }
+        }
+    }
+    Ok(listing)
 }
 
 /// `*.wasm`, `*.wasm.gz` (gzipped, e.g. from a ConfigMap), or `*.oci` (a
@@ -176,17 +281,13 @@ async fn settled(path: &Path) -> Option<Stamp> {
 
 /// Compares the directory with `known` and loads, reloads or unloads.
 async fn look(shared: &Arc<Shared>, dir: &Path, known: &mut Known) {
-    let present = components_in(dir);
-    let gone: Vec<PathBuf> = known.stamps.keys().filter(|p| !present.contains_key(*p)).cloned().collect();
+    let Changes { gone, changed } = known.changes(dir, components_in(dir));
     for path in gone {
         known.stamps.remove(&path);
         known.follows.remove(&path);
         shared.unload(&path).await;
     }
-    let mut changed: Vec<&PathBuf> =
-        present.iter().filter(|(p, s)| known.stamps.get(*p) != Some(s)).map(|(p, _)| p).collect();
-    changed.sort();
-    for path in changed {
+    for path in &changed {
         tracing::debug!(path = %path.display(), "changed");
         // A version seen before (its digest in the compile cache, or the
         // one running) is complete: no need to wait for it to hold still.
@@ -245,5 +346,77 @@ mod tests {
         assert_eq!(reference_in("# nothing\n").expect_err("empty").reason(), "reference");
         assert!(is_component_file(Path::new("/c/greeter.oci")) && is_reference_file(Path::new("/c/greeter.oci")));
         assert!(!is_component_file(Path::new("/c/greeter.oci.tmp")));
+    }
+
+    fn stamped(size: u64) -> Option<Stamp> {
+        Some((size, Some(SystemTime::UNIX_EPOCH + Duration::from_secs(size))))
+    }
+
+    fn known(files: &[(&str, u64)]) -> Known {
+        let stamps = files.iter().map(|(name, size)| (PathBuf::from(name), stamped(*size).expect("a stamp")));
+        Known { stamps: stamps.collect(), ..Known::default() }
+    }
+
+    fn emfile() -> std::io::Error {
+        std::io::Error::from_raw_os_error(24)
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_read_unloads_nothing_until_it_can_be_read_again() {
+        let dir = Path::new("/components");
+        let mut known = known(&[("/components/a.wasm", 1), ("/components/b.wasm", 2)]);
+
+        // read_dir fails: nothing is gone, nothing changed.
+        assert_eq!(known.changes(dir, Err(emfile())), Changes::default());
+        assert!(known.unreadable);
+        // An entry fails while the directory is read: the same.
+        let entries = vec![Ok(PathBuf::from("/components/a.wasm")), Err(emfile())];
+        let listed = listing(entries, |_| Ok(stamped(1)));
+        assert_eq!(listed.as_ref().map_err(std::io::Error::raw_os_error).err(), Some(Some(24)));
+        assert_eq!(known.changes(dir, listed), Changes::default());
+        assert!(known.unreadable, "still one streak");
+
+        // Readable again: b went, c came, a is as it was.
+        let entries = ["/components/a.wasm", "/components/c.wasm", "/components/notes.txt"].map(|p| Ok(p.into()));
+        let listed = listing(entries, |p| Ok(stamped(if p.ends_with("a.wasm") { 1 } else { 3 })));
+        let changes = known.changes(dir, listed);
+        assert_eq!(changes.gone, [PathBuf::from("/components/b.wasm")]);
+        assert_eq!(changes.changed, [PathBuf::from("/components/c.wasm")]);
+        assert!(!known.unreadable);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_looked_at_is_neither_unloaded_nor_loaded() {
+        let dir = Path::new("/components");
+        let mut known = known(&[("/components/a.wasm", 1)]);
+        let entries = ["/components/a.wasm", "/components/new.wasm", "/components/gone.wasm"].map(|p| Ok(p.into()));
+        let listed = listing(entries, |p| match p.file_name().and_then(|n| n.to_str()) {
+            Some("gone.wasm") => Err(std::io::ErrorKind::NotFound.into()),
+            _ => Err(std::io::Error::from_raw_os_error(40)),
+        })
+        .expect("the directory was read");
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert_eq!(known.changes(dir, Ok(listed)), Changes::default());
+    }
+
+    #[test]
+    fn only_changes_make_a_look_not_opening_or_reading_a_file() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, DataChange, MetadataKind, ModifyKind, RenameMode};
+        use notify::{Event, EventKind};
+        let kinds = [
+            (EventKind::Access(AccessKind::Open(AccessMode::Any)), false),
+            (EventKind::Access(AccessKind::Close(AccessMode::Read)), false),
+            (EventKind::Access(AccessKind::Read), false),
+            (EventKind::Access(AccessKind::Close(AccessMode::Write)), true),
+            (EventKind::Create(CreateKind::File), true),
+            (EventKind::Modify(ModifyKind::Data(DataChange::Any)), true),
+            (EventKind::Modify(ModifyKind::Name(RenameMode::To)), true),
+            (EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)), true),
+            (EventKind::Remove(notify::event::RemoveKind::File), true),
+            (EventKind::Other, true),
+        ];
+        for (kind, change) in kinds {
+            assert_eq!(is_change(&Event::new(kind)), change, "{kind:?}");
+        }
     }
 }
