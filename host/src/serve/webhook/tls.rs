@@ -13,10 +13,10 @@
 //!   the CA goes into the configurations the host installs.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
-use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
+use notify_debouncer_mini::notify::{self, RecommendedWatcher, RecursiveMode, Watcher as _};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -30,6 +30,8 @@ pub struct Certs {
     current: RwLock<Arc<CertifiedKey>>,
     ca_bundle: RwLock<Vec<u8>>,
     dir: Option<PathBuf>,
+    /// How often the directory was read again.
+    reloads: AtomicU64,
 }
 
 fn certified(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error> {
@@ -65,7 +67,12 @@ impl Certs {
     pub fn from_dir(dir: impl Into<PathBuf>) -> Result<Self, Error> {
         let dir = dir.into();
         let (key, ca) = read_dir(&dir)?;
-        Ok(Self { current: RwLock::new(Arc::new(key)), ca_bundle: RwLock::new(ca), dir: Some(dir) })
+        Ok(Self {
+            current: RwLock::new(Arc::new(key)),
+            ca_bundle: RwLock::new(ca),
+            dir: Some(dir),
+            reloads: AtomicU64::new(0),
+        })
     }
 
     /// A new CA and a serving certificate it signs for `names` (DNS names
@@ -96,6 +103,7 @@ impl Certs {
             current: RwLock::new(Arc::new(certified)),
             ca_bundle: RwLock::new(ca_cert.pem().into_bytes()),
             dir: None,
+            reloads: AtomicU64::new(0),
         })
     }
 
@@ -113,6 +121,7 @@ impl Certs {
     /// files cannot be read. Returns whether the certificate changed.
     pub fn reload(&self) -> bool {
         let Some(dir) = &self.dir else { return false };
+        self.reloads.fetch_add(1, Ordering::Relaxed);
         match read_dir(dir) {
             Ok((key, ca)) => {
                 let changed = key.cert != self.current().cert;
@@ -131,28 +140,48 @@ impl Certs {
     }
 
     /// Follows the directory of [`from_dir`](Self::from_dir): reloads on
-    /// every change until the returned watch is dropped. `None` for
-    /// self-managed certificates.
+    /// every change (files created, written, renamed, removed; opening and
+    /// reading them is not a change, so its own reads make no reload),
+    /// once changes have stopped for [`DEBOUNCE`](crate::serve::reload::DEBOUNCE),
+    /// until the returned watch is dropped. `None` for self-managed
+    /// certificates.
     ///
     /// # Errors
     ///
     /// [`Error::Certs`] when the directory cannot be watched.
     pub fn watch(self: &Arc<Self>) -> Result<Option<CertWatch>, Error> {
         let Some(dir) = &self.dir else { return Ok(None) };
-        let certs = Arc::downgrade(self);
-        let mut debouncer = new_debouncer(super::super::reload::DEBOUNCE, move |result: DebounceEventResult| {
-            if let Err(e) = &result {
-                tracing::warn!(error = %e, "webhook certificate watch error");
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
+            match &result {
+                Ok(event) if !crate::serve::reload::is_change(event) => return,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "webhook certificate watch error"),
             }
-            if let Some(certs) = certs.upgrade() {
-                certs.reload();
-            }
+            let _ = tx.send(());
         })
         .map_err(|e| Error::Certs(e.to_string()))?;
         // Kubernetes updates Secret volumes by swapping a symlink: watch
         // the directory, not the files.
-        debouncer.watcher().watch(dir, RecursiveMode::NonRecursive).map_err(|e| Error::Certs(e.to_string()))?;
-        Ok(Some(CertWatch { _debouncer: debouncer }))
+        watcher.watch(dir, RecursiveMode::NonRecursive).map_err(|e| Error::Certs(e.to_string()))?;
+        let certs = Arc::downgrade(self);
+        // Ends when the watcher is dropped (its sender with it).
+        std::thread::Builder::new()
+            .name("capstan-cert-watch".to_owned())
+            .spawn(move || {
+                while rx.recv().is_ok() {
+                    // A rotation is several changes: reload once they stop.
+                    while rx.recv_timeout(crate::serve::reload::DEBOUNCE).is_ok() {}
+                    match certs.upgrade() {
+                        Some(certs) => {
+                            certs.reload();
+                        }
+                        None => return,
+                    }
+                }
+            })
+            .map_err(|e| Error::Certs(format!("cannot start the certificate watch: {e}")))?;
+        Ok(Some(CertWatch { _watcher: watcher }))
     }
 
     /// A rustls server configuration that serves [`current`](Self::current)
@@ -177,7 +206,7 @@ impl ResolvesServerCert for Certs {
 
 /// A running watch of a certificate directory; stops when dropped.
 pub struct CertWatch {
-    _debouncer: Debouncer<RecommendedWatcher>,
+    _watcher: RecommendedWatcher,
 }
 
 impl std::fmt::Debug for CertWatch {
@@ -243,7 +272,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn rotated_files_are_picked_up_without_a_restart() {
+    async fn rotated_files_are_picked_up_without_a_restart_and_reading_them_is_no_change() {
         let dir = temp_dir("rotate");
         write_pair(&dir, "localhost");
         let certs = Arc::new(Certs::from_dir(&dir).expect("certs"));
@@ -259,6 +288,13 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
         assert_eq!(served, second, "the rotated certificate serves");
+        // The reload opened and read the files: no change to reload for.
+        // Twenty debounce periods later, at most the reload of a rotation
+        // seen in two parts has come.
+        let after_rotation = certs.reloads.load(Ordering::Relaxed);
+        std::thread::sleep(crate::serve::reload::DEBOUNCE * 20);
+        let reloads = certs.reloads.load(Ordering::Relaxed);
+        assert!(reloads <= after_rotation + 1, "{after_rotation} reloads for the rotation, {reloads} in all");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
