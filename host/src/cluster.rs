@@ -137,6 +137,38 @@ pub enum Subresource {
     Status,
 }
 
+/// The most bytes of a message the host writes into an Event's note or a
+/// condition: the API server refuses Event notes longer than this.
+pub const MAX_MESSAGE: usize = 1024;
+
+/// `text` cut to at most `max` bytes on a character boundary, the cut
+/// marked with how much was left out (`… (N bytes cut)`); `text` itself
+/// when it fits (`max` of at least 32 bytes leaves room for the mark).
+/// Everything a guest says (a failure's message, a child's
+/// name) goes through it before the host logs it, records it in an Event or
+/// writes it into a condition.
+///
+/// ```
+/// use capstan_host::cluster::bounded;
+///
+/// assert_eq!(bounded("short", 64), "short");
+/// let cut = bounded(&"x".repeat(100), 32);
+/// assert_eq!(cut, format!("{}… (87 bytes cut)", "x".repeat(13)));
+/// assert!(cut.len() <= 32);
+/// ```
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    // The mark with the largest count it can hold is the longest.
+    let room = max.saturating_sub(format!("… ({} bytes cut)", text.len()).len());
+    let mut end = room;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes cut)", &text[..end], text.len() - end)
+}
+
 /// A Kubernetes Event to record, regarding one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventRecord {

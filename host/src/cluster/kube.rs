@@ -40,20 +40,7 @@ impl Resolved {
 }
 
 /// The API server rejects Event notes longer than this (bytes).
-pub const MAX_EVENT_NOTE: usize = 1024;
-
-/// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max - '…'.len_utf8();
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push('…');
-    }
-    s
-}
+pub const MAX_EVENT_NOTE: usize = super::MAX_MESSAGE;
 
 /// Maps a kube-rs error to a cluster error.
 pub fn map_error(e: kube::Error) -> Error {
@@ -342,7 +329,7 @@ impl Cluster for KubeCluster {
             uid: event.regarding_uid.clone(),
             ..ObjectReference::default()
         };
-        let note = event.note.map(|n| truncate(n, MAX_EVENT_NOTE));
+        let note = event.note.map(|n| super::bounded(&n, MAX_EVENT_NOTE));
         recorder.publish(event.warning, event.reason, event.action, note, regarding).await.map_err(map_error)
     }
 }
@@ -353,9 +340,9 @@ mod tests {
 
     #[test]
     fn long_event_notes_are_cut_to_what_the_api_server_accepts() {
-        let cut = truncate("é".repeat(1000), MAX_EVENT_NOTE);
-        assert!(cut.len() <= MAX_EVENT_NOTE && cut.ends_with('…'));
-        assert_eq!(truncate("short".into(), MAX_EVENT_NOTE), "short");
+        let cut = super::super::bounded(&"é".repeat(1000), MAX_EVENT_NOTE);
+        assert!(cut.len() <= MAX_EVENT_NOTE && cut.ends_with("… (996 bytes cut)"), "{cut}");
+        assert_eq!(super::super::bounded("short", MAX_EVENT_NOTE), "short");
     }
 
     #[test]
