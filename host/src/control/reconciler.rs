@@ -32,19 +32,33 @@
 //!   naming it, the host's `Reconciled=False` condition, and the guest's
 //!   next `reconcile-request.failed-children`. The object is retried with
 //!   backoff [`Error::retry_limit`] times, then waits for a change.
-//! - The status is written through the status subresource, with
-//!   `observedGeneration` filled in when the guest left it out, and only
-//!   when it differs from the current one. The host's own condition
-//!   ([`CONDITION`]) is merged into it by type, keeping its
-//!   `lastTransitionTime` while its status stays the same, and removed at
-//!   the next success; all of it is written with the controller's field
-//!   manager, so it behaves the same whether the schema makes `conditions`
-//!   an atomic list or a list-map.
+//! - The host writes only what it owns into a status: the guest's status
+//!   (the outcome's or the failure's), by server-side apply with the
+//!   controller's field manager, with `observedGeneration` filled in when
+//!   the guest left it out, and only when it differs from the current one;
+//!   and its own condition ([`CONDITION`]), by a JSON patch of that one
+//!   list entry whose `test` operations make it fail rather than overwrite
+//!   a list that changed since it was read. Whatever else the status holds,
+//!   whoever wrote it while the guest ran (the guest itself through the
+//!   API included), stays: without a status of the guest's only the
+//!   condition is written. This holds whether the schema makes `conditions`
+//!   an atomic list or a list-map. When the guest's status carries a
+//!   `conditions` list, the host's condition is merged into it by type, so
+//!   one write carries both.
+//! - The host's condition keeps its `lastTransitionTime` while its status
+//!   stays the same, and is removed at the next success.
 //! - A failure keeps the children as they are, writes the failure's status
 //!   and events, and (terminal) records a Warning Event and sets
 //!   `Reconciled=False`. A terminal failure is not retried until the object
 //!   changes: triggers caused by the host's own writes, children, watched
 //!   objects or resyncs do not call the guest again.
+//! - Any child refused sets `Reconciled=False` (reason `ChildRefused`),
+//!   whatever the guest's status says and even when the API server refuses
+//!   that status.
+//! - Every message a guest hands the host (a failure's message, a name in
+//!   an invalid outcome) is bounded to [`cluster::MAX_MESSAGE`] bytes
+//!   ([`cluster::bounded`]) before it is logged, recorded in an Event or
+//!   written into a condition.
 //! - A change the host itself made is no trigger: the watch event of its
 //!   own finalizer patch, status write or child apply (recognised by the
 //!   resourceVersion the write returned, see [`Reconciler::written_for`];
@@ -163,7 +177,7 @@ pub enum Error {
     /// Children were refused in a way a retry cannot fix. Retried with
     /// backoff up to [`Error::retry_limit`] times, then not until the
     /// object changes.
-    #[error("{} refused: {}", plural(.0.len()), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    #[error("{}", refused_text(.0))]
     ChildrenRefused(Vec<ChildFailure>),
     /// Reading the object or applying the outcome failed. Retried.
     #[error("applying the outcome failed: {0}")]
@@ -178,6 +192,15 @@ pub enum Error {
 
 fn plural(n: usize) -> String {
     if n == 1 { "1 child".into() } else { format!("{n} children") }
+}
+
+/// What the refused children say, bounded to [`cluster::MAX_MESSAGE`].
+fn refused_list(refused: &[ChildFailure]) -> String {
+    cluster::bounded(&refused.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "), cluster::MAX_MESSAGE)
+}
+
+fn refused_text(refused: &[ChildFailure]) -> String {
+    format!("{} refused: {}", plural(refused.len()), refused_list(refused))
 }
 
 impl Error {
@@ -364,11 +387,42 @@ enum Existing {
     ControlledBy(String),
 }
 
-/// The host's condition to merge into a status.
+/// The host's condition for a primary object's status.
 #[derive(Clone)]
 struct HostCondition {
     reason: &'static str,
     message: String,
+}
+
+impl HostCondition {
+    /// The condition with `reason`, its message bounded to
+    /// [`cluster::MAX_MESSAGE`] bytes.
+    fn new(reason: &'static str, message: &str) -> Self {
+        Self { reason, message: cluster::bounded(message, cluster::MAX_MESSAGE) }
+    }
+
+    /// The condition as written into the status of `object`: its
+    /// `lastTransitionTime` kept while the condition there is `False`
+    /// already, its `observedGeneration` the object's generation.
+    fn to_value(&self, object: &Value) -> Value {
+        let since = conditions(object.get("status"))
+            .iter()
+            .find(|c| c.get("type") == Some(&json!(CONDITION)))
+            .filter(|c| c.get("status") == Some(&json!("False")))
+            .and_then(|c| c.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(now()));
+        let mut c = json!({
+            "type": CONDITION,
+            "status": "False",
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": since,
+        });
+        if let Some(generation) = object::generation(object) {
+            c["observedGeneration"] = json!(generation);
+        }
+        c
+    }
 }
 
 /// A controller's reconcile logic: one component version (and perhaps a
@@ -859,7 +913,7 @@ impl Reconciler {
         let (latest, refused) = match self.apply(&component, r, &object, outcome, report).await {
             Ok(applied) => applied,
             Err(Error::InvalidOutcome(m)) => {
-                let e = Error::InvalidOutcome(m);
+                let e = Error::InvalidOutcome(cluster::bounded(&m, cluster::MAX_MESSAGE));
                 self.give_up(&component, r, &object, "InvalidOutcome", &e.to_string()).await;
                 return Err(e);
             }
@@ -896,7 +950,7 @@ impl Reconciler {
             warning: true,
             reason: reason.to_owned(),
             action: "Reconcile".to_owned(),
-            note: Some(note),
+            note: Some(cluster::bounded(&note, cluster::MAX_MESSAGE)),
             reporting_controller: component.manifest.name.clone(),
         }
     }
@@ -934,14 +988,16 @@ impl Reconciler {
         }
     }
 
-    /// Handles the guest's failure: its status (with the host's condition
-    /// for a terminal one) and events; children stay as they are.
+    /// Handles the guest's failure: its status and the host's condition
+    /// (for a terminal one), its events; children stay as they are. The
+    /// message is bounded to [`cluster::MAX_MESSAGE`] before it goes
+    /// anywhere.
     async fn fail(&self, component: &Loaded, r: &ObjectRef, object: &Value, failure: wit::Failure) -> Error {
         let terminal = failure.kind == wit::FailureKind::Terminal;
-        let status = match failure.status.as_deref().map(serde_json::from_slice::<Value>).transpose() {
+        let message = cluster::bounded(&failure.message, cluster::MAX_MESSAGE);
+        let status = match guest_status(failure.status.as_deref()) {
             Ok(s) => s,
             Err(e) => {
-                let e = Error::InvalidOutcome(format!("the failure's status is not JSON: {e}"));
                 self.give_up(component, r, object, "InvalidOutcome", &e.to_string()).await;
                 return e;
             }
@@ -951,22 +1007,19 @@ impl Reconciler {
             self.give_up(component, r, object, "InvalidOutcome", &e.to_string()).await;
             return e;
         }
-        let condition = terminal.then(|| HostCondition { reason: "TerminalError", message: failure.message.clone() });
-        let latest = match self.write_status(component, r, object, status, condition).await {
-            Ok(latest) => latest,
-            Err(e) => {
-                tracing::debug!(object = %r, error = %e, "the failure's status was not written");
-                object.clone()
-            }
-        };
+        let condition = terminal.then(|| HostCondition::new("TerminalError", &message));
+        let (latest, error) = self.write_status(component, r, object, status, condition).await;
+        if let Some(e) = error {
+            tracing::debug!(object = %r, error = %e, "the failure's status was not written in full");
+        }
         self.record_events(component, r, object, failure.events).await;
         if terminal {
-            self.record(self.warning(component, r, object, "ReconcileFailed", failure.message.clone())).await;
+            self.record(self.warning(component, r, object, "ReconcileFailed", message.clone())).await;
             self.remember(&component.manifest, r, object, &latest, true);
             lock(&self.adding).remove(r);
-            Error::Terminal(failure.message)
+            Error::Terminal(message)
         } else {
-            Error::Transient(failure.message)
+            Error::Transient(message)
         }
     }
 
@@ -974,22 +1027,34 @@ impl Reconciler {
     /// host found (an invalid outcome), and waits for a change.
     async fn give_up(&self, component: &Loaded, r: &ObjectRef, object: &Value, reason: &'static str, message: &str) {
         self.record(self.warning(component, r, object, reason, message.to_owned())).await;
-        let condition = HostCondition { reason, message: message.to_owned() };
-        let latest = self.write_status(component, r, object, None, Some(condition)).await.unwrap_or_else(|e| {
+        let condition = HostCondition::new(reason, message);
+        let (latest, error) = self.write_status(component, r, object, None, Some(condition)).await;
+        if let Some(e) = error {
             tracing::debug!(object = %r, error = %e, "no condition written");
-            object.clone()
-        });
+        }
         self.remember(&component.manifest, r, object, &latest, true);
     }
 
-    /// Writes `status` (the guest's, or with `None` the current one) with
-    /// the host's condition merged in by type (or removed, without one),
-    /// unless that changes nothing. Returns the object as written.
+    /// Writes into the status of `r` (`object` as the guest got it) what
+    /// the host owns there: the guest's `status` if it gave one, and the
+    /// host's condition (set, or removed without one). Returns the object
+    /// as written, and the first write that failed; a failed write does
+    /// not stop the other.
     ///
-    /// A kind whose status schema does not declare `conditions` cannot
-    /// carry the host's condition (server-side apply refuses undeclared
-    /// fields): the status is written without it, and a warning says once
-    /// per kind what to add to the CRD.
+    /// The guest's status is applied with the controller's field manager
+    /// (`observedGeneration` filled in when absent), unless the current
+    /// status holds it already. The condition is a JSON patch of its own
+    /// list entry ([`condition_patch`]): never the rest of the status,
+    /// which others may have written while the guest ran. When the guest's
+    /// status carries a `conditions` list, the condition is merged into it
+    /// by type, so one write carries both (the patch then finds it in
+    /// place); otherwise the condition goes first, so the guest's status
+    /// is never seen without it.
+    ///
+    /// A kind whose status schema does not declare `conditions` drops the
+    /// condition (the API server prunes undeclared fields): from then on
+    /// the host writes no condition into objects of that kind, and a
+    /// warning says once per kind what to add to the CRD.
     async fn write_status(
         &self,
         component: &Loaded,
@@ -997,45 +1062,78 @@ impl Reconciler {
         object: &Value,
         status: Option<Value>,
         condition: Option<HostCondition>,
-    ) -> Result<Value, Error> {
-        let sending = self.sending(r);
-        let written = self.send_status(component, r, object, status, condition).await?;
-        self.note_write(r, r, object::meta_str(object, "resourceVersion"), &written);
-        drop(sending);
-        Ok(written)
+    ) -> (Value, Option<Error>) {
+        let _sending = self.sending(r);
+        let declared = !lock(&self.without_conditions).contains(&r.gvk);
+        let wanted = condition.filter(|_| declared).map(|c| c.to_value(object));
+        let status = status.map(|s| status_to_apply(object, s, wanted.as_ref(), declared));
+        let carries = status.as_ref().is_some_and(|s| declared && s.get("conditions").is_some_and(Value::is_array));
+        let mut latest = object.clone();
+        let mut error = None;
+        if !carries && declared {
+            match self.put_condition(r, &latest, wanted.as_ref()).await {
+                Ok(written) => latest = written,
+                Err(e) => error = Some(e),
+            }
+        }
+        if let Some(status) = status.filter(|s| !holds_status(latest.get("status"), s, carries)) {
+            let field_manager = component.manifest.field_manager();
+            let patch = Patch::Apply { object: status_apply_body(r, status), field_manager, force: true };
+            match self.cluster.patch(r, patch, Subresource::Status).await {
+                Ok(written) => {
+                    self.note_write(r, r, object::meta_str(&latest, "resourceVersion"), &written);
+                    latest = written;
+                }
+                Err(e) => error = error.or(Some(e.into())),
+            }
+        }
+        if carries {
+            match self.put_condition(r, &latest, wanted.as_ref()).await {
+                Ok(written) => latest = written,
+                Err(e) => error = error.or(Some(e)),
+            }
+        }
+        (latest, error)
     }
 
-    async fn send_status(
-        &self,
-        component: &Loaded,
-        r: &ObjectRef,
-        object: &Value,
-        status: Option<Value>,
-        condition: Option<HostCondition>,
-    ) -> Result<Value, Error> {
-        let conditions_declared = !lock(&self.without_conditions).contains(&r.gvk);
-        let Some(body) = status_with_condition(object, status.clone(), condition.clone(), conditions_declared)? else {
-            return Ok(object.clone());
-        };
-        let field_manager = component.manifest.field_manager();
-        let patch =
-            Patch::Apply { object: status_apply_body(r, body), field_manager: field_manager.clone(), force: true };
-        match self.cluster.patch(r, patch, Subresource::Status).await {
-            Err(e) if conditions_declared && undeclared_conditions(&e) => {
-                if lock(&self.without_conditions).insert(r.gvk.clone()) {
-                    tracing::warn!(
-                        kind = %r.gvk,
-                        "the status schema of this kind declares no `conditions`: the host writes no {CONDITION} \
-                         condition into it (declare status.conditions in the CRD, see docs/controllers.md)"
-                    );
+    /// Makes the host's condition in the status of `r` `wanted` (removed
+    /// with `None`), starting from `base`, the freshest copy at hand, and
+    /// returns the object as written. A patch whose `test` fails (the list
+    /// changed since `base`) is sent again on the object as the API server
+    /// has it now, up to three times in all.
+    async fn put_condition(&self, r: &ObjectRef, base: &Value, wanted: Option<&Value>) -> Result<Value, Error> {
+        let mut base = base.clone();
+        let mut attempts = 1;
+        loop {
+            let Some(ops) = condition_patch(&base, wanted) else { return Ok(base) };
+            match self.cluster.patch(r, Patch::Json(ops), Subresource::Status).await {
+                Ok(written) => {
+                    self.note_write(r, r, object::meta_str(&base, "resourceVersion"), &written);
+                    if wanted.is_some() && condition_at(&written).is_none() {
+                        self.conditions_undeclared(&r.gvk);
+                    }
+                    return Ok(written);
                 }
-                let Some(body) = status_with_condition(object, status, condition, false)? else {
-                    return Ok(object.clone());
-                };
-                let patch = Patch::Apply { object: status_apply_body(r, body), field_manager, force: true };
-                Ok(self.cluster.patch(r, patch, Subresource::Status).await?)
+                Err(cluster::Error::Invalid(_)) if attempts < 3 => {
+                    attempts += 1;
+                    // A read through the API server, not the cache: a
+                    // patch that tests and changes nothing.
+                    let read = json!([{"op": "test", "path": "/metadata/name", "value": r.name}]);
+                    base = self.cluster.patch(r, Patch::Json(read), Subresource::Status).await?;
+                }
+                Err(e) => return Err(e.into()),
             }
-            result => Ok(result?),
+        }
+    }
+
+    /// Notes that the status schema of `kind` keeps no `conditions`.
+    fn conditions_undeclared(&self, kind: &Gvk) {
+        if lock(&self.without_conditions).insert(kind.clone()) {
+            tracing::warn!(
+                kind = %kind,
+                "the status schema of this kind declares no `conditions`: the host writes no {CONDITION} \
+                 condition into it (declare status.conditions in the CRD, see docs/controllers.md)"
+            );
         }
     }
 
@@ -1094,12 +1192,7 @@ impl Reconciler {
         if outcome.events.len() > MAX_EVENTS {
             return Err(Error::InvalidOutcome(format!("{} events, more than {MAX_EVENTS}", outcome.events.len())));
         }
-        let status = outcome
-            .status
-            .as_deref()
-            .map(serde_json::from_slice::<Value>)
-            .transpose()
-            .map_err(|e| Error::InvalidOutcome(format!("status is not JSON: {e}")))?;
+        let status = guest_status(outcome.status.as_deref())?;
         let children =
             prepare_children(&component.manifest, &self.grants_for(component), r, &owner_ref, &outcome.children)?;
 
@@ -1146,6 +1239,7 @@ impl Reconciler {
                 }
                 Err(e) => match refusal(&e) {
                     Some((code, reason, message)) => {
+                        let message = cluster::bounded(&message, cluster::MAX_MESSAGE);
                         refused.push(ChildFailure { child: child_ref, code, reason, message });
                     }
                     None => return Err(e.into()),
@@ -1157,24 +1251,21 @@ impl Reconciler {
             self.prune(manifest, r, &uid, &desired, report).await?;
         }
 
-        let condition = (!refused.is_empty()).then(|| HostCondition {
-            reason: "ChildRefused",
-            message: refused.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
-        });
+        let condition = (!refused.is_empty()).then(|| HostCondition::new("ChildRefused", &refused_list(&refused)));
         for failure in &refused {
             tracing::warn!(object = %r, child = %failure.child, code = failure.code, reason = %failure.reason, "child refused");
             self.record(self.warning(component, r, object, "ChildRefused", failure.to_string())).await;
         }
-        let latest = match self.write_status(component, r, object, status, condition).await {
-            Ok(latest) => latest,
-            // With children refused, the condition is best effort (a kind
-            // may have no status subresource); the refusal is reported anyway.
-            Err(e) if !refused.is_empty() => {
-                tracing::debug!(object = %r, error = %e, "no condition written");
-                object.clone()
+        let (latest, error) = self.write_status(component, r, object, status, condition).await;
+        match error {
+            // With children refused, the status is best effort (a kind may
+            // have no status subresource); the refusal is reported anyway.
+            Some(e) if !refused.is_empty() => {
+                tracing::debug!(object = %r, error = %e, "the status was not written in full");
             }
-            Err(e) => return Err(e),
-        };
+            Some(e) => return Err(e),
+            None => {}
+        }
         self.record_events(component, r, object, outcome.events).await;
         Ok((latest, refused))
     }
@@ -1271,7 +1362,7 @@ pub fn prepare_children(
     owner_ref: &Value,
     children: &[Vec<u8>],
 ) -> Result<Vec<(ObjectRef, Value)>, Error> {
-    let invalid = |m: String| Error::InvalidOutcome(m);
+    let invalid = |m: String| Error::InvalidOutcome(cluster::bounded(&m, cluster::MAX_MESSAGE));
     if children.len() > MAX_CHILDREN {
         return Err(invalid(format!("{} children, more than {MAX_CHILDREN}", children.len())));
     }
@@ -1387,7 +1478,14 @@ fn only_host_changes(seen: &Value, written: &Value) -> bool {
 /// is, judged by the marks a handled object carries.
 fn event_after_restart(manifest: &Manifest, object: &Value) -> EventKind {
     let finalized = manifest.finalizer.as_ref().is_some_and(|f| object::finalizers(object).contains(f));
-    let observed = object.pointer("/status/observedGeneration").and_then(Value::as_i64);
+    // The host's condition alone (a terminal failure without a status of
+    // the guest's) says which generation was handled too.
+    let observed = object.pointer("/status/observedGeneration").and_then(Value::as_i64).or_else(|| {
+        conditions(object.get("status"))
+            .iter()
+            .find(|c| c.get("type") == Some(&json!(CONDITION)))
+            .and_then(|c| c.get("observedGeneration")?.as_i64())
+    });
     let manager = manifest.field_manager();
     let written = object.pointer("/metadata/managedFields").and_then(Value::as_array).is_some_and(|fields| {
         fields.iter().any(|f| f.get("manager").and_then(Value::as_str) == Some(manager.as_str()))
@@ -1448,69 +1546,89 @@ fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// The status to write: `status` (the guest's, or with `None` the current
-/// one) with `observedGeneration` filled in and the host's condition merged
-/// in by type, or removed without one (`conditions_declared`: whether the
-/// kind's status may carry conditions at all). `None` when that is the
-/// current status already.
-fn status_with_condition(
-    object: &Value,
-    status: Option<Value>,
-    condition: Option<HostCondition>,
-    conditions_declared: bool,
-) -> Result<Option<Value>, Error> {
-    let current = object.get("status");
-    let has_ours = conditions(current).iter().any(|c| c.get("type") == Some(&json!(CONDITION)));
-    let condition = condition.filter(|_| conditions_declared);
-    let mut status = match status {
-        Some(s) => s,
-        None if condition.is_some() || has_ours => current.cloned().unwrap_or_else(|| json!({})),
-        None => return Ok(None),
-    };
-    let Some(map) = status.as_object_mut() else {
-        return Err(Error::InvalidOutcome("status is not a JSON object".into()));
-    };
-    if let Some(generation) = object::generation(object) {
-        map.entry("observedGeneration").or_insert_with(|| json!(generation));
+/// The status an outcome or failure carries, if any.
+///
+/// # Errors
+///
+/// [`Error::InvalidOutcome`] when it is not a JSON object.
+fn guest_status(bytes: Option<&[u8]>) -> Result<Option<Value>, Error> {
+    let Some(bytes) = bytes else { return Ok(None) };
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(status @ Value::Object(_)) => Ok(Some(status)),
+        Ok(_) => Err(Error::InvalidOutcome("status is not a JSON object".into())),
+        Err(e) => Err(Error::InvalidOutcome(format!("status is not JSON: {e}"))),
     }
-    if conditions_declared {
-        let mut list: Vec<Value> = match map.get("conditions") {
-            Some(Value::Array(list)) => list.clone(),
-            _ => conditions(current).to_vec(),
-        };
-        list.retain(|c| c.get("type") != Some(&json!(CONDITION)));
-        if let Some(HostCondition { reason, message }) = condition {
-            let previous = conditions(current).iter().find(|c| c.get("type") == Some(&json!(CONDITION)));
-            let since = previous
-                .filter(|c| c.get("status") == Some(&json!("False")))
-                .and_then(|c| c.get("lastTransitionTime").cloned())
-                .unwrap_or_else(|| json!(now()));
-            let mut c = json!({
-                "type": CONDITION,
-                "status": "False",
-                "reason": reason,
-                "message": message.chars().take(1024).collect::<String>(),
-                "lastTransitionTime": since,
-            });
-            if let Some(generation) = object::generation(object) {
-                c["observedGeneration"] = json!(generation);
-            }
-            list.push(c);
-        }
-        if list.is_empty() {
-            map.remove("conditions");
-        } else {
-            map.insert("conditions".into(), Value::Array(list));
-        }
-    }
-    Ok((current != Some(&status)).then_some(status))
 }
 
-/// Whether the API server refused a status because its schema declares no
-/// `status.conditions` (server-side apply: "field not declared in schema").
-fn undeclared_conditions(e: &cluster::Error) -> bool {
-    let text = e.to_string();
-    text.contains(".status.conditions") && text.contains("field not declared in schema")
+/// The guest's `status` (a JSON object) as the host applies it to `object`:
+/// `observedGeneration` filled in when absent; a `conditions` list it
+/// carries without any condition of the host's type, plus `wanted`
+/// (`declared`: whether the kind's status may carry conditions at all).
+fn status_to_apply(object: &Value, mut status: Value, wanted: Option<&Value>, declared: bool) -> Value {
+    if let Some(map) = status.as_object_mut() {
+        if let Some(generation) = object::generation(object) {
+            map.entry("observedGeneration").or_insert_with(|| json!(generation));
+        }
+        if let (true, Some(Value::Array(list))) = (declared, map.get_mut("conditions")) {
+            list.retain(|c| c.get("type") != Some(&json!(CONDITION)));
+            list.extend(wanted.cloned());
+        }
+    }
+    status
+}
+
+/// True if applying `status` would change nothing in `current`: equal,
+/// apart from `conditions` when `status` carries none (`carries`), since
+/// those are not the guest's to write then.
+fn holds_status(current: Option<&Value>, status: &Value, carries: bool) -> bool {
+    let Some(current) = current else { return false };
+    if carries {
+        return current == status;
+    }
+    let without = |v: &Value| v.as_object().map(|m| m.iter().filter(|(k, _)| *k != "conditions").count());
+    without(current) == without(status)
+        && status.as_object().is_some_and(|m| m.iter().all(|(k, v)| current.get(k) == Some(v)))
+}
+
+/// Where the host's condition is in the status of `object`, and what it says.
+fn condition_at(object: &Value) -> Option<(usize, &Value)> {
+    conditions(object.get("status")).iter().enumerate().find(|(_, c)| c.get("type") == Some(&json!(CONDITION)))
+}
+
+/// The JSON patch (RFC 6902) that makes the host's condition in the status
+/// of `object` `wanted` (removed with `None`); `None` when it is already.
+///
+/// Only the condition's own entry is touched, and every patch fails (422)
+/// instead of overwriting a list that changed since `object` was read: a
+/// replace or remove tests that the entry at its index is still the
+/// host's; an append (`/status/conditions/-`) needs the list to exist; a
+/// new list or status is sent only while the `resourceVersion` is still
+/// `object`'s. This works the same for an atomic list and a list-map.
+fn condition_patch(object: &Value, wanted: Option<&Value>) -> Option<Value> {
+    let entry = |i: usize| format!("/status/conditions/{i}");
+    let test_ours = |i: usize| json!({"op": "test", "path": format!("{}/type", entry(i)), "value": CONDITION});
+    match (wanted, condition_at(object)) {
+        (None, None) => None,
+        (None, Some((i, _))) => Some(json!([test_ours(i), {"op": "remove", "path": entry(i)}])),
+        (Some(c), Some((_, current))) if current == c => None,
+        (Some(c), Some((i, _))) => Some(json!([test_ours(i), {"op": "replace", "path": entry(i), "value": c}])),
+        (Some(c), None) => {
+            let status = object.get("status");
+            if status.and_then(|s| s.get("conditions")).is_some_and(Value::is_array) {
+                return Some(json!([{"op": "add", "path": "/status/conditions/-", "value": c}]));
+            }
+            let add = match status {
+                Some(Value::Object(_)) => json!({"op": "add", "path": "/status/conditions", "value": [c]}),
+                _ => json!({"op": "add", "path": "/status", "value": {"conditions": [c]}}),
+            };
+            let mut ops = Vec::new();
+            if let Some(rv) = object::meta_str(object, "resourceVersion") {
+                ops.push(json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}));
+            }
+            ops.push(add);
+            Some(Value::Array(ops))
+        }
+    }
 }
 
 /// The body of a server-side apply of `status` to the object `r`.
@@ -1594,43 +1712,89 @@ mod tests {
         assert!(objects.iter().all(|r| in_share(r, 100)));
     }
 
-    #[test]
-    fn the_hosts_condition_is_merged_by_type_or_left_out_where_the_schema_has_no_conditions() {
-        let object = json!({"metadata": {"generation": 4}, "status": {"conditions": [
-            {"type": "Ready", "status": "True"},
-        ]}});
-        let condition = || Some(HostCondition { reason: "TerminalError", message: "bad spec".into() });
-        let status = json!({"phase": "Failed"});
-        let with =
-            status_with_condition(&object, Some(status.clone()), condition(), true).expect("ok").expect("a write");
-        assert_eq!(with["observedGeneration"], 4);
-        let types: Vec<&Value> = with["conditions"].as_array().expect("a list").iter().map(|c| &c["type"]).collect();
-        assert_eq!(types, [&json!("Ready"), &json!(CONDITION)], "the guest's conditions kept, the host's added");
-        assert_eq!(with["conditions"][1]["reason"], "TerminalError");
-        // The schema declares no conditions: the guest's status alone.
-        let without = status_with_condition(&object, Some(status), condition(), false).expect("ok").expect("a write");
-        assert_eq!(without, json!({"phase": "Failed", "observedGeneration": 4}));
-        // No status of the guest's and no condition to write: nothing.
-        let bare = json!({"metadata": {"generation": 1}});
-        assert_eq!(status_with_condition(&bare, None, condition(), false).expect("ok"), None);
+    fn condition(message: &str) -> Value {
+        json!({"type": CONDITION, "status": "False", "reason": "TerminalError", "message": message})
     }
 
     #[test]
-    fn a_status_refused_for_undeclared_conditions_is_recognised() {
-        let refused = cluster::Error::Other(cluster::Status::new(
-            500,
-            "InternalError",
-            "failed to create typed patch object (demo/mute; example.com/v1alpha1, Kind=Zero): .status.conditions: \
-             field not declared in schema",
+    fn the_hosts_condition_is_patched_alone_and_only_onto_the_list_it_was_read_from() {
+        let ours = condition("bad spec");
+        let ready = json!({"type": "Ready", "status": "False"});
+        let object = |status: Value| json!({"metadata": {"resourceVersion": "7"}, "status": status});
+
+        // A list without it: appended, whatever the list holds by then.
+        let listed = object(json!({"conditions": [ready]}));
+        assert_eq!(
+            condition_patch(&listed, Some(&ours)),
+            Some(json!([{"op": "add", "path": "/status/conditions/-", "value": ours}]))
+        );
+        // There already: replaced or removed where the test finds it still.
+        let there = object(json!({"conditions": [ready, condition("old")]}));
+        let test = json!({"op": "test", "path": "/status/conditions/1/type", "value": CONDITION});
+        assert_eq!(
+            condition_patch(&there, Some(&ours)),
+            Some(json!([test, {"op": "replace", "path": "/status/conditions/1", "value": ours}]))
+        );
+        assert_eq!(
+            condition_patch(&there, None),
+            Some(json!([test, {"op": "remove", "path": "/status/conditions/1"}]))
+        );
+        // No list, or no status: created only while nothing changed.
+        let rv = json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"});
+        assert_eq!(
+            condition_patch(&object(json!({"phase": "x"})), Some(&ours)),
+            Some(json!([rv, {"op": "add", "path": "/status/conditions", "value": [ours]}]))
+        );
+        assert_eq!(
+            condition_patch(&json!({"metadata": {"resourceVersion": "7"}}), Some(&ours)),
+            Some(json!([rv, {"op": "add", "path": "/status", "value": {"conditions": [ours]}}]))
+        );
+        // Nothing to do.
+        assert_eq!(condition_patch(&object(json!({"conditions": [ready, ours]})), Some(&ours)), None);
+        assert_eq!(condition_patch(&listed, None), None);
+    }
+
+    #[test]
+    fn a_guests_status_carries_the_hosts_condition_only_in_a_list_of_its_own() {
+        let object = json!({"metadata": {"generation": 4}, "status": {"conditions": [{"type": "Ready"}]}});
+        let ours = condition("bad spec");
+        let listed = json!({"conditions": [{"type": "Ready", "status": "True"}, condition("stale")]});
+        let applied = status_to_apply(&object, listed, Some(&ours), true);
+        assert_eq!(applied["observedGeneration"], 4);
+        assert_eq!(applied["conditions"], json!([{"type": "Ready", "status": "True"}, ours]), "merged by type");
+        // No list of the guest's: none is made up from what was read.
+        let bare = status_to_apply(&object, json!({"phase": "Failed"}), Some(&ours), true);
+        assert_eq!(bare, json!({"phase": "Failed", "observedGeneration": 4}));
+        // The schema declares no conditions: the guest's status alone.
+        let undeclared = status_to_apply(&object, json!({"conditions": []}), Some(&ours), false);
+        assert_eq!(undeclared, json!({"conditions": [], "observedGeneration": 4}));
+    }
+
+    #[test]
+    fn a_status_already_in_place_is_not_applied_again() {
+        let current = json!({"phase": "Ready", "observedGeneration": 2, "conditions": [{"type": "X"}]});
+        assert!(holds_status(Some(&current), &json!({"phase": "Ready", "observedGeneration": 2}), false));
+        assert!(!holds_status(Some(&current), &json!({"phase": "Failed", "observedGeneration": 2}), false));
+        assert!(!holds_status(Some(&current), &json!({"observedGeneration": 2}), false), "a field to remove");
+        assert!(holds_status(Some(&current), &current, true));
+        assert!(!holds_status(
+            Some(&current),
+            &json!({"phase": "Ready", "observedGeneration": 2, "conditions": []}),
+            true
         ));
-        assert!(undeclared_conditions(&refused));
-        let other = cluster::Error::Other(cluster::Status::new(
-            500,
-            "InternalError",
-            "failed to create typed patch object (demo/mute; example.com/v1alpha1, Kind=Zero): .status.phase: field \
-             not declared in schema",
-        ));
-        assert!(!undeclared_conditions(&other));
+        assert!(!holds_status(None, &json!({}), false));
+    }
+
+    #[test]
+    fn messages_a_guest_hands_the_host_are_bounded() {
+        let huge = "é".repeat(2 << 20);
+        let c = HostCondition::new("TerminalError", &huge);
+        assert!(c.message.len() <= cluster::MAX_MESSAGE && c.message.ends_with(" bytes cut)"), "{}", c.message.len());
+        assert!(c.to_value(&json!({}))["message"].as_str().is_some_and(|m| m.len() <= cluster::MAX_MESSAGE));
+        let child = ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("ns"), "c");
+        let refused = vec![ChildFailure { child, code: 422, reason: "Invalid".into(), message: huge.clone() }; 3];
+        let text = Error::ChildrenRefused(refused).to_string();
+        assert!(text.starts_with("3 children refused: ") && text.len() < 2 * cluster::MAX_MESSAGE, "{}", text.len());
     }
 
     #[test]
