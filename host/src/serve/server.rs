@@ -6,38 +6,53 @@
 //! | `GET /metrics` | the [`metrics`](mod@crate::metrics) registry, Prometheus text format |
 //! | `GET /healthz` | `200 ok` while the process serves (liveness) |
 //! | `GET /readyz` | `200 ok` when [`Probes::ready`] says so, else `503` and the reasons, one per line |
-//! | `GET /status` | [`Probes::status`] as JSON |
+//! | `GET /status` | [`Probes::status`] as JSON, to loopback peers only unless [`Options::status_from_anywhere`]; others get `403` |
 //!
 //! ```no_run
 //! # async fn example() -> std::io::Result<()> {
 //! use std::sync::Arc;
-//! use capstan_host::serve::server::{Probes, serve};
+//! use capstan_host::serve::server::{Options, Probes, serve};
 //!
 //! let probes = Probes {
 //!     ready: Box::new(|| Ok(())),
 //!     status: Box::new(|| serde_json::json!({"controllers": []})),
 //! };
-//! let server = serve("0.0.0.0:8080".parse().expect("an address"), Arc::new(probes)).await?;
+//! let addrs = ["127.0.0.1:8080".parse().expect("an address")];
+//! let server = serve(&addrs, Arc::new(probes), Options::default()).await?;
 //! // ... run the host ...
 //! server.shutdown().await;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Connections
+//!
+//! Every client is untrusted: a server holds at most
+//! [`Limits::connections`] connections at once (past that, new ones wait
+//! in the listen backlog until one closes), closes a connection that has
+//! not sent a whole request head within [`Limits::header_read`] (a new one,
+//! or one kept alive and idle since its last answer), answers `503` to a
+//! request not answered within [`Limits::request`], and for TLS gives up
+//! on a handshake after [`Limits::handshake`].
 
-use std::net::SocketAddr;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http_body_util::{BodyExt as _, Empty};
 use hyper::body::Bytes;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::metrics::{self, metrics};
 
@@ -45,6 +60,120 @@ use crate::metrics::{self, metrics};
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How long [`get_status`] waits for an answer.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a server bounds what its clients may hold: connections, and how
+/// long they may take. See [the module docs](self#connections).
+///
+/// ```
+/// use std::time::Duration;
+/// use capstan_host::serve::server::Limits;
+///
+/// let limits = Limits::listen().connections(16).header_read(Duration::from_secs(2));
+/// assert_eq!(limits.max_connections(), 16);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct Limits {
+    connections: usize,
+    header_read: Duration,
+    request: Duration,
+    handshake: Duration,
+}
+
+impl Limits {
+    /// For `--listen`: 256 connections, 10 s to send a request head, 30 s
+    /// to answer a request (a scrape of `/metrics` takes milliseconds).
+    pub const fn listen() -> Self {
+        Self {
+            connections: 256,
+            header_read: Duration::from_secs(10),
+            request: Duration::from_secs(30),
+            handshake: Duration::from_secs(10),
+        }
+    }
+
+    /// For the webhook server: 1024 connections, 10 s for a TLS handshake,
+    /// 10 s to send a request head, 60 s to answer a request (the API
+    /// server gives up after at most 30 s).
+    pub const fn webhooks() -> Self {
+        Self {
+            connections: 1024,
+            header_read: Duration::from_secs(10),
+            request: Duration::from_secs(60),
+            handshake: Duration::from_secs(10),
+        }
+    }
+
+    /// Most connections open at once (at least 1); past that, new ones
+    /// wait in the listen backlog until one closes.
+    pub const fn connections(mut self, connections: usize) -> Self {
+        self.connections = if connections == 0 { 1 } else { connections };
+        self
+    }
+
+    /// How long a connection may take to send a whole request head:
+    /// counted from when it opens and, on a connection kept alive, from
+    /// the end of the last answer. Past it the connection is closed.
+    pub const fn header_read(mut self, timeout: Duration) -> Self {
+        self.header_read = timeout;
+        self
+    }
+
+    /// How long a request may take, its body included; past it the answer
+    /// is `503`.
+    pub const fn request(mut self, timeout: Duration) -> Self {
+        self.request = timeout;
+        self
+    }
+
+    /// How long a TLS handshake may take (TLS servers only).
+    pub const fn handshake(mut self, timeout: Duration) -> Self {
+        self.handshake = timeout;
+        self
+    }
+
+    /// What [`connections`](Self::connections) set.
+    pub const fn max_connections(&self) -> usize {
+        self.connections
+    }
+
+    /// What [`handshake`](Self::handshake) set.
+    pub const fn handshake_timeout(&self) -> Duration {
+        self.handshake
+    }
+}
+
+impl Default for Limits {
+    /// [`Limits::listen`].
+    fn default() -> Self {
+        Self::listen()
+    }
+}
+
+/// How [`serve`] serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct Options {
+    limits: Limits,
+    status_from_anywhere: bool,
+}
+
+impl Options {
+    /// The connection limits (default: [`Limits::listen`]).
+    pub const fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Answer `/status` to every peer, not only to loopback ones (default:
+    /// `false`). The document names component files, digests and objects;
+    /// `kubectl port-forward` and `capstan status` on the host itself
+    /// arrive on loopback.
+    pub const fn status_from_anywhere(mut self, anywhere: bool) -> Self {
+        self.status_from_anywhere = anywhere;
+        self
+    }
+}
 
 /// What the probes and `/status` report; the host provides both.
 pub struct Probes {
@@ -66,27 +195,32 @@ impl std::fmt::Debug for Probes {
 #[derive(Debug)]
 #[must_use = "dropping the server stops it"]
 pub struct Server {
-    local_addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<std::io::Result<()>>>,
+    local_addrs: Vec<SocketAddr>,
+    stop: Option<watch::Sender<bool>>,
+    task: Option<JoinHandle<()>>,
 }
 
 impl Server {
-    /// The address it listens on (with the port chosen when bound to port 0).
+    /// The address it listens on (the first, if several; with the port
+    /// chosen when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.local_addrs[0]
+    }
+
+    /// Every address it listens on.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local_addrs
     }
 
     /// Stops accepting connections and waits up to [`SHUTDOWN_GRACE`] for
     /// requests in flight.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         let Some(mut task) = self.task.take() else { return };
         match tokio::time::timeout(SHUTDOWN_GRACE, &mut task).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "http server failed"),
+            Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "http server task failed"),
             Err(_) => {
                 tracing::warn!(grace = ?SHUTDOWN_GRACE, "http server did not stop in time, closing connections");
@@ -104,42 +238,166 @@ impl Drop for Server {
     }
 }
 
-/// Binds `addr` and serves `/metrics`, `/healthz`, `/readyz` and
-/// `/status` in a background task. Bound when this returns, so port 0
-/// works (see [`Server::local_addr`]).
+/// What the routes of [`serve`] answer from.
+#[derive(Clone)]
+struct Routes {
+    probes: Arc<Probes>,
+    status_from_anywhere: bool,
+}
+
+/// Binds every address of `addrs` (at least one) and serves `/metrics`,
+/// `/healthz`, `/readyz` and `/status` on them in a background task.
+/// Bound when this returns, so port 0 works (see [`Server::local_addrs`]).
 ///
 /// # Errors
 ///
-/// When `addr` cannot be bound.
-pub async fn serve(addr: SocketAddr, probes: Arc<Probes>) -> std::io::Result<Server> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local_addr = listener.local_addr()?;
-    let app = Router::new()
+/// When `addrs` is empty or an address cannot be bound.
+pub async fn serve(addrs: &[SocketAddr], probes: Arc<Probes>, options: Options) -> std::io::Result<Server> {
+    if addrs.is_empty() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on"));
+    }
+    let mut listeners = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        listeners.push(TcpListener::bind(addr).await?);
+    }
+    let app = router(Routes { probes, status_from_anywhere: options.status_from_anywhere });
+    let server = spawn(listeners, options.limits, app, |tcp| std::future::ready(Some(tcp)))?;
+    tracing::info!(
+        addresses = ?server.local_addrs(),
+        status_from_anywhere = options.status_from_anywhere,
+        "serving /metrics, /healthz, /readyz and /status"
+    );
+    Ok(server)
+}
+
+/// The routes of [`serve`]; each request carries its peer's
+/// [`ConnectInfo`].
+fn router(routes: Routes) -> Router {
+    Router::new()
         .route("/metrics", get(scrape))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
-        .with_state(probes);
-    tracing::info!(address = %local_addr, "serving /metrics, /healthz, /readyz and /status");
-    Ok(spawn(listener, local_addr, app))
+        .with_state(routes)
 }
 
-/// Serves `app` on `listener` in a background task (the webhook server
-/// uses it with a TLS listener).
-pub(crate) fn spawn<L>(listener: L, local_addr: SocketAddr, app: Router) -> Server
+/// Serves `app` on `listeners` in a background task, within `limits`:
+/// each connection accepted (while fewer than the limit are open) goes
+/// through `handshake` (TLS for the webhook server), then HTTP/1.1.
+///
+/// # Errors
+///
+/// When a listener's address cannot be read.
+pub(crate) fn spawn<H, F, I>(
+    listeners: Vec<TcpListener>,
+    limits: Limits,
+    app: Router,
+    handshake: H,
+) -> std::io::Result<Server>
 where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
+    H: Fn(TcpStream) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Option<I>> + Send + 'static,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (stop, stopped) = oneshot::channel::<()>();
+    let local_addrs = listeners.iter().map(TcpListener::local_addr).collect::<std::io::Result<Vec<_>>>()?;
+    let (stop, stopped) = watch::channel(false);
+    let slots = Arc::new(Semaphore::new(limits.connections));
     let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
+        let mut accepting = JoinSet::new();
+        for listener in listeners {
+            let accept = accept(listener, Arc::clone(&slots), limits, app.clone(), handshake.clone(), stopped.clone());
+            accepting.spawn(accept);
+        }
+        while accepting.join_next().await.is_some() {}
+        // Every connection has finished once every slot is free again.
+        let all = u32::try_from(limits.connections).unwrap_or(u32::MAX);
+        let _ = slots.acquire_many(all).await;
     });
-    Server { local_addr, stop: Some(stop), task: Some(task) }
+    Ok(Server { local_addrs, stop: Some(stop), task: Some(task) })
+}
+
+/// Whether the server is to stop: told so, or its [`Server`] is gone.
+async fn stopping(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Accepts connections on `listener` while a slot is free, until stopped.
+async fn accept<H, F, I>(
+    listener: TcpListener,
+    slots: Arc<Semaphore>,
+    limits: Limits,
+    app: Router,
+    handshake: H,
+    mut stop: watch::Receiver<bool>,
+) where
+    H: Fn(TcpStream) -> F + Send + 'static,
+    F: Future<Output = Option<I>> + Send + 'static,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    loop {
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+            () = stopping(&mut stop) => return,
+        };
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, most likely: wait a little.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stopping(&mut stop) => return,
+        };
+        let (handshake, app, stop) = (handshake(tcp), app.clone(), stop.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            if let Some(io) = handshake.await {
+                connection(io, peer, app, limits, stop).await;
+            }
+        });
+    }
+}
+
+/// Serves HTTP/1.1 on one connection until the peer closes it, it breaks
+/// a limit, or the server stops (a request in flight is answered first).
+async fn connection<I>(io: I, peer: SocketAddr, app: Router, limits: Limits, mut stop: watch::Receiver<bool>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let app = hyper_util::service::TowerToHyperService::new(app);
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let answer = hyper::service::Service::call(&app, request);
+        async move {
+            match tokio::time::timeout(limits.request, answer).await {
+                Ok(answer) => answer,
+                Err(_) => Ok((StatusCode::SERVICE_UNAVAILABLE, "no answer in time\n").into_response()),
+            }
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read);
+    let served = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(served);
+    let result = tokio::select! {
+        result = served.as_mut() => result,
+        () = stopping(&mut stop) => {
+            served.as_mut().graceful_shutdown();
+            served.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(peer = %peer, error = %e, "connection closed");
+    }
+}
+
+/// Whether `/status` answers `peer`: a loopback address (IPv4, IPv6, or
+/// IPv4 mapped into IPv6), or any with `from_anywhere`.
+fn may_read_status(peer: IpAddr, from_anywhere: bool) -> bool {
+    from_anywhere || peer.to_canonical().is_loopback()
 }
 
 async fn scrape() -> Response {
@@ -150,8 +408,8 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(probes): State<Arc<Probes>>) -> Response {
-    match (probes.ready)() {
+async fn readyz(State(routes): State<Routes>) -> Response {
+    match (routes.probes.ready)() {
         Ok(()) => "ok".into_response(),
         Err(reasons) if reasons.is_empty() => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response(),
         Err(reasons) => {
@@ -162,8 +420,13 @@ async fn readyz(State(probes): State<Arc<Probes>>) -> Response {
     }
 }
 
-async fn status(State(probes): State<Arc<Probes>>) -> Response {
-    let mut body = serde_json::to_vec_pretty(&(probes.status)()).expect("a JSON value always serializes");
+async fn status(State(routes): State<Routes>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Response {
+    if !may_read_status(peer.ip(), routes.status_from_anywhere) {
+        let reason = "/status answers loopback peers only (kubectl port-forward, or capstan status on the host); \
+                      see --status-from-anywhere\n";
+        return (StatusCode::FORBIDDEN, reason).into_response();
+    }
+    let mut body = serde_json::to_vec_pretty(&(routes.probes.status)()).expect("a JSON value always serializes");
     body.push(b'\n');
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
@@ -276,6 +539,8 @@ pub async fn get_status(url: &str) -> Result<Value, Error> {
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    use tokio::net::TcpStream;
+
     use super::*;
 
     /// A plain GET: status, content type and body.
@@ -289,6 +554,10 @@ mod tests {
             response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
         let body = response.into_body().collect().await.expect("a body").to_bytes();
         (status, content_type, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn loopback() -> SocketAddr {
+        "127.0.0.1:0".parse().expect("an address")
     }
 
     fn probes(ready: Arc<AtomicBool>) -> Arc<Probes> {
@@ -307,8 +576,7 @@ mod tests {
     #[tokio::test]
     async fn every_route_answers() {
         let ready = Arc::new(AtomicBool::new(false));
-        let server =
-            serve("127.0.0.1:0".parse().expect("an address"), probes(Arc::clone(&ready))).await.expect("binds");
+        let server = serve(&[loopback()], probes(Arc::clone(&ready)), Options::default()).await.expect("binds");
         let addr = server.local_addr();
         assert_ne!(addr.port(), 0);
 
@@ -338,7 +606,7 @@ mod tests {
 
     #[tokio::test]
     async fn get_status_reads_the_document_from_the_host_address() {
-        let server = serve("127.0.0.1:0".parse().expect("an address"), probes(Arc::default())).await.expect("binds");
+        let server = serve(&[loopback()], probes(Arc::default()), Options::default()).await.expect("binds");
         let base = format!("http://{}", server.local_addr());
         let doc = get_status(&base).await.expect("status");
         assert_eq!(doc["controllers"][0]["name"], "greeter");
@@ -348,6 +616,85 @@ mod tests {
         let err = get_status(&format!("{base}/healthz")).await.expect_err("not JSON");
         assert!(matches!(err, Error::Json { .. }), "{err}");
         server.shutdown().await;
+    }
+
+    /// One request on `stream` (kept alive): the answer's status line.
+    async fn ask(stream: &mut TcpStream, path: &str) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let request = format!("GET {path} HTTP/1.1\r\nHost: capstan\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("sent");
+        let mut answer = Vec::new();
+        let mut buf = [0; 1024];
+        // The probes answer `ok` (or the reasons): enough to see the end.
+        while !answer.ends_with(b"ok") && !answer.ends_with(b"\n") {
+            let n = stream.read(&mut buf).await.expect("read");
+            assert_ne!(n, 0, "closed before answering: {}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&answer).lines().next().unwrap_or_default().to_owned()
+    }
+
+    /// Whether the server closed `stream` (it reads the end).
+    async fn closed(stream: &mut TcpStream) -> bool {
+        use tokio::io::AsyncReadExt as _;
+        matches!(stream.read(&mut [0; 64]).await, Ok(0) | Err(_))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_connections_hold_no_slot_past_the_header_timeout_and_the_cap_holds_until_then() {
+        let limits = Limits::listen().connections(2).header_read(Duration::from_secs(5));
+        let options = Options::default().limits(limits);
+        let server = serve(&[loopback()], probes(Arc::new(AtomicBool::new(true))), options).await.expect("binds");
+        let addr = server.local_addr();
+        // One connection that never sends a request, one kept alive and
+        // idle after its answer (which shows both were accepted).
+        let mut silent = TcpStream::connect(addr).await.expect("connects");
+        let mut kept = TcpStream::connect(addr).await.expect("connects");
+        assert_eq!(ask(&mut kept, "/healthz").await, "HTTP/1.1 200 OK");
+
+        // Both slots are held: a third client waits.
+        let mut third = tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.expect("connects");
+            ask(&mut stream, "/readyz").await
+        });
+        let waited = tokio::time::timeout(Duration::from_secs(4), &mut third).await;
+        assert!(waited.is_err(), "answered past the cap: {waited:?}");
+
+        // At 5 s both idle connections are closed, and the third is served.
+        assert_eq!(third.await.expect("the client ran"), "HTTP/1.1 200 OK");
+        assert!(closed(&mut silent).await, "the silent connection was closed");
+        assert!(closed(&mut kept).await, "the idle kept-alive connection was closed");
+        server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_is_not_loopback_gets_403_on_status_and_answers_on_the_probes() {
+        use tower::ServiceExt as _;
+        let routes = Routes { probes: probes(Arc::new(AtomicBool::new(true))), status_from_anywhere: false };
+        let call = |path: &str, peer: [u8; 4]| {
+            let mut request = axum::http::Request::get(path).body(axum::body::Body::empty()).expect("a request");
+            request.extensions_mut().insert(ConnectInfo(SocketAddr::from((peer, 40000))));
+            router(routes.clone()).oneshot(request)
+        };
+        let answer = call("/status", [10, 244, 0, 7]).await.expect("answers");
+        assert_eq!(answer.status(), StatusCode::FORBIDDEN);
+        let body = answer.into_body().collect().await.expect("a body").to_bytes();
+        assert!(body.ends_with(b"see --status-from-anywhere\n"), "{body:?}");
+        assert_eq!(call("/healthz", [10, 244, 0, 7]).await.expect("answers").status(), StatusCode::OK);
+        assert_eq!(call("/metrics", [10, 244, 0, 7]).await.expect("answers").status(), StatusCode::OK);
+        assert_eq!(call("/status", [127, 0, 0, 1]).await.expect("answers").status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn status_answers_loopback_peers_only_unless_from_anywhere() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("an address");
+        for peer in ["127.0.0.1", "127.3.2.1", "::1", "::ffff:127.0.0.1"] {
+            assert!(may_read_status(ip(peer), false), "{peer}");
+        }
+        for peer in ["10.244.0.7", "192.168.1.1", "0.0.0.0", "::ffff:10.0.0.1", "2001:db8::1", "fe80::1"] {
+            assert!(!may_read_status(ip(peer), false), "{peer}");
+            assert!(may_read_status(ip(peer), true), "{peer}");
+        }
     }
 
     #[test]

@@ -44,24 +44,21 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 use crate::cluster::Cluster;
 use crate::runtime::component::Loaded;
 use crate::runtime::grants::Grants;
 use crate::runtime::imports::Caller;
 use crate::runtime::invocation::{self as runtime, Runtime};
-use crate::serve::server::Server;
+use crate::serve::server::{Limits, Server};
 use crate::sync::lock;
 
 /// Largest request body served, like the API server's own limit (3 MiB);
 /// larger ones get 413.
 pub const MAX_BODY: usize = 3 << 20;
 /// Longest a TLS handshake may take.
-pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = Limits::webhooks().handshake_timeout();
 
 /// Why a webhook call or the webhook setup failed.
 #[derive(Debug, thiserror::Error)]
@@ -366,75 +363,52 @@ async fn convert(State(registry): State<Arc<Registry>>, Path(component): Path<St
 }
 
 /// Binds `addr` and serves the webhooks of `registry` over HTTPS with the
-/// certificates of `certs`, in a background task.
+/// certificates of `certs`, in a background task, within
+/// [`Limits::webhooks`].
 ///
 /// # Errors
 ///
 /// When `addr` cannot be bound.
 pub async fn serve(addr: SocketAddr, certs: Arc<tls::Certs>, registry: Arc<Registry>) -> std::io::Result<Server> {
+    serve_within(addr, certs, registry, Limits::webhooks()).await
+}
+
+/// [`serve`] within other `limits`: connections open at once (TLS
+/// handshakes included: they run side by side, so a slow client holds up
+/// no other), and the time a handshake, a request head and a request may
+/// take.
+///
+/// # Errors
+///
+/// When `addr` cannot be bound.
+pub async fn serve_within(
+    addr: SocketAddr,
+    certs: Arc<tls::Certs>,
+    registry: Arc<Registry>,
+    limits: Limits,
+) -> std::io::Result<Server> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let local_addr = listener.local_addr()?;
     let acceptor = TlsAcceptor::from(Arc::new(certs.server_config()));
-    let (tx, rx) = mpsc::channel(64);
-    // Handshakes run side by side, so a slow client holds up no other.
-    let accepting = tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhook accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
+    let handshake = move |tcp: tokio::net::TcpStream| {
+        let accepting = acceptor.accept(tcp);
+        async move {
+            let peer = accepting.get_ref().and_then(|tcp| tcp.peer_addr().ok());
+            match tokio::time::timeout(limits.handshake_timeout(), accepting).await {
+                Ok(Ok(tls)) => Some(tls),
+                Ok(Err(e)) => {
+                    tracing::debug!(peer = ?peer, error = %e, "webhook tls handshake failed");
+                    None
                 }
-            };
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = tx.send((tls, peer)).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "webhook tls handshake failed"),
-                    Err(_) => tracing::debug!(peer = %peer, "webhook tls handshake timed out"),
+                Err(_) => {
+                    tracing::debug!(peer = ?peer, "webhook tls handshake timed out");
+                    None
                 }
-            });
+            }
         }
-    });
-    let listener = TlsListener { rx, local_addr, _accepting: Aborting(accepting) };
-    tracing::info!(address = %local_addr, "serving webhooks (https)");
-    Ok(crate::serve::server::spawn(listener, local_addr, router(registry)))
-}
-
-/// Aborts the task when dropped.
-struct Aborting(tokio::task::JoinHandle<()>);
-
-impl Drop for Aborting {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Connections whose TLS handshake completed.
-struct TlsListener {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local_addr: SocketAddr,
-    _accepting: Aborting,
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(connection) => connection,
-            // The accepting task stopped: no connection comes any more.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local_addr)
-    }
+    };
+    let server = crate::serve::server::spawn(vec![listener], limits, router(registry), handshake)?;
+    tracing::info!(address = %server.local_addr(), connections = limits.max_connections(), "serving webhooks (https)");
+    Ok(server)
 }
 
 #[cfg(test)]
@@ -465,6 +439,24 @@ mod tests {
             scrape.contains(r#"capstan_webhook_requests_total{controller="unknown",webhook="unknown",code="404"}"#)
         );
         assert!(!scrape.contains("nobody"), "{scrape}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handshake_that_never_comes_is_given_up_and_connections_past_the_cap_wait() {
+        use tokio::io::AsyncReadExt as _;
+        let certs = Arc::new(tls::Certs::self_managed(&["127.0.0.1".into()]).expect("certs"));
+        let limits = Limits::webhooks().connections(1).handshake(std::time::Duration::from_secs(5));
+        let server =
+            serve_within(([127, 0, 0, 1], 0).into(), certs, Arc::new(Registry::new()), limits).await.expect("binds");
+        // Two clients that never say hello: the first holds the one slot.
+        let mut first = tokio::net::TcpStream::connect(server.local_addr()).await.expect("connects");
+        let mut second = tokio::net::TcpStream::connect(server.local_addr()).await.expect("connects");
+        assert!(matches!(first.read(&mut [0; 64]).await, Ok(0) | Err(_)), "closed at 5 s");
+        // The second was taken in when the first went: open until 10 s.
+        let open = tokio::time::timeout(std::time::Duration::from_secs(4), second.read(&mut [0; 64])).await;
+        assert!(open.is_err(), "the second waited for the slot: {open:?}");
+        assert!(matches!(second.read(&mut [0; 64]).await, Ok(0) | Err(_)), "closed at 10 s");
+        server.shutdown().await;
     }
 
     #[test]

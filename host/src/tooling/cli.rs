@@ -195,9 +195,16 @@ pub struct RunArgs {
     /// Name of this replica in Events (default: $POD_NAME or the hostname).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
-    /// Serve /metrics, /healthz, /readyz and /status on this address.
-    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
-    pub listen: std::net::SocketAddr,
+    /// Serve /metrics, /healthz, /readyz and /status on this address;
+    /// repeat it (or separate with commas) for several, e.g. the Pod IP
+    /// and loopback. Default: loopback only.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", value_delimiter = ',', value_parser = listen_addr)]
+    pub listen: Vec<std::net::SocketAddr>,
+    /// Answer /status to every peer; by default only loopback peers
+    /// (`kubectl port-forward`, `capstan status` on the host) get it, as it
+    /// names component files, digests and objects.
+    #[arg(long)]
+    pub status_from_anywhere: bool,
     /// Elect a leader per controller among replicas, with one Lease per
     /// controller (`capstan-<name>`): standbys keep their caches warm and
     /// take over when the leader stops renewing.
@@ -276,6 +283,18 @@ impl RegistryArgs {
 pub fn grants_digest(manifest: &Manifest) -> String {
     let doc = manifest_document(manifest, "", "");
     crate::serve::oci::sha256(&serde_json::to_vec(&doc["grants"]).expect("a JSON value serialises"))
+}
+
+/// An address for `--listen`: `IP:PORT`, an IPv6 address with or without
+/// brackets (`--listen=$(POD_IP):8080` in a Pod of an IPv6 cluster).
+fn listen_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let bad = || format!("{s:?} is not IP:PORT");
+    let (ip, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let ip: std::net::IpAddr = ip.parse().map_err(|_| bad())?;
+    Ok((ip, port.parse::<u16>().map_err(|_| bad())?).into())
 }
 
 /// Checks a namespace name given on the command line.
@@ -732,9 +751,10 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
             }
         }),
     };
-    let server = crate::serve::server::serve(args.listen, Arc::new(probes))
+    let options = crate::serve::server::Options::default().status_from_anywhere(args.status_from_anywhere);
+    let server = crate::serve::server::serve(&args.listen, Arc::new(probes), options)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {:?}", args.listen))?;
     let webhooks = match serve_webhooks(&args).await {
         Ok(webhooks) => webhooks,
         Err(e) => {
@@ -946,6 +966,19 @@ mod tests {
             Command::Run(run) => *run,
             other => panic!("not run: {other:?}"),
         }
+    }
+
+    #[test]
+    fn listen_is_loopback_by_default_and_takes_several_addresses() {
+        let args = run_args(&[]);
+        assert_eq!(args.listen, ["127.0.0.1:8080".parse::<std::net::SocketAddr>().expect("an address")]);
+        assert!(!args.status_from_anywhere);
+        let args = run_args(&["--listen=10.244.0.7:8080", "--listen", "127.0.0.1:8080", "--status-from-anywhere"]);
+        assert_eq!(args.listen.len(), 2);
+        assert!(args.status_from_anywhere);
+        // $(POD_IP):8080 in an IPv6 cluster.
+        assert_eq!(run_args(&["--listen=fd00::7:8080"]).listen, [listen_addr("[fd00::7]:8080").expect("valid")]);
+        assert!(listen_addr("fd00::7").is_err() && listen_addr("0.0.0.0").is_err());
     }
 
     #[test]
