@@ -94,6 +94,29 @@ pub enum Error {
         /// Why.
         error: String,
     },
+    /// Another host (or tool) installed the object and still answers at
+    /// its address: this one leaves it alone.
+    #[error(
+        "{what} is installed by another host ({owner}), which still answers there; left as it is \
+         (stop that host, or pass --take-over-webhooks to replace it)"
+    )]
+    Owned {
+        /// What, e.g. `ValidatingWebhookConfiguration capstan-greeter`.
+        what: String,
+        /// The owner's endpoint, as in [`OWNER_ANNOTATION`](install::OWNER_ANNOTATION).
+        owner: String,
+    },
+    /// The CRD whose conversion the component declares belongs to another
+    /// component (its `capstan.dev/installed-by` annotation).
+    #[error("the conversion of CRD {crd} belongs to component {owner}, not {component}")]
+    ConversionOwned {
+        /// The CRD.
+        crd: String,
+        /// The component that installed it.
+        owner: String,
+        /// The component that declared its conversion.
+        component: String,
+    },
 }
 
 impl Error {
@@ -102,9 +125,12 @@ impl Error {
         match self {
             Error::BadReview(_) => StatusCode::BAD_REQUEST,
             Error::NoComponent(_) | Error::NoWebhook { .. } => StatusCode::NOT_FOUND,
-            Error::Guest(_) | Error::Answer(_) | Error::Certs(_) | Error::Install { .. } => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            Error::Guest(_)
+            | Error::Answer(_)
+            | Error::Certs(_)
+            | Error::Install { .. }
+            | Error::Owned { .. }
+            | Error::ConversionOwned { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -186,6 +212,27 @@ pub struct Install {
     pub ca_bundle: Vec<u8>,
 }
 
+impl Install {
+    /// Who installs: the endpoint the API server calls, as written into
+    /// [`install::OWNER_ANNOTATION`] (`https://127.0.0.1:9443`, or
+    /// `service:NAMESPACE/NAME:PORT`). Replicas behind one Service are one
+    /// owner; `capstan dev` and `capstan e2e` each listen on a port of
+    /// their own, and so are owners of their own.
+    pub fn owner(&self) -> String {
+        self.endpoint.owner()
+    }
+}
+
+impl Endpoint {
+    /// The owner string of this endpoint (see [`Install::owner`]).
+    pub fn owner(&self) -> String {
+        match self {
+            Endpoint::Url(url) => url.trim_end_matches('/').to_owned(),
+            Endpoint::Service(s) => format!("service:{}/{}:{}", s.namespace, s.name, s.port),
+        }
+    }
+}
+
 /// How the API server reaches the webhooks: the `clientConfig` of each
 /// webhook configuration and conversion stanza.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -249,6 +296,7 @@ impl std::str::FromStr for ServiceRef {
 pub struct Registry {
     served: Mutex<HashMap<String, Served>>,
     install: Option<Install>,
+    take_over: bool,
 }
 
 impl Registry {
@@ -268,6 +316,21 @@ impl Registry {
     /// What [`installing`](Self::installing) set.
     pub fn install_settings(&self) -> Option<&Install> {
         self.install.as_ref()
+    }
+
+    /// Replaces webhook configurations and conversion stanzas that another
+    /// host installed and that still answers (`--take-over-webhooks`).
+    /// Default: such objects are left alone and the component is rejected
+    /// with [`Error::Owned`].
+    #[must_use]
+    pub fn taking_over(mut self, yes: bool) -> Self {
+        self.take_over = yes;
+        self
+    }
+
+    /// What [`taking_over`](Self::taking_over) set.
+    pub fn takes_over(&self) -> bool {
+        self.take_over
     }
 
     /// Makes `component` the version that serves its name's webhooks:

@@ -180,9 +180,15 @@ pub(crate) struct Webhooks {
     pub(crate) server: crate::serve::server::Server,
 }
 
-/// Removes what the registry installed for `manifest`, logging a failure.
-pub(crate) async fn uninstall_webhooks(cluster: &KubeCluster, manifest: &crate::manifest::Manifest) {
-    if let Err(e) = crate::serve::webhook::install::uninstall(cluster, manifest).await {
+/// Removes what `registry` installed for `manifest` (only what is still
+/// its own), logging a failure.
+pub(crate) async fn uninstall_webhooks(
+    cluster: &KubeCluster,
+    registry: &crate::serve::webhook::Registry,
+    manifest: &crate::manifest::Manifest,
+) {
+    let Some(install) = registry.install_settings() else { return };
+    if let Err(e) = crate::serve::webhook::install::uninstall(cluster, manifest, install).await {
         tracing::warn!(component = %manifest.name, error = %e, "cannot remove the webhook configurations");
     }
 }
@@ -333,7 +339,7 @@ async fn run_in(
     host.shutdown().await;
     webhooks.server.shutdown().await;
     if let Some(component) = installed {
-        uninstall_webhooks(cluster, &component.manifest).await;
+        uninstall_webhooks(cluster, &webhooks.registry, &component.manifest).await;
     }
     Ok(mismatches)
 }

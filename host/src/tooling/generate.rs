@@ -360,6 +360,11 @@ impl Options {
         self
     }
 
+    /// The namespaces [`watch_namespace`](Self::watch_namespace) named.
+    pub fn watched_namespaces(&self) -> &[String] {
+        &self.watch_namespaces
+    }
+
     /// The manifest is applied server-side (`kubectl apply --server-side`):
     /// the components ConfigMap may hold [`CONFIG_MAP_LIMIT`] (1 MiB)
     /// instead of what the last-applied annotation of a client-side apply
@@ -825,7 +830,8 @@ mod tests {
             "{args:?}"
         );
         assert_eq!(container["ports"][1], json!({"name": "webhooks", "containerPort": 9443, "protocol": "TCP"}));
-        // RBAC: patch of its own configurations and CRD by name, no create.
+        // RBAC: get, patch and delete of its own configurations and CRD by
+        // name, no create.
         let role = objects.iter().find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "capstan-greeter");
         let rules = role.expect("the greeter's role")["rules"].as_array().expect("rules").clone();
         let on = |resource: &str| -> Vec<Value> {
@@ -835,7 +841,7 @@ mod tests {
             assert_eq!(
                 on(resource),
                 [json!({"apiGroups": ["admissionregistration.k8s.io"], "resources": [resource],
-                                               "resourceNames": ["capstan-greeter"], "verbs": ["patch"]})]
+                                               "resourceNames": ["capstan-greeter"], "verbs": ["get", "patch", "delete"]})]
             );
         }
         assert_eq!(on("customresourcedefinitions")[0]["resourceNames"], json!(["greetings.examples.capstan.dev"]));

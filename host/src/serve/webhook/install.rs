@@ -8,11 +8,25 @@
 //! (strategy `Webhook`), applied by its own field manager
 //! ([`FIELD_MANAGER`]) so that it does not take over the rest of the CRD.
 //!
+//! # Ownership
+//!
+//! Every object installed carries [`OWNER_ANNOTATION`]: the endpoint the
+//! API server calls ([`Install::owner`]). A host installs over an object
+//! only if it is its own (same endpoint: replicas behind one Service, or
+//! the same host restarted), nobody's, or its owner no longer answers at
+//! its address (a URL nothing listens on: a `capstan dev` that crashed);
+//! otherwise the component is rejected with [`Error::Owned`] and the
+//! object stays as it is, unless the operator passes
+//! `--take-over-webhooks`. A CRD's conversion is set only by the component
+//! that installed the CRD (its `capstan.dev/installed-by` annotation, when
+//! it has one). [`uninstall`] removes only what the caller owns.
+//!
 //! # Caveats
 //!
 //! Configurations of webhooks a later version no longer declares are not
 //! deleted; the caBundle is the one known when the component loads (a
-//! rotated CA in `--webhook-cert-dir` is written at the next load).
+//! rotated CA in `--webhook-cert-dir` is written at the next load). A
+//! CRD's conversion is never turned off by the host (see [`uninstall`]).
 //!
 //! `capstan gen` writes the same objects ([`objects`]) with a Service
 //! endpoint and no caBundle, which the host then fills in.
@@ -22,7 +36,7 @@ use std::collections::HashMap;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::{Endpoint, Error, Install};
+use super::{Endpoint, Error, Install, ServiceRef};
 use crate::cluster::kube::KubeCluster;
 use crate::cluster::{Cluster, Patch, Subresource};
 use crate::manifest::{AdmissionWebhook, Manifest};
@@ -30,6 +44,13 @@ use crate::object::{Gvk, ObjectRef};
 
 /// Field manager of the webhook configurations and conversion stanzas.
 pub const FIELD_MANAGER: &str = "capstan-webhooks";
+
+/// The annotation naming who installed a webhook configuration or a CRD's
+/// conversion: the endpoint the API server calls ([`Install::owner`]).
+pub const OWNER_ANNOTATION: &str = "capstan.dev/webhooks-installed-by";
+
+/// How long [`answers`] waits for a connection to an owner's address.
+pub const OWNER_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The name of the webhook configurations of `manifest`:
 /// `capstan-<component>`.
@@ -68,7 +89,13 @@ async fn plurals(cluster: &KubeCluster, manifest: &Manifest) -> Result<HashMap<G
 }
 
 /// One webhook entry of a configuration.
-fn entry(manifest: &Manifest, webhook: &AdmissionWebhook, install: &Install, plurals: &HashMap<Gvk, String>) -> Value {
+fn entry(
+    manifest: &Manifest,
+    webhook: &AdmissionWebhook,
+    install: &Install,
+    plurals: &HashMap<Gvk, String>,
+    namespaces: &[String],
+) -> Value {
     let rules: Vec<Value> = webhook
         .kinds
         .iter()
@@ -92,9 +119,7 @@ fn entry(manifest: &Manifest, webhook: &AdmissionWebhook, install: &Install, plu
         "admissionReviewVersions": ["v1"],
         "matchPolicy": "Equivalent",
     });
-    if let Some(s) = &webhook.namespace_selector {
-        entry["namespaceSelector"] = s.clone();
-    }
+    entry["namespaceSelector"] = namespace_selector(webhook.namespace_selector.as_ref(), namespaces);
     if let Some(s) = &webhook.object_selector {
         entry["objectSelector"] = s.clone();
     }
@@ -102,6 +127,27 @@ fn entry(manifest: &Manifest, webhook: &AdmissionWebhook, install: &Install, plu
         entry["reinvocationPolicy"] = json!("Never");
     }
     entry
+}
+
+/// Namespaces never reviewed unless the host serves them by name (`-n`):
+/// the cluster's own.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// The webhook's namespace selector, narrowed to where the host serves:
+/// the namespaces it watches (`-n`), else every namespace but
+/// [`SYSTEM_NAMESPACES`]. A review outside them is not sent at all.
+pub fn namespace_selector(declared: Option<&Value>, namespaces: &[String]) -> Value {
+    let mut selector = declared.cloned().filter(Value::is_object).unwrap_or_else(|| json!({}));
+    let scope = if namespaces.is_empty() {
+        json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": SYSTEM_NAMESPACES})
+    } else {
+        json!({"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces})
+    };
+    match selector.get_mut("matchExpressions").and_then(Value::as_array_mut) {
+        Some(expressions) => expressions.push(scope),
+        None => selector["matchExpressions"] = json!([scope]),
+    }
+    selector
 }
 
 fn client_config(install: &Install, path: &str) -> Value {
@@ -118,10 +164,7 @@ fn client_config(install: &Install, path: &str) -> Value {
 }
 
 async fn apply(cluster: &KubeCluster, object: Value) -> Result<(), Error> {
-    let gvk = Gvk::of(&object).expect("the host builds objects with apiVersion and kind");
-    let name = crate::object::meta_str(&object, "name").unwrap_or_default().to_owned();
-    let what = format!("{} {name}", gvk.kind);
-    let r = ObjectRef::new(gvk, None, name);
+    let (r, what) = ref_of(&object);
     let patch = Patch::Apply { object, field_manager: FIELD_MANAGER.into(), force: true };
     cluster.patch(&r, patch, Subresource::Main).await.map_err(|e| Error::Install { what, error: e.to_string() })?;
     Ok(())
@@ -130,8 +173,15 @@ async fn apply(cluster: &KubeCluster, object: Value) -> Result<(), Error> {
 /// The objects that make the API server call the webhooks of `manifest`
 /// at `install`: its Validating- and MutatingWebhookConfiguration (each
 /// only if it has webhooks of that type), then the conversion stanza of
-/// each CRD it converts. `plurals` names the resource of each webhook kind.
-pub fn objects(manifest: &Manifest, install: &Install, plurals: &HashMap<Gvk, String>) -> Vec<Value> {
+/// each CRD it converts. `plurals` names the resource of each webhook kind;
+/// `namespaces` are those the host watches (empty: all), which limit the
+/// reviews (see [`namespace_selector`]).
+pub fn objects(
+    manifest: &Manifest,
+    install: &Install,
+    plurals: &HashMap<Gvk, String>,
+    namespaces: &[String],
+) -> Vec<Value> {
     let mut objects = Vec::new();
     for (mutating, kind) in [(false, "ValidatingWebhookConfiguration"), (true, "MutatingWebhookConfiguration")] {
         let webhooks: Vec<Value> = manifest
@@ -139,7 +189,7 @@ pub fn objects(manifest: &Manifest, install: &Install, plurals: &HashMap<Gvk, St
             .admission
             .iter()
             .filter(|w| w.mutating == mutating)
-            .map(|w| entry(manifest, w, install, plurals))
+            .map(|w| entry(manifest, w, install, plurals, namespaces))
             .collect();
         if webhooks.is_empty() {
             continue;
@@ -147,7 +197,11 @@ pub fn objects(manifest: &Manifest, install: &Install, plurals: &HashMap<Gvk, St
         objects.push(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": kind,
-            "metadata": {"name": configuration_name(manifest), "labels": {"app.kubernetes.io/managed-by": "capstan"}},
+            "metadata": {
+                "name": configuration_name(manifest),
+                "labels": {"app.kubernetes.io/managed-by": "capstan"},
+                "annotations": {OWNER_ANNOTATION: install.owner()},
+            },
             "webhooks": webhooks,
         }));
     }
@@ -158,7 +212,7 @@ pub fn objects(manifest: &Manifest, install: &Install, plurals: &HashMap<Gvk, St
         objects.push(json!({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "annotations": {OWNER_ANNOTATION: install.owner()}},
             "spec": {"conversion": {
                 "strategy": "Webhook",
                 "webhook": {
@@ -171,58 +225,162 @@ pub fn objects(manifest: &Manifest, install: &Install, plurals: &HashMap<Gvk, St
     objects
 }
 
-/// Applies the [`objects`] of `manifest`, pointing at `install`.
+/// Applies the [`objects`] of `manifest`, pointing at `install`, limited
+/// to `namespaces` (empty: all but the system ones); see
+/// [the ownership rules](self#ownership).
 ///
 /// # Errors
 ///
-/// [`Error::Install`] naming the object that could not be applied, or the
-/// kind whose resource discovery does not know.
-pub async fn install(cluster: &KubeCluster, manifest: &Manifest, install: &Install) -> Result<(), Error> {
+/// [`Error::Owned`] for an object another host installed and still
+/// serves (unless `take_over`), [`Error::ConversionOwned`] for a CRD
+/// another component installed, [`Error::Install`] naming the object that
+/// could not be read or applied, or the kind whose resource discovery does
+/// not know.
+pub async fn install(
+    cluster: &KubeCluster,
+    manifest: &Manifest,
+    install: &Install,
+    namespaces: &[String],
+    take_over: bool,
+) -> Result<(), Error> {
     let plurals = plurals(cluster, manifest).await?;
-    for object in objects(manifest, install, &plurals) {
+    let owner = install.owner();
+    for object in objects(manifest, install, &plurals, namespaces) {
+        let (r, what) = ref_of(&object);
+        let existing = existing(cluster, &r, &what).await?;
+        if let Some(crd) = existing.as_ref().filter(|_| r.gvk.kind == "CustomResourceDefinition") {
+            let installed_by = crd
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(crate::serve::host::INSTALLED_BY))
+                .and_then(Value::as_str);
+            if let Some(other) = installed_by.filter(|c| *c != manifest.name) {
+                return Err(Error::ConversionOwned {
+                    crd: r.name.clone(),
+                    owner: other.to_owned(),
+                    component: manifest.name.clone(),
+                });
+            }
+        }
+        if let Some(current) = existing.as_ref().and_then(owner_of).filter(|o| *o != owner) {
+            if take_over {
+                tracing::warn!(object = %what, owner = %current, "taking over from another host (--take-over-webhooks)");
+            } else if answers(&current).await {
+                return Err(Error::Owned { what, owner: current });
+            } else {
+                tracing::info!(object = %what, owner = %current, "its installer no longer answers; taking it over");
+            }
+        }
         apply(cluster, object).await?;
     }
-    tracing::info!(component = %manifest.name, "webhook configurations installed");
+    tracing::info!(component = %manifest.name, owner = %owner, "webhook configurations installed");
     Ok(())
 }
 
-/// Undoes [`install`] for a host that stops for good (`capstan dev`,
-/// `capstan e2e`): deletes the component's webhook configurations and turns
-/// the conversion of the CRDs it converts back to `None`, so that the API
-/// server does not keep calling an address where nothing answers. A
-/// configuration already gone is no error.
+/// Removes the admission webhook configurations of `manifest` that
+/// `install` installed: for a component removed from a running host, and
+/// for a tool that stops for good (`capstan dev`, `capstan e2e`), so that
+/// the API server does not keep calling an address where nothing answers.
+/// A configuration another host installed (it points elsewhere) is left
+/// alone and says so in the log; one already gone is no error.
+///
+/// A CRD's conversion stays as it is, whoever installed it: turning it
+/// off (`strategy: None`) would make the API server store an object
+/// written at another version without the fields only the storage
+/// version has, silently. Left pointing at a host that is gone,
+/// reads and writes at the other versions fail until a host serves the
+/// conversion again, and nothing is lost.
 ///
 /// # Errors
 ///
-/// [`Error::Install`] naming the object that could not be deleted or
-/// changed.
-pub async fn uninstall(cluster: &KubeCluster, manifest: &Manifest) -> Result<(), Error> {
+/// [`Error::Install`] naming the object that could not be read or deleted.
+pub async fn uninstall(cluster: &KubeCluster, manifest: &Manifest, install: &Install) -> Result<(), Error> {
     let name = configuration_name(manifest);
+    let owner = install.owner();
     for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
         let r = ObjectRef::new(Gvk::new("admissionregistration.k8s.io", "v1", kind), None, name.clone());
+        let what = format!("{kind} {name}");
+        let Some(existing) = existing(cluster, &r, &what).await? else { continue };
+        match owner_of(&existing) {
+            Some(current) if current == owner => {}
+            current => {
+                let current = current.unwrap_or_else(|| "unknown".to_owned());
+                tracing::info!(object = %what, owner = %current, "installed by another host; left in place");
+                continue;
+            }
+        }
         match cluster.delete(&r, crate::cluster::Propagation::Background).await {
-            Ok(()) => {}
+            Ok(()) => tracing::info!(object = %what, "webhook configuration removed"),
             Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(Error::Install { what: format!("{kind} {name}"), error: e.to_string() }),
+            Err(e) => return Err(Error::Install { what, error: e.to_string() }),
         }
     }
-    for gk in &manifest.roles.conversion {
-        let Some(crd) = crd_of(manifest, &gk.group, &gk.kind).and_then(|c| crate::object::meta_str(c, "name")) else {
-            continue;
-        };
-        apply(
-            cluster,
-            json!({
-                "apiVersion": "apiextensions.k8s.io/v1",
-                "kind": "CustomResourceDefinition",
-                "metadata": {"name": crd},
-                "spec": {"conversion": {"strategy": "None"}},
-            }),
-        )
-        .await?;
-    }
-    tracing::info!(component = %manifest.name, "webhook configurations removed");
     Ok(())
+}
+
+/// The reference of an object [`objects`] made, and how to name it.
+fn ref_of(object: &Value) -> (ObjectRef, String) {
+    let gvk = Gvk::of(object).expect("the host builds objects with apiVersion and kind");
+    let name = crate::object::meta_str(object, "name").unwrap_or_default().to_owned();
+    let what = format!("{} {name}", gvk.kind);
+    (ObjectRef::new(gvk, None, name), what)
+}
+
+/// The object `r` as it is on the server, `None` if there is none.
+async fn existing(cluster: &KubeCluster, r: &ObjectRef, what: &str) -> Result<Option<Value>, Error> {
+    match cluster.get(r).await {
+        Ok(object) => Ok(Some(object)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(Error::Install { what: what.to_owned(), error: e.to_string() }),
+    }
+}
+
+/// Who installed `object` (a webhook configuration or a CRD): its
+/// [`OWNER_ANNOTATION`], else the endpoint its `clientConfig` names
+/// (objects installed before the annotation existed). `None` for a CRD
+/// whose conversion is not a webhook: nobody's.
+pub fn owner_of(object: &Value) -> Option<String> {
+    let crd = object["kind"] == "CustomResourceDefinition";
+    if crd && object.pointer("/spec/conversion/strategy").and_then(Value::as_str) != Some("Webhook") {
+        return None;
+    }
+    let annotated =
+        object.pointer("/metadata/annotations").and_then(|a| a.get(OWNER_ANNOTATION)).and_then(Value::as_str);
+    if let Some(owner) = annotated {
+        return Some(owner.to_owned());
+    }
+    let config = if crd {
+        object.pointer("/spec/conversion/webhook/clientConfig")
+    } else {
+        object.pointer("/webhooks/0/clientConfig")
+    }?;
+    if let Some(url) = config.get("url").and_then(Value::as_str) {
+        let base = ["/admission/", "/convert/"].iter().filter_map(|route| url.find(route)).min().unwrap_or(url.len());
+        return Some(Endpoint::Url(url[..base].to_owned()).owner());
+    }
+    let service = config.get("service")?;
+    let text = |key: &str| service.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let port = service.get("port").and_then(Value::as_u64).and_then(|p| u16::try_from(p).ok()).unwrap_or(443);
+    Some(Endpoint::Service(ServiceRef { namespace: text("namespace"), name: text("name"), port }).owner())
+}
+
+/// Whether the owner `owner` still answers: for a URL, a TCP connection to
+/// its host and port succeeds within [`OWNER_PROBE_TIMEOUT`]. A Service
+/// cannot be reached from everywhere the host may run, so it counts as
+/// answering.
+pub async fn answers(owner: &str) -> bool {
+    let Some(rest) = owner.strip_prefix("https://").or_else(|| owner.strip_prefix("http://")) else {
+        return true;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let address = if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        authority.to_owned()
+    } else {
+        format!("{authority}:443")
+    };
+    matches!(
+        tokio::time::timeout(OWNER_PROBE_TIMEOUT, tokio::net::TcpStream::connect(address.as_str())).await,
+        Ok(Ok(_))
+    )
 }
 
 #[cfg(test)]
@@ -264,7 +422,7 @@ mod tests {
     fn each_webhook_points_at_its_route_with_the_ca_bundle() {
         let install = Install { endpoint: Endpoint::Url("https://127.0.0.1:9443/".into()), ca_bundle: b"PEM".to_vec() };
         let plurals = HashMap::from([(Gvk::new("example.com", "v1", "Greeting"), "greetings".to_owned())]);
-        let objects = objects(&manifest(), &install, &plurals);
+        let objects = objects(&manifest(), &install, &plurals, &[]);
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
         assert_eq!(
             kinds,
@@ -278,6 +436,11 @@ mod tests {
         assert_eq!(validating["sideEffects"], "None");
         assert_eq!(validating["objectSelector"], json!({"matchLabels": {"team": "a"}}));
         assert_eq!(
+            validating["namespaceSelector"],
+            json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                         "values": ["kube-system", "kube-public", "kube-node-lease"]}]})
+        );
+        assert_eq!(
             validating["rules"],
             json!([{"apiGroups": ["example.com"], "apiVersions": ["v1"], "resources": ["greetings"],
                     "operations": ["CREATE", "UPDATE"], "scope": "*"}])
@@ -286,5 +449,52 @@ mod tests {
         let conversion = &objects[2]["spec"]["conversion"];
         assert_eq!(conversion["strategy"], "Webhook");
         assert_eq!(conversion["webhook"]["clientConfig"]["url"], "https://127.0.0.1:9443/convert/greeter");
+    }
+
+    #[test]
+    fn the_owner_is_the_annotation_else_the_endpoint_the_object_points_at() {
+        let install = Install { endpoint: Endpoint::Url("https://127.0.0.1:9443/".into()), ca_bundle: Vec::new() };
+        let plurals = HashMap::from([(Gvk::new("example.com", "v1", "Greeting"), "greetings".to_owned())]);
+        let objects = objects(&manifest(), &install, &plurals, &[]);
+        for object in &objects {
+            assert_eq!(owner_of(object).as_deref(), Some("https://127.0.0.1:9443"), "{object}");
+        }
+        // Installed before the annotation: the endpoint its clientConfig names.
+        let mut old = objects[0].clone();
+        old["metadata"]["annotations"] = json!({});
+        assert_eq!(owner_of(&old).as_deref(), Some("https://127.0.0.1:9443"));
+        old["webhooks"][0]["clientConfig"] =
+            json!({"service": {"namespace": "ops", "name": "capstan-webhooks", "path": "/admission/greeter/x"}});
+        assert_eq!(owner_of(&old).as_deref(), Some("service:ops/capstan-webhooks:443"));
+        // A CRD converted by nobody belongs to nobody, whatever its annotation says.
+        let mut crd = objects[2].clone();
+        crd["spec"]["conversion"] = json!({"strategy": "None"});
+        assert_eq!(owner_of(&crd), None);
+    }
+
+    #[tokio::test]
+    async fn an_owner_answers_while_something_listens_at_its_address() {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.expect("a port");
+        let port = listener.local_addr().expect("an address").port();
+        assert!(answers(&format!("https://127.0.0.1:{port}")).await);
+        drop(listener);
+        assert!(!answers(&format!("https://127.0.0.1:{port}")).await);
+        assert!(answers("service:ops/capstan-webhooks:443").await, "a Service cannot be probed from here");
+    }
+
+    #[test]
+    fn reviews_are_limited_to_the_namespaces_the_host_serves() {
+        let declared = json!({"matchLabels": {"team": "a"}, "matchExpressions": [{"key": "x", "operator": "Exists"}]});
+        let narrowed = namespace_selector(Some(&declared), &["apps".to_owned()]);
+        assert_eq!(
+            narrowed,
+            json!({"matchLabels": {"team": "a"}, "matchExpressions": [
+                {"key": "x", "operator": "Exists"},
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["apps"]},
+            ]})
+        );
+        let everywhere = namespace_selector(None, &[]);
+        assert_eq!(everywhere["matchExpressions"][0]["operator"], "NotIn");
+        assert_eq!(everywhere["matchExpressions"][0]["values"], json!(SYSTEM_NAMESPACES));
     }
 }

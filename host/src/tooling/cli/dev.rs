@@ -292,7 +292,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     // Nothing answers at the webhooks' address any more.
     let cluster = crate::cluster::kube::KubeCluster::new(client, None);
     for component in installed {
-        crate::tooling::e2e::uninstall_webhooks(&cluster, &component.manifest).await;
+        crate::tooling::e2e::uninstall_webhooks(&cluster, &webhooks.registry, &component.manifest).await;
     }
     if args.down && args.kubeconfig.is_none() {
         super::cluster::stop(&args.cluster).await?;

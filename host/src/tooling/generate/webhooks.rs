@@ -73,7 +73,9 @@ pub(crate) fn objects(
     let install = Install { endpoint: Endpoint::Service(service_ref(options)), ca_bundle: Vec::new() };
     let mut configurations = Vec::new();
     let mut conversions = BTreeMap::new();
-    for mut object in crate::serve::webhook::install::objects(manifest, &install, &plurals) {
+    for mut object in
+        crate::serve::webhook::install::objects(manifest, &install, &plurals, options.watched_namespaces())
+    {
         if object["kind"] == "CustomResourceDefinition" {
             let name = crate::object::meta_str(&object, "name").unwrap_or_default().to_owned();
             conversions.insert(name, object["spec"]["conversion"].take());
@@ -86,7 +88,8 @@ pub(crate) fn objects(
 }
 
 /// What the host needs to keep the `caBundle` of `manifest`'s webhooks
-/// current: patch of its own configurations and converted CRDs, by name;
+/// current: get and patch of its own configurations (and delete, to
+/// withdraw them) and converted CRDs, by name;
 /// `create` of configurations too when `create` (a host outside the
 /// cluster, with no generated configurations to patch). `create` cannot
 /// be limited to names.
@@ -95,7 +98,9 @@ pub(crate) fn rules(manifest: &Manifest, create: bool) -> Rules {
     let name = vec![crate::serve::webhook::install::configuration_name(manifest)];
     for (mutating, resource) in [(false, "validatingwebhookconfigurations"), (true, "mutatingwebhookconfigurations")] {
         if manifest.roles.admission.iter().any(|w| w.mutating == mutating) {
-            rules.add_named("admissionregistration.k8s.io", resource, &name, [Verb::Patch]);
+            // get: whose it is before installing; delete: withdrawn when
+            // the component is removed from the host.
+            rules.add_named("admissionregistration.k8s.io", resource, &name, [Verb::Get, Verb::Patch, Verb::Delete]);
             if create {
                 rules.add("admissionregistration.k8s.io", resource, [Verb::Create]);
             }
@@ -109,7 +114,7 @@ pub(crate) fn rules(manifest: &Manifest, create: bool) -> Rules {
         .filter_map(|crd| crate::object::meta_str(crd, "name").map(str::to_owned))
         .collect();
     if !converted.is_empty() {
-        rules.add_named("apiextensions.k8s.io", "customresourcedefinitions", &converted, [Verb::Patch]);
+        rules.add_named("apiextensions.k8s.io", "customresourcedefinitions", &converted, [Verb::Get, Verb::Patch]);
     }
     rules
 }
