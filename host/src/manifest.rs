@@ -126,6 +126,55 @@ impl Permission {
     }
 }
 
+impl Manifest {
+    /// Whether the manifest grants `verb` on objects of `kind` somewhere:
+    /// the primary kind (read, update, patch), an owned kind (every verb),
+    /// a watched kind (read), or a declared permission.
+    pub fn grants(&self, verb: Verb, kind: &Gvk) -> bool {
+        let same = |k: &Gvk| k.group == kind.group && k.kind == kind.kind;
+        (same(&self.primary) && (Verb::READ.contains(&verb) || matches!(verb, Verb::Update | Verb::Patch)))
+            || self.owns.iter().any(|o| same(&o.kind))
+            || (Verb::READ.contains(&verb) && self.watches.iter().any(|w| same(&w.kind)))
+            || self.permissions.iter().any(|p| {
+                (p.group == "*" || p.group == kind.group)
+                    && (p.kind == "*" || p.kind == kind.kind)
+                    && p.verbs.contains(&verb)
+            })
+    }
+
+    /// Admission is access: a webhook sees every object of its kinds
+    /// (reading them), a mutating one changes them (writing), a validating
+    /// one may refuse them (a veto on others' writes, which needs the read
+    /// grant and is limited to the namespaces the host serves when
+    /// installed). So each kind of a webhook must be readable (`get`)
+    /// under the manifest's grants, and writable (`update` or `patch`) for
+    /// a mutating one. Leases are refused: leader election, the host's
+    /// own included, must not depend on a component's answer.
+    fn check_admission_grants(&self) -> Result<(), Error> {
+        for (i, webhook) in self.roles.admission.iter().enumerate() {
+            let bad = |reason: String| Error::Role { field: format!("roles.admission[{i}].kinds"), reason };
+            for kind in &webhook.kinds {
+                if kind.group == "coordination.k8s.io" && kind.kind == "Lease" {
+                    return Err(bad("Leases cannot be reviewed: leader election must not wait for a webhook".into()));
+                }
+                if !self.grants(Verb::Get, kind) {
+                    return Err(bad(format!(
+                        "{kind}: a webhook sees every object of its kinds, but the manifest grants no read of it \
+                         (declare it as the primary, owned or watched kind, or a permission with get)"
+                    )));
+                }
+                if webhook.mutating && !self.grants(Verb::Patch, kind) && !self.grants(Verb::Update, kind) {
+                    return Err(bad(format!(
+                        "{kind}: a mutating webhook changes what it reviews, but the manifest grants no write of it \
+                         (declare it as the primary or an owned kind, or a permission with update or patch)"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Where a [`Reference`] reads a name or namespace on a watched object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FieldRef {
@@ -594,6 +643,7 @@ impl TryFrom<wit::ComponentManifest> for Manifest {
     fn try_from(m: wit::ComponentManifest) -> Result<Self, Error> {
         let mut manifest = Manifest::try_from(m.controller)?;
         manifest.roles = roles::roles_of(m.roles, &manifest.crds)?;
+        manifest.check_admission_grants()?;
         Ok(manifest)
     }
 }

@@ -408,4 +408,55 @@ mod tests {
         let reconcile = wit::Roles { reconcile: true, ..roles() };
         assert_eq!(parse(vec![], reconcile).expect("valid").roles, Roles::reconcile_only());
     }
+
+    #[test]
+    fn admission_needs_the_grants_of_what_it_sees_and_changes() {
+        let secret = gvk("", "v1", "Secret");
+        let on_secrets = |mutating: bool| wit::AdmissionWebhook {
+            kinds: vec![secret.clone()],
+            webhook_type: if mutating { wit::WebhookType::Mutating } else { wit::WebhookType::Validating },
+            ..webhook("secrets.example.com")
+        };
+        let with = |controller: wit::ControllerManifest, mutating: bool| {
+            Manifest::try_from(wit::ComponentManifest {
+                controller,
+                roles: wit::Roles { admission: vec![on_secrets(mutating)], ..roles() },
+            })
+        };
+        // No grant on Secrets: seeing them through admission is refused.
+        let err = with(controller(vec![]), false).expect_err("reads Secrets without a grant");
+        assert!(err.to_string().contains("grants no read of it"), "{err}");
+        // Watching them grants the read a validating webhook needs, not
+        // the write a mutating one needs.
+        let watching = wit::ControllerManifest {
+            watches: vec![wit::Watch { kind: secret.clone(), mapping: wit::WatchMapping::None, label_selector: None }],
+            ..controller(vec![])
+        };
+        with(watching.clone(), false).expect("a validating webhook on a watched kind");
+        let err = with(watching, true).expect_err("changes Secrets without a grant");
+        assert!(err.to_string().contains("grants no write of it"), "{err}");
+        // A permission with patch grants both.
+        let patching = wit::ControllerManifest {
+            permissions: vec![wit::Permission {
+                group: String::new(),
+                kind: "Secret".into(),
+                verbs: vec![wit::Verb::Get, wit::Verb::Patch],
+                scope: wit::Scope::OwnNamespace,
+                status: false,
+                resource_names: vec![],
+            }],
+            ..controller(vec![])
+        };
+        with(patching, true).expect("a mutating webhook with get and patch");
+        // The primary kind is the component's own.
+        parse(vec![], wit::Roles { admission: vec![webhook("validate.greetings.example.com")], ..roles() })
+            .expect("a webhook on the primary kind");
+        // Leases: never.
+        let lease = wit::AdmissionWebhook {
+            kinds: vec![gvk("coordination.k8s.io", "v1", "Lease")],
+            ..webhook("l.example.com")
+        };
+        let err = parse(vec![], wit::Roles { admission: vec![lease], ..roles() }).expect_err("Leases");
+        assert!(err.to_string().contains("Leases cannot be reviewed"), "{err}");
+    }
 }

@@ -823,10 +823,18 @@ impl Shared {
                 install_crd(&self.cluster, crd, &manifest.name).await?;
             }
         }
-        if let Some(install) = self.webhooks.as_ref().and_then(|w| w.install_settings()) {
-            crate::serve::webhook::install::install(&self.cluster, manifest, install)
-                .await
-                .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
+        if let Some(webhooks) = &self.webhooks
+            && let Some(install) = webhooks.install_settings()
+        {
+            crate::serve::webhook::install::install(
+                &self.cluster,
+                manifest,
+                install,
+                &self.namespaces,
+                webhooks.takes_over(),
+            )
+            .await
+            .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
         }
         Ok(())
     }
@@ -1120,7 +1128,17 @@ impl Shared {
             scheduler.stop().await;
         }
         if let (Some(webhooks), Some(version)) = (&self.webhooks, &slot.version) {
+            let manifest = webhooks.get(&version.name).ok().map(|s| Arc::clone(&s.component));
             webhooks.withdraw(&version.name);
+            // Removed for good: the API server must not keep calling for
+            // it (a hot swap does not come here, and a stopping host
+            // keeps its configurations for its restart).
+            if let (Some(install), Some(component)) = (webhooks.install_settings(), manifest)
+                && let Err(e) =
+                    crate::serve::webhook::install::uninstall(&self.cluster, &component.manifest, install).await
+            {
+                tracing::warn!(component = %version.name, error = %e, "cannot remove the webhook configurations");
+            }
         }
         let controller = slot.controller?;
         controller.stop().await;

@@ -158,6 +158,12 @@ pub struct RunArgs {
     /// converts, with the caBundle of the serving certificate.
     #[arg(long, requires = "webhook_listen")]
     pub install_webhooks: bool,
+    /// With `--install-webhooks`: replace webhook configurations and CRD
+    /// conversion stanzas that another host installed and that still
+    /// answers at its address (by default they are left alone and the
+    /// component is rejected, naming that host).
+    #[arg(long, requires = "install_webhooks")]
+    pub take_over_webhooks: bool,
     /// Memory limit per guest instance, in MiB.
     #[arg(long, default_value_t = 64)]
     pub memory_limit_mib: usize,
@@ -862,7 +868,7 @@ async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
     let certs = std::sync::Arc::new(certs);
     let watch = certs.watch()?;
     let install = args.install_webhooks.then(|| Install { endpoint, ca_bundle: certs.ca_bundle() });
-    let registry = std::sync::Arc::new(Registry::new().installing(install));
+    let registry = std::sync::Arc::new(Registry::new().installing(install).taking_over(args.take_over_webhooks));
     let server = crate::serve::webhook::serve(listen, std::sync::Arc::clone(&certs), std::sync::Arc::clone(&registry))
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
