@@ -218,7 +218,18 @@ fn gen_manifest_with_watched_namespaces_passes_them_to_the_host() {
     let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
     assert_eq!(
         args,
-        &json!(["run", "--components", "/components", "--leader-elect", "--namespace", "ns1", "--namespace", "ns2"])
+        &json!([
+            "run",
+            "--components",
+            "/components",
+            "--leader-elect",
+            "--listen=$(POD_IP):8080",
+            "--listen=127.0.0.1:8080",
+            "--namespace",
+            "ns1",
+            "--namespace",
+            "ns2"
+        ])
     );
     assert!(find_in(&objects, "Role", "ns2", "capstan-greeter").is_some());
 }
@@ -287,7 +298,19 @@ fn gen_manifest_with_the_components_in_the_image_installs_everything_with_a_lock
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
     let container = &pod["containers"][0];
     assert_eq!(container["image"], image);
-    assert_eq!(container["args"], json!(["run", "--components", "/components", "--leader-elect"]));
+    assert_eq!(
+        container["args"],
+        json!([
+            "run",
+            "--components",
+            "/components",
+            "--leader-elect",
+            "--listen=$(POD_IP):8080",
+            "--listen=127.0.0.1:8080"
+        ])
+    );
+    let pod_ip = json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
+    assert!(container["env"].as_array().expect("env").contains(&pod_ip), "{}", container["env"]);
     assert_eq!(container["ports"][0], json!({"name": "http", "containerPort": 8080, "protocol": "TCP"}));
     assert_eq!(container["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "http"}));
     assert_eq!(container["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "http"}));

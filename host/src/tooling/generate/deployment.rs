@@ -39,7 +39,7 @@ pub const COMPONENTS_DIR: &str = "/components";
 /// Where the host keeps its compile cache (`CAPSTAN_CACHE`).
 pub const CACHE_DIR: &str = "/cache";
 
-/// The port of `/healthz` and `/readyz`.
+/// The port of `/healthz`, `/readyz`, `/metrics` and `/status`.
 pub const HEALTH_PORT: i32 = 8080;
 
 /// The user (and group) the host runs as: distroless `nonroot`.
@@ -191,11 +191,19 @@ fn registry_credentials(options: &Options) -> Option<(Volume, VolumeMount, EnvVa
 }
 
 /// The host's command line: `run --components /components --leader-elect`,
-/// `--install-crds` when the host is to install the CRDs itself, and
-/// `--namespace <ns>` for each watched namespace.
+/// its HTTP endpoints on the Pod IP (for the kubelet's probes and
+/// Prometheus) and on loopback (for `kubectl port-forward`, the only way
+/// to `/status`), `--install-crds` when the host is to install the CRDs
+/// itself, and `--namespace <ns>` for each watched namespace.
 fn args(options: &Options, with_webhooks: bool) -> Vec<String> {
-    let mut args =
-        vec!["run".to_owned(), "--components".to_owned(), COMPONENTS_DIR.to_owned(), "--leader-elect".to_owned()];
+    let mut args = vec![
+        "run".to_owned(),
+        "--components".to_owned(),
+        COMPONENTS_DIR.to_owned(),
+        "--leader-elect".to_owned(),
+        format!("--listen=$(POD_IP):{HEALTH_PORT}"),
+        format!("--listen=127.0.0.1:{HEALTH_PORT}"),
+    ];
     if options.install_crds {
         args.push("--install-crds".to_owned());
     }
@@ -242,9 +250,9 @@ fn downward(name: &str, field_path: &str) -> EnvVar {
 /// The host's Deployment: one replica of `capstan run --components
 /// /components`, as the ServiceAccount of the same name, meeting the
 /// `restricted` Pod Security Standard, with a writable `emptyDir` for the
-/// compile cache (`CAPSTAN_CACHE`), and `POD_NAME` and `POD_NAMESPACE` from
-/// the downward API (the replica's name in Events and Leases; the Leases'
-/// namespace). `with_config_map` mounts the components ConfigMap at
+/// compile cache (`CAPSTAN_CACHE`), and `POD_NAME`, `POD_NAMESPACE` and
+/// `POD_IP` from the downward API (the replica's name in Events and
+/// Leases; the Leases' namespace; the address `--listen` serves on). `with_config_map` mounts the components ConfigMap at
 /// `/components`; without it the components are whatever the image holds
 /// there.
 ///
@@ -272,6 +280,7 @@ pub(crate) fn deployment(options: &Options, with_config_map: bool, with_webhooks
         EnvVar { name: "CAPSTAN_CACHE".to_owned(), value: Some(CACHE_DIR.to_owned()), ..EnvVar::default() },
         downward("POD_NAME", "metadata.name"),
         downward("POD_NAMESPACE", "metadata.namespace"),
+        downward("POD_IP", "status.podIP"),
     ];
     if let Some((volume, mount, var)) = registry_credentials(options) {
         volumes.push(volume);
@@ -429,7 +438,7 @@ mod tests {
             json!({"secretName": "pull", "items": [{"key": ".dockerconfigjson", "path": "config.json"}]})
         );
         let c = &pod["containers"][0];
-        assert_eq!(c["env"][3], json!({"name": "DOCKER_CONFIG", "value": REGISTRY_CREDENTIALS_DIR}));
+        assert_eq!(c["env"][4], json!({"name": "DOCKER_CONFIG", "value": REGISTRY_CREDENTIALS_DIR}));
         assert_eq!(c["volumeMounts"][1]["mountPath"], REGISTRY_CREDENTIALS_DIR);
     }
 
@@ -469,7 +478,9 @@ mod tests {
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
-        assert_eq!(c["args"], json!(["run", "--components", "/components", "--leader-elect"]));
+        let listen = ["--listen=$(POD_IP):8080", "--listen=127.0.0.1:8080"];
+        assert_eq!(c["args"], json!(["run", "--components", "/components", "--leader-elect", listen[0], listen[1]]));
+        assert_eq!(c["env"][3]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
         assert_eq!(c["env"][2]["name"], "POD_NAMESPACE");
         assert_eq!(c["env"][2]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
         assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
