@@ -31,13 +31,29 @@
 //! - Credentials come from the docker config file (see [`credentials`]),
 //!   read again for every operation (so a rotated secret is picked up);
 //!   without an entry for the registry, requests are anonymous.
+//! - Nothing a registry sends is held beyond a bound: a manifest is read
+//!   up to [`MAX_MANIFEST_SIZE`], a layer up to the size its manifest
+//!   declares (itself at most [`MAX_COMPONENT_SIZE`]), an error answer up
+//!   to a few KiB, whatever `Content-Length` says; the reading stops at the
+//!   bound and the pull fails ([`Error::TooLarge`]). The layer's digest is
+//!   computed as it arrives.
+//! - Every lookup and pull ends within [`Options::timeout`] (default
+//!   [`TIMEOUT`], 60 s) from its start, however slowly the registry
+//!   answers ([`Error::Timeout`]).
+//! - Text taken from a registry (its error answers) is cut to
+//!   [`MAX_ERROR_TEXT`] bytes before it is kept in an error, so it is
+//!   bounded in logs and in the host's status.
 
 pub mod credentials;
+pub mod fetch;
+
+pub use fetch::{MAX_ERROR_TEXT, bounded_text};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::manifest::{OciImageManifest, OciManifest};
@@ -50,6 +66,8 @@ use crate::sync::lock;
 /// The prefix of a component reference on the command line and in
 /// components folders: `oci://REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]`.
 pub const SCHEME: &str = "oci://";
+/// How long connecting to a registry may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Media type of the config of a Wasm OCI artifact.
 pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// Media type of the component layer of a Wasm OCI artifact.
@@ -63,6 +81,16 @@ pub const ANNOTATION_CONTRACT: &str = "dev.capstan.contract";
 pub const ANNOTATION_GRANTS: &str = "dev.capstan.grants-digest";
 /// Standard layer annotation: the file name the component was pushed from.
 pub const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
+/// The largest manifest read (4 MiB, as the distribution registry and
+/// containerd allow); a larger one is refused.
+pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
+/// How long one lookup or pull may take by default, from its first
+/// request to its last byte (see [`Options::timeout`]).
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+/// The manifest media types a pull accepts.
+const MANIFEST_MEDIA_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.index.v1+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json";
 
 /// Why a reference cannot be pushed or pulled.
 #[derive(Debug, thiserror::Error)]
@@ -126,17 +154,39 @@ pub enum Error {
         /// The I/O error.
         error: std::io::Error,
     },
+    /// The registry sent more than the host reads: a manifest larger than
+    /// [`MAX_MANIFEST_SIZE`], or a layer larger than its declared size
+    /// (itself at most [`MAX_COMPONENT_SIZE`]). The reading stopped there.
+    #[error("{reference}: {what} larger than {limit} bytes: refused")]
+    TooLarge {
+        /// The reference.
+        reference: String,
+        /// `manifest` or `layer`.
+        what: &'static str,
+        /// The bound it passed.
+        limit: u64,
+    },
+    /// The registry did not finish answering within the deadline
+    /// ([`Options::timeout`]): it may answer in time later.
+    #[error("{reference}: registry too slow: no complete answer within {} s", after.as_secs_f64())]
+    Timeout {
+        /// The reference.
+        reference: String,
+        /// The deadline.
+        after: Duration,
+    },
 }
 
 impl Error {
-    /// Whether the failure may pass by itself (the registry is down or
-    /// unreachable): worth trying again later.
+    /// Whether the failure may pass by itself (the registry is down,
+    /// unreachable or too slow): worth trying again later.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. })
+        matches!(self, Self::Unavailable { .. } | Self::Timeout { .. })
     }
 
     /// A short, stable word for the failure: `reference`, `unavailable`,
-    /// `registry`, `not_component`, `digest`, `credentials`, `cache`.
+    /// `registry`, `not_component`, `digest`, `credentials`, `cache`,
+    /// `too_large`, `timeout`.
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Reference { .. } => "reference",
@@ -146,6 +196,8 @@ impl Error {
             Self::Digest { .. } => "digest",
             Self::Credentials { .. } => "credentials",
             Self::Cache { .. } => "cache",
+            Self::TooLarge { .. } => "too_large",
+            Self::Timeout { .. } => "timeout",
         }
     }
 }
@@ -271,6 +323,7 @@ pub struct Options {
     insecure: Vec<String>,
     cache_dir: Option<PathBuf>,
     docker_config: Option<PathBuf>,
+    timeout: Option<Duration>,
 }
 
 impl Options {
@@ -293,6 +346,15 @@ impl Options {
     /// `~/.docker/config.json`).
     pub fn docker_config(mut self, path: Option<PathBuf>) -> Self {
         self.docker_config = path;
+        self
+    }
+
+    /// How long one lookup of a tag ([`Registry::resolve`]) or one pull
+    /// ([`Registry::pull`]) may take, from its first request to its last
+    /// byte; a slower one fails with [`Error::Timeout`]. Default:
+    /// [`TIMEOUT`] (60 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 }
@@ -330,6 +392,7 @@ pub struct Pushed {
 pub struct Registry {
     options: Options,
     clients: Mutex<HashMap<String, oci_client::Client>>,
+    http: Mutex<HashMap<String, reqwest::Client>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -352,7 +415,12 @@ impl Registry {
     pub fn new(options: Options) -> Self {
         // reqwest is built without a crypto provider: use ring, as kube does.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        Self { options, clients: Mutex::new(HashMap::new()) }
+        Self { options, clients: Mutex::new(HashMap::new()), http: Mutex::new(HashMap::new()) }
+    }
+
+    /// The deadline of one lookup or pull.
+    pub fn timeout(&self) -> Duration {
+        self.options.timeout.unwrap_or(TIMEOUT)
     }
 
     /// Whether `registry` is spoken to over plain HTTP.
@@ -367,12 +435,89 @@ impl Registry {
                 let protocol = if self.plain_http(registry) { ClientProtocol::Http } else { ClientProtocol::Https };
                 oci_client::Client::new(ClientConfig {
                     protocol,
-                    connect_timeout: Some(std::time::Duration::from_secs(10)),
-                    read_timeout: Some(std::time::Duration::from_secs(60)),
+                    connect_timeout: Some(CONNECT_TIMEOUT),
+                    // Past the deadline of a pull, which ends it first
+                    // (with a clear error); a push has no other.
+                    read_timeout: Some(self.timeout() * 2),
                     ..ClientConfig::default()
                 })
             })
             .clone()
+    }
+
+    /// The HTTP client pulls of `registry` are made with (the same TLS
+    /// set-up as oci-client's).
+    fn http(&self, reference: &Reference) -> Result<reqwest::Client> {
+        if let Some(http) = lock(&self.http).get(reference.registry()) {
+            return Ok(http.clone());
+        }
+        // No read timeout: the deadline of the whole pull ends it.
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| fetch::transport(reference, &e))?;
+        lock(&self.http).insert(reference.registry().to_owned(), http.clone());
+        Ok(http)
+    }
+
+    /// `scheme://registry/v2/repository/` of `reference`.
+    fn base_url(&self, reference: &Reference) -> String {
+        let scheme = if self.plain_http(reference.registry()) { "http" } else { "https" };
+        format!("{scheme}://{}/v2/{}/", reference.0.resolve_registry(), reference.repository())
+    }
+
+    /// The `Authorization` header for pulling `reference`: a bearer token
+    /// from the registry's token service (oci-client's handshake), the
+    /// docker config's basic credentials, or none.
+    async fn authorization(&self, reference: &Reference) -> Result<Option<String>> {
+        use oci_client::secrets::RegistryAuth;
+        let auth = self.auth(reference).await?;
+        let token = self
+            .client(reference.registry())
+            .auth(reference.inner(), &auth, oci_client::RegistryOperation::Pull)
+            .await
+            .map_err(|e| classify(reference, e))?;
+        Ok(match (token, auth) {
+            (Some(token), _) | (None, RegistryAuth::Bearer(token)) => Some(format!("Bearer {token}")),
+            (None, RegistryAuth::Basic(user, password)) => {
+                use base64::Engine as _;
+                Some(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+                ))
+            }
+            (None, RegistryAuth::Anonymous) => None,
+        })
+    }
+
+    /// Sends one request for `path` (under the repository), with
+    /// `authorization`; an answer other than a success is the error it
+    /// stands for (see [`fetch::refusal`]).
+    async fn send(
+        &self,
+        reference: &Reference,
+        method: reqwest::Method,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> Result<reqwest::Response> {
+        let url = format!("{}{path}", self.base_url(reference));
+        let mut request = self.http(reference)?.request(method, url).header("Accept", MANIFEST_MEDIA_TYPES);
+        if let Some(authorization) = authorization {
+            request = request.header("Authorization", authorization);
+        }
+        let response = request.send().await.map_err(|e| fetch::transport(reference, &e))?;
+        if !response.status().is_success() {
+            return Err(fetch::refusal(reference, response).await);
+        }
+        Ok(response)
+    }
+
+    /// Runs `operation` within [`timeout`](Self::timeout).
+    async fn within_deadline<T>(&self, reference: &Reference, operation: impl Future<Output = Result<T>>) -> Result<T> {
+        let after = self.timeout();
+        tokio::time::timeout(after, operation)
+            .await
+            .unwrap_or_else(|_| Err(Error::Timeout { reference: reference.to_string(), after }))
     }
 
     async fn auth(&self, reference: &Reference) -> Result<oci_client::secrets::RegistryAuth> {
@@ -384,36 +529,73 @@ impl Registry {
     }
 
     /// The digest of the manifest `reference` names now: its digest if it
-    /// names one, else what its tag points at (a `HEAD` request).
+    /// names one, else what its tag points at (a `HEAD` request; a `GET`
+    /// of the manifest, within [`MAX_MANIFEST_SIZE`], if the registry does
+    /// not name the digest).
     ///
     /// # Errors
     ///
     /// [`Error::Unavailable`] when the registry does not answer,
+    /// [`Error::Timeout`] when it does not finish within the deadline,
     /// [`Error::Registry`] when it refuses (e.g. the tag is unknown).
     pub async fn resolve(&self, reference: &Reference) -> Result<String> {
         if let Some(digest) = reference.digest() {
             return Ok(digest.to_owned());
         }
-        let auth = self.auth(reference).await?;
-        self.client(reference.registry())
-            .fetch_manifest_digest(reference.inner(), &auth)
-            .await
-            .map_err(|e| classify(reference, e))
+        self.within_deadline(reference, async {
+            let authorization = self.authorization(reference).await?;
+            let path = format!("manifests/{}", reference.tag().unwrap_or("latest"));
+            let head = self.send(reference, reqwest::Method::HEAD, &path, authorization.as_deref()).await?;
+            let named = head.headers().get("Docker-Content-Digest").and_then(|v| v.to_str().ok());
+            if let Some(digest) = named.filter(|d| d.strip_prefix("sha256:").is_some_and(is_sha256_hex)) {
+                return Ok(digest.to_owned());
+            }
+            let (_, digest) = self.manifest(reference, &path, authorization.as_deref()).await?;
+            Ok(digest)
+        })
+        .await
+    }
+
+    /// The manifest at `path`, read within [`MAX_MANIFEST_SIZE`], and its
+    /// digest.
+    async fn manifest(
+        &self,
+        reference: &Reference,
+        path: &str,
+        authorization: Option<&str>,
+    ) -> Result<(Vec<u8>, String)> {
+        let mut response = self.send(reference, reqwest::Method::GET, path, authorization).await?;
+        let too_large =
+            || Error::TooLarge { reference: reference.to_string(), what: "manifest", limit: MAX_MANIFEST_SIZE };
+        if response.content_length().is_some_and(|n| n > MAX_MANIFEST_SIZE) {
+            return Err(too_large());
+        }
+        let bytes =
+            fetch::read_bounded(reference, &mut response, MAX_MANIFEST_SIZE, None).await?.ok_or_else(too_large)?;
+        let digest = sha256(&bytes);
+        Ok((bytes, digest))
     }
 
     /// Pulls the component `reference` names: its manifest, then its layer
-    /// (from the blob cache if there, verified either way).
+    /// (from the blob cache if there, verified either way), within the
+    /// deadline ([`Options::timeout`]).
     ///
     /// # Errors
     ///
     /// [`Error::NotComponent`] for an artifact that is not one component
-    /// layer of [`LAYER_MEDIA_TYPE`], [`Error::Digest`] for a layer that
-    /// does not match its digest, and those of [`resolve`](Self::resolve).
+    /// layer of [`LAYER_MEDIA_TYPE`], [`Error::TooLarge`] for a manifest
+    /// or a layer larger than the host reads, [`Error::Digest`] for a layer
+    /// that does not match its digest, and those of
+    /// [`resolve`](Self::resolve).
     pub async fn pull(&self, reference: &Reference) -> Result<Pulled> {
-        let auth = self.auth(reference).await?;
-        let client = self.client(reference.registry());
+        self.within_deadline(reference, self.pull_now(reference)).await
+    }
+
+    async fn pull_now(&self, reference: &Reference) -> Result<Pulled> {
+        let authorization = self.authorization(reference).await?;
+        let at = reference.digest().or(reference.tag()).unwrap_or("latest");
         let (manifest, manifest_digest) =
-            client.pull_manifest(reference.inner(), &auth).await.map_err(|e| classify(reference, e))?;
+            self.manifest(reference, &format!("manifests/{at}"), authorization.as_deref()).await?;
         if let Some(expected) = reference.digest()
             && expected != manifest_digest
         {
@@ -424,6 +606,8 @@ impl Registry {
             });
         }
         let not_component = |reason: String| Error::NotComponent { reference: reference.to_string(), reason };
+        let manifest: OciManifest =
+            serde_json::from_slice(&manifest).map_err(|e| not_component(format!("manifest does not parse: {e}")))?;
         let manifest = match manifest {
             OciManifest::Image(m) => m,
             OciManifest::ImageIndex(_) => return Err(not_component("an image index, not an image manifest".into())),
@@ -431,24 +615,27 @@ impl Registry {
         if manifest.config.media_type != CONFIG_MEDIA_TYPE {
             return Err(not_component(format!(
                 "config media type {}, expected {CONFIG_MEDIA_TYPE}",
-                manifest.config.media_type
+                bounded_text(&manifest.config.media_type)
             )));
         }
         let [layer] = manifest.layers.as_slice() else {
             return Err(not_component(format!("{} layers, expected one", manifest.layers.len())));
         };
         if layer.media_type != LAYER_MEDIA_TYPE {
-            return Err(not_component(format!("layer media type {}, expected {LAYER_MEDIA_TYPE}", layer.media_type)));
-        }
-        if u64::try_from(layer.size).unwrap_or(u64::MAX) > MAX_COMPONENT_SIZE {
             return Err(not_component(format!(
-                "layer of {} bytes, the most a component may have is {MAX_COMPONENT_SIZE}",
-                layer.size
+                "layer media type {}, expected {LAYER_MEDIA_TYPE}",
+                bounded_text(&layer.media_type)
+            )));
+        }
+        let declared = u64::try_from(layer.size).map_err(|_| not_component(format!("layer size {}", layer.size)))?;
+        if declared > MAX_COMPONENT_SIZE {
+            return Err(not_component(format!(
+                "layer of {declared} bytes, the most a component may have is {MAX_COMPONENT_SIZE}"
             )));
         }
         let layer_digest = layer.digest.clone();
         if !layer_digest.strip_prefix("sha256:").is_some_and(is_sha256_hex) {
-            return Err(not_component(format!("layer digest {layer_digest} is not sha256")));
+            return Err(not_component(format!("layer digest {} is not sha256", bounded_text(&layer_digest))));
         }
         let summary = Summary::from_annotations(manifest.annotations.as_ref());
         let cache = self.blob_path(&layer_digest);
@@ -462,9 +649,15 @@ impl Registry {
                 bytes,
             });
         }
-        let mut bytes = Vec::with_capacity(usize::try_from(layer.size).unwrap_or(0));
-        client.pull_blob(reference.inner(), layer, &mut bytes).await.map_err(|e| classify(reference, e))?;
-        let actual = sha256(&bytes);
+        // Read up to the declared size and no further, hashed as it comes.
+        let mut response = self
+            .send(reference, reqwest::Method::GET, &format!("blobs/{layer_digest}"), authorization.as_deref())
+            .await?;
+        let mut hasher = Sha256::new();
+        let too_large = || Error::TooLarge { reference: reference.to_string(), what: "layer", limit: declared };
+        let bytes =
+            fetch::read_bounded(reference, &mut response, declared, Some(&mut hasher)).await?.ok_or_else(too_large)?;
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         if actual != layer_digest {
             return Err(Error::Digest { reference: reference.to_string(), expected: layer_digest, actual });
         }
@@ -559,16 +752,18 @@ fn classify(reference: &Reference, error: oci_client::errors::OciDistributionErr
     let reference = reference.to_string();
     match error {
         E::RequestError(e) if e.status().is_none_or(|s| s.is_server_error()) => {
-            Error::Unavailable { reference, reason: format!("{e:#}").replace('\n', " ") }
+            Error::Unavailable { reference, reason: bounded_text(&format!("{e:#}")) }
         }
         E::ServerError { code, url, message } if code >= 500 => {
-            Error::Unavailable { reference, reason: format!("{url}: {code} {message}") }
+            Error::Unavailable { reference, reason: bounded_text(&format!("{url}: {code} {message}")) }
         }
         E::DigestError(oci_client::errors::DigestError::VerificationError { expected, actual }) => {
             Error::Digest { reference, expected, actual }
         }
-        E::ImageManifestNotFoundError(m) => Error::Registry { reference, reason: format!("not found: {m}") },
-        other => Error::Registry { reference, reason: other.to_string() },
+        E::ImageManifestNotFoundError(m) => {
+            Error::Registry { reference, reason: bounded_text(&format!("not found: {m}")) }
+        }
+        other => Error::Registry { reference, reason: bounded_text(&other.to_string()) },
     }
 }
 

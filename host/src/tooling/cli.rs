@@ -270,6 +270,25 @@ pub struct RegistryArgs {
         env = "CAPSTAN_INSECURE_REGISTRIES"
     )]
     pub insecure: Vec<String>,
+    /// Longest time one lookup of a tag or one pull may take, in seconds,
+    /// however slowly the registry answers; a slower one fails (and a
+    /// followed reference is tried again at the next poll).
+    #[arg(
+        long,
+        default_value_t = crate::serve::oci::TIMEOUT.as_secs_f64(),
+        value_name = "SECONDS",
+        value_parser = positive_seconds,
+        env = "CAPSTAN_PULL_TIMEOUT"
+    )]
+    pub pull_timeout: f64,
+}
+
+/// A positive number of seconds.
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|n| std::time::Duration::try_from_secs_f64(*n).is_ok_and(|d| !d.is_zero()))
+        .ok_or_else(|| format!("{s}: not a positive number of seconds"))
 }
 
 impl RegistryArgs {
@@ -277,8 +296,13 @@ impl RegistryArgs {
     /// under the default cache (`$CAPSTAN_CACHE`, `~/.cache/capstan`).
     pub fn registry(&self) -> crate::serve::oci::Registry {
         let cache = cluster::build::cache_root().ok();
-        let options =
-            self.insecure.iter().fold(crate::serve::oci::Options::default().cache_dir(cache), |o, r| o.insecure(r));
+        // A `Default` value (0) has the default deadline.
+        let timeout = std::time::Duration::try_from_secs_f64(self.pull_timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .unwrap_or(crate::serve::oci::TIMEOUT);
+        let options = crate::serve::oci::Options::default().cache_dir(cache).timeout(timeout);
+        let options = self.insecure.iter().fold(options, |o, r| o.insecure(r));
         crate::serve::oci::Registry::new(options)
     }
 }
