@@ -258,10 +258,13 @@ impl HostBuilder {
 
     /// Adds a component to run from an OCI registry, and follows its tag
     /// (see [`crate::serve::follow`]): when the tag moves, the new version is
-    /// pulled, verified and swapped in like a changed file. A reference
-    /// that cannot be pulled, or whose component is rejected, stops the
-    /// start (an unavailable registry as [`Error::Pull`] with an
-    /// [`unavailable`](crate::serve::oci::Error::is_unavailable) error).
+    /// pulled, verified and swapped in like a changed file. References are
+    /// pulled beside the loading of files, each within the registry's
+    /// deadline ([`crate::serve::oci::Options::timeout`]). A reference
+    /// that is refused, or whose component is rejected, stops the start; one
+    /// whose registry is down or too slow
+    /// ([`unavailable`](crate::serve::oci::Error::is_unavailable)) does not:
+    /// it shows in [`Host::status`] and its follower tries again at each poll.
     pub fn reference(mut self, reference: crate::serve::oci::Reference) -> Self {
         self.references.push(reference);
         self
@@ -460,19 +463,30 @@ impl HostBuilder {
             changes: tokio::sync::Mutex::new(()),
         });
         let host = Host { shared: Arc::clone(&shared), dir: Mutex::new(None), follows: Mutex::new(Vec::new()) };
+        // References are pulled beside the loading of files, each in its
+        // follower's task, within the registry's deadline.
+        let mut firsts = Vec::new();
+        for reference in self.references {
+            let key = PathBuf::from(reference.to_string());
+            let (follow, first) = Follow::start(Arc::clone(&shared), key, reference).await;
+            lock(&host.follows).push(follow);
+            firsts.push(first);
+        }
         for path in &self.components {
             if let Err(e) = shared.load(path).await {
                 host.shutdown().await;
                 return Err(e);
             }
         }
-        for reference in self.references {
-            let key = PathBuf::from(reference.to_string());
-            let (follow, first) = Follow::start(Arc::clone(&shared), key, reference).await;
-            lock(&host.follows).push(follow);
-            if let Err(e) = first {
-                host.shutdown().await;
-                return Err(e);
+        for first in futures::future::join_all(firsts).await {
+            match first {
+                // Down or too slow: reported, and tried again by its follower.
+                Ok(Err(Error::Pull { error, .. })) if error.is_unavailable() => {}
+                Ok(Err(e)) => {
+                    host.shutdown().await;
+                    return Err(e);
+                }
+                Ok(Ok(_)) | Err(_) => {}
             }
         }
         if let Some(dir) = self.components_dir {
