@@ -304,3 +304,183 @@ impl TestRegistry {
         manifest(self.port, repository, tag).await
     }
 }
+
+/// How a [`HostileRegistry`] misbehaves.
+#[derive(Clone, Debug)]
+pub enum Hostile {
+    /// Serves a Wasm artifact whose one layer is declared `declared` bytes
+    /// long (and named by the digest of `declared` bytes `a`), and sends
+    /// `sent` bytes for it, without a `Content-Length`.
+    LyingLayer {
+        /// The size the manifest declares.
+        declared: u64,
+        /// The bytes sent.
+        sent: u64,
+    },
+    /// Serves a manifest of `size` bytes, without a `Content-Length`.
+    HugeManifest {
+        /// Its size.
+        size: u64,
+    },
+    /// Sends every answer (head included) one byte at a time, one every
+    /// `every`.
+    Trickle {
+        /// The pause between two bytes.
+        every: Duration,
+    },
+    /// Answers every `GET` but `/v2/` with `status` and a body of `size`
+    /// bytes (`é` then `x`s); a `HEAD` of a manifest with a success that
+    /// names no digest.
+    ErrorBody {
+        /// The HTTP status.
+        status: u16,
+        /// The size of the body.
+        size: usize,
+    },
+}
+
+/// A registry on `127.0.0.1` that misbehaves as its [`Hostile`] says, for
+/// the tests of what the host bounds; stops when dropped.
+#[derive(Debug)]
+pub struct HostileRegistry {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HostileRegistry {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HostileRegistry {
+    /// Starts one on a free port.
+    ///
+    /// # Errors
+    ///
+    /// When no port can be bound.
+    pub async fn start(hostile: Hostile) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let port = listener.local_addr()?.port();
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                connections.spawn(answer(stream, hostile.clone()));
+            }
+        });
+        Ok(Self { port, task })
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `oci://127.0.0.1:<port>/<repository_and_tag>`.
+    pub fn reference(&self, repository_and_tag: &str) -> String {
+        format!("oci://{}/{repository_and_tag}", self.address())
+    }
+}
+
+/// The manifest of [`Hostile::LyingLayer`]: a Wasm artifact whose layer
+/// has `declared` bytes.
+fn lying_manifest(declared: u64) -> Vec<u8> {
+    let layer = vec![b'a'; usize::try_from(declared).unwrap_or(0)];
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": capstan_host::serve::oci::CONFIG_MEDIA_TYPE,
+            "digest": capstan_host::serve::oci::sha256(b"{}"),
+            "size": 2,
+        },
+        "layers": [{
+            "mediaType": capstan_host::serve::oci::LAYER_MEDIA_TYPE,
+            "digest": capstan_host::serve::oci::sha256(&layer),
+            "size": declared,
+        }],
+    });
+    serde_json::to_vec(&manifest).unwrap_or_default()
+}
+
+/// Answers one connection (one request) as `hostile` says.
+async fn answer(mut stream: tokio::net::TcpStream, hostile: Hostile) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 << 10 {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let mut words = head.split_whitespace();
+    let (method, path) = (words.next().unwrap_or_default().to_owned(), words.next().unwrap_or_default().to_owned());
+    let ok = |headers: &str| format!("HTTP/1.1 200 OK\r\n{headers}Connection: close\r\n\r\n");
+    // (head, body, body size sent after the head, without a length)
+    let (reply, endless): (Vec<u8>, u64) = match &hostile {
+        _ if path == "/v2/" && !matches!(hostile, Hostile::Trickle { .. }) => (
+            ok("Content-Type: application/json\r\nContent-Length: 2\r\n")
+                .into_bytes()
+                .into_iter()
+                .chain(*b"{}")
+                .collect(),
+            0,
+        ),
+        Hostile::LyingLayer { declared, sent } => {
+            let manifest = lying_manifest(*declared);
+            let digest = capstan_host::serve::oci::sha256(&manifest);
+            let media = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+            if path.contains("/manifests/") {
+                let head =
+                    ok(&format!("{media}Docker-Content-Digest: {digest}\r\nContent-Length: {}\r\n", manifest.len()));
+                let body = if method == "HEAD" { Vec::new() } else { manifest };
+                (head.into_bytes().into_iter().chain(body).collect(), 0)
+            } else {
+                (ok("Content-Type: application/octet-stream\r\n").into_bytes(), *sent)
+            }
+        }
+        Hostile::HugeManifest { size } => {
+            let media = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+            (ok(media).into_bytes().into_iter().chain(*b"{").collect(), size.saturating_sub(1))
+        }
+        Hostile::Trickle { .. } => {
+            let body = b"{}";
+            (ok(&format!("Content-Length: {}\r\n", body.len())).into_bytes().into_iter().chain(*body).collect(), 0)
+        }
+        // A HEAD names no digest: the client has to GET the manifest.
+        Hostile::ErrorBody { .. } if method == "HEAD" => (ok("Content-Length: 0\r\n").into_bytes(), 0),
+        Hostile::ErrorBody { status, size } => {
+            let mut body = "é".as_bytes().to_vec();
+            body.resize(*size, b'x');
+            let head = format!(
+                "HTTP/1.1 {status} Hostile\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            (head.into_bytes().into_iter().chain(body).collect(), 0)
+        }
+    };
+    if let Hostile::Trickle { every } = hostile {
+        for byte in reply {
+            tokio::time::sleep(every).await;
+            if stream.write_all(&[byte]).await.is_err() {
+                return;
+            }
+        }
+        return;
+    }
+    if stream.write_all(&reply).await.is_err() {
+        return;
+    }
+    let chunk = [b'a'; 64 << 10];
+    let mut left = endless;
+    while left > 0 {
+        let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+        if stream.write_all(&chunk[..n]).await.is_err() {
+            return;
+        }
+        left -= n as u64;
+    }
+    let _ = stream.shutdown().await;
+}

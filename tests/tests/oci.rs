@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result, ensure};
 use capstan_host::serve::host::{ComponentStatus, Host, HostBuilder};
 use capstan_host::serve::oci::{self, Options, Reference, Registry, Summary};
 use capstan_host::testing::find_component;
-use capstan_tests::registry::TestRegistry;
+use capstan_tests::registry::{Hostile, HostileRegistry, TestRegistry};
 use capstan_tests::{ControlPlane, TestNamespace, capstan_binary, random_suffix, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, PostParams};
@@ -335,7 +335,9 @@ async fn a_components_folder_runs_references_beside_files() -> Result<()> {
         .components_dir(Some(dir.0.clone()))
         .start()
         .await?;
-    ensure!(host.controller("fixture").is_some() && host.controller("greeter").is_some(), "{:?}", host.status());
+    ensure!(host.controller("fixture").is_some(), "{:?}", host.status());
+    // The reference is pulled beside the folder's look.
+    wait_for(TIMEOUT, || async { host.controller("greeter") }).await.context("the greeter runs")?;
     served_by(&ns, "a", None).await?;
 
     // The file names another tag: that version is pulled and swapped in.
@@ -363,5 +365,139 @@ async fn a_components_folder_runs_references_beside_files() -> Result<()> {
     std::fs::rename(&tmp, &reference_file)?;
     wait_for(TIMEOUT, || async { host.controller("greeter") }).await?;
     host.shutdown().await;
+    ns.cleanup().await
+}
+
+/// A registry client for the hostile registries, with a short deadline.
+fn impatient() -> Registry {
+    Registry::new(Options::default().timeout(Duration::from_secs(2)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_layer_longer_than_declared_and_a_huge_manifest_are_refused_once_the_bound_is_reached() -> Result<()> {
+    let lying = HostileRegistry::start(Hostile::LyingLayer { declared: 1000, sent: 256 << 20 }).await?;
+    let error = impatient().pull(&lying.reference("capstan/lying:v1").parse()?).await.expect_err("refused");
+    assert!(matches!(error, oci::Error::TooLarge { what: "layer", limit: 1000, .. }), "{error}");
+    assert!(error.to_string().contains("layer larger than 1000 bytes: refused"), "{error}");
+
+    let huge = HostileRegistry::start(Hostile::HugeManifest { size: 256 << 20 }).await?;
+    let reference: Reference = huge.reference("capstan/huge:v1").parse()?;
+    for error in [impatient().pull(&reference).await.err(), impatient().resolve(&reference).await.err()] {
+        let error = error.context("refused")?;
+        assert!(matches!(error, oci::Error::TooLarge { what: "manifest", .. }), "{error}");
+        assert!(error.to_string().contains(&format!("manifest larger than {} bytes", oci::MAX_MANIFEST_SIZE)));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_error_of_20_mb_is_cut_to_a_few_hundred_bytes() -> Result<()> {
+    let hostile = HostileRegistry::start(Hostile::ErrorBody { status: 500, size: 20 << 20 }).await?;
+    let reference: Reference = hostile.reference("capstan/noisy:v1").parse()?;
+    for error in [impatient().pull(&reference).await.err(), impatient().resolve(&reference).await.err()] {
+        let error = error.context("refused")?;
+        assert!(error.is_unavailable(), "{error}");
+        let text = error.to_string();
+        assert!(text.len() < oci::MAX_ERROR_TEXT + 200, "{} bytes", text.len());
+        assert!(text.contains("500") && text.contains("éxxx") && text.ends_with('…'), "{text}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trickling_registry_fails_the_pull_at_its_deadline() -> Result<()> {
+    let slow = HostileRegistry::start(Hostile::Trickle { every: Duration::from_millis(500) }).await?;
+    let reference: Reference = slow.reference("capstan/slow:v1").parse()?;
+    let registry = impatient();
+    for pulled in [
+        tokio::time::timeout(TIMEOUT, registry.pull(&reference)).await.map(|r| r.map(|_| ())),
+        tokio::time::timeout(TIMEOUT, registry.resolve(&reference)).await.map(|r| r.map(|_| ())),
+    ] {
+        let error = pulled.context("the deadline ends it")?.expect_err("too slow");
+        assert!(matches!(error, oci::Error::Timeout { .. }) && error.is_unavailable(), "{error}");
+        assert_eq!(error.to_string(), format!("{reference}: registry too slow: no complete answer within 2 s"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_starts_and_serves_while_its_references_hang_and_looks_at_its_folder_meanwhile() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("oci-slow").await?;
+    let slow = HostileRegistry::start(Hostile::Trickle { every: Duration::from_millis(500) }).await?;
+    let dir = TempDir::new("slow-folder")?;
+    std::fs::write(dir.0.join("hanging.oci"), slow.reference("capstan/other:v1"))?;
+    let hanging = slow.reference("capstan/greeter:v1");
+    let start = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .registry(Some(Arc::new(impatient())))
+        .poll_interval(POLL)
+        .component(component("greeter"))
+        .reference(hanging.parse()?)
+        .components_dir(Some(dir.0.clone()))
+        .start();
+    let host =
+        tokio::time::timeout(TIMEOUT / 2, start).await.context("the host starts while its references hang")??;
+    served_by(&ns, "beside-a-hanging-reference", None).await?;
+    let rejected = status_of(&host, &hanging).and_then(|s| s.rejected).context("the hanging reference is reported")?;
+    assert_eq!(rejected.kind, "timeout", "{rejected:?}");
+    // The folder is looked at again while its reference hangs.
+    std::fs::copy(component("fixture"), dir.0.join("fixture.wasm"))?;
+    wait_for(TIMEOUT, || async { host.controller("fixture") }).await.context("a file added to the folder runs")?;
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+/// The log lines of a test, as written.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("not poisoned").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self {
+        self.clone()
+    }
+}
+
+// One thread: the host's tasks log to this test's subscriber.
+#[tokio::test(flavor = "current_thread")]
+async fn a_registry_failing_with_20_mb_errors_is_logged_once_and_shown_cut_in_the_status() -> Result<()> {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt().with_writer(captured.clone()).with_ansi(false).finish();
+    let _logs = tracing::subscriber::set_default(subscriber);
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("oci-noisy").await?;
+    let noisy = HostileRegistry::start(Hostile::ErrorBody { status: 500, size: 20 << 20 }).await?;
+    let reference = noisy.reference("capstan/greeter:v1");
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .registry(Some(Arc::new(impatient())))
+        .poll_interval(POLL)
+        .reference(reference.parse()?)
+        .start()
+        .await?;
+    // Ten polls and more, each failing the same way.
+    tokio::time::sleep(POLL * 12).await;
+    let rejected = status_of(&host, &reference).and_then(|s| s.rejected).context("reported in the status")?;
+    assert_eq!(rejected.kind, "unavailable", "{rejected:?}");
+    assert!(rejected.reason.contains("500") && rejected.reason.len() < oci::MAX_ERROR_TEXT + 200, "{rejected:?}");
+    host.shutdown().await;
+    let logs = String::from_utf8_lossy(&captured.0.lock().expect("not poisoned")).into_owned();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains(&reference) && l.contains("WARN")).collect();
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert!(lines[0].contains("500") && lines[0].len() < 2 * oci::MAX_ERROR_TEXT + 400, "{}", lines[0]);
     ns.cleanup().await
 }
