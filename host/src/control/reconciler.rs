@@ -440,6 +440,12 @@ pub struct Reconciler {
     adding: Mutex<HashSet<ObjectRef>>,
     /// Children of the last outcome per object that were refused.
     refused: Mutex<HashMap<ObjectRef, Vec<ChildFailure>>>,
+    /// The uid of each object whose finalizer this controller removed
+    /// after its `deleted`, until the object is seen gone: a cache (or an
+    /// API server's answer, which for the write that ends a deletion may
+    /// carry the old resourceVersion) that still shows it deleting with
+    /// the finalizer is stale, and `deleted` is not delivered again.
+    finalized: Mutex<HashMap<ObjectRef, String>>,
     /// The resourceVersion each of the host's own writes (finalizer, status,
     /// children) returned, until its watch event is seen: that event is no
     /// trigger.
@@ -488,6 +494,7 @@ impl Reconciler {
             handled: Mutex::new(HashMap::new()),
             adding: Mutex::new(HashSet::new()),
             refused: Mutex::new(HashMap::new()),
+            finalized: Mutex::new(HashMap::new()),
             own_writes: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashMap::new()),
             answered: tokio::sync::Notify::new(),
@@ -850,6 +857,7 @@ impl Reconciler {
             Err(e) if e.is_not_found() => {
                 // Gone. Without a finalizer, deliver `deleted` once if we saw it.
                 let last = lock(&self.handled).remove(r).and_then(|h| h.last);
+                lock(&self.finalized).remove(r);
                 lock(&self.adding).remove(r);
                 lock(&self.refused).remove(r);
                 if let (Some(last), None) = (last, &manifest.finalizer) {
@@ -868,6 +876,17 @@ impl Reconciler {
             return Err(Error::CacheBehind);
         }
 
+        let uid = object::meta_str(&object, "uid").unwrap_or_default();
+        let finalized = lock(&self.finalized).get(r).cloned();
+        match finalized {
+            // Already finalized: what shows it still deleting is stale.
+            Some(done) if done == uid && object::is_deleting(&object) => return Ok(Action::AwaitChange),
+            // Another object of the same name now.
+            Some(_) => {
+                lock(&self.finalized).remove(r);
+            }
+            None => {}
+        }
         if object::is_deleting(&object) {
             let ours = manifest.finalizer.as_ref().is_some_and(|f| object::finalizers(&object).contains(f));
             let delivered_before = manifest.finalizer.is_none()
@@ -882,6 +901,9 @@ impl Reconciler {
             }
             if let Some(finalizer) = &manifest.finalizer {
                 self.set_finalizer(r, &object, finalizer, false).await?;
+                if let Some(uid) = object::meta_str(&object, "uid") {
+                    lock(&self.finalized).insert(r.clone(), uid.to_owned());
+                }
                 lock(&self.handled).remove(r);
                 lock(&self.refused).remove(r);
             } else {
