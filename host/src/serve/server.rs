@@ -96,12 +96,7 @@ impl Limits {
     /// 10 s to send a request head, 60 s to answer a request (the API
     /// server gives up after at most 30 s).
     pub const fn webhooks() -> Self {
-        Self {
-            connections: 1024,
-            header_read: Duration::from_secs(10),
-            request: Duration::from_secs(60),
-            handshake: Duration::from_secs(10),
-        }
+        Self::listen().connections(1024).request(Duration::from_secs(60))
     }
 
     /// Most connections open at once (at least 1); past that, new ones
