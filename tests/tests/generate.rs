@@ -720,10 +720,20 @@ async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its
     let file = std::env::temp_dir().join(format!("{}-webhooks.yaml", ns.name()));
     std::fs::write(&file, generate::to_yaml(&objects, "test")?)?;
     let file = file.to_string_lossy().into_owned();
-    // Plain client-side `kubectl apply`, as a user would.
-    kubectl(plane, &["apply", "-f", &file]).await?;
     let crd_name = "greetings.webhooks.examples.capstan.dev";
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    // A fresh cluster, as a user's first apply: an earlier test's host or
+    // `capstan e2e` leaves the CRD's conversion pointing at its URL (a tool
+    // never turns a conversion off), which a client-side apply of the
+    // Service-based stanza cannot replace.
+    if crds.get_opt(crd_name).await?.is_some() {
+        crds.delete(crd_name, &Default::default()).await?;
+        wait_for(TIMEOUT, || async { crds.get_opt(crd_name).await.ok().and_then(|c| c.is_none().then_some(())) })
+            .await
+            .context("an earlier test's CRD goes")?;
+    }
+    // Plain client-side `kubectl apply`, as a user would.
+    kubectl(plane, &["apply", "-f", &file]).await?;
     let crd = crds.get(crd_name).await?;
     let conversion = crd.spec.conversion.as_ref().context("no conversion stanza")?;
     assert_eq!(conversion.strategy, "Webhook");
