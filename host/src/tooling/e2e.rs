@@ -286,6 +286,8 @@ async fn run_in(
         wait_for_webhooks(cluster, &served, &objects, options.timeout).await;
     }
 
+    let kinds = objects.iter().filter_map(|o| ObjectRef::of(o).map(|r| r.gvk)).collect();
+    wait_until_served(cluster, kinds, options.timeout).await;
     let mut created = Vec::new();
     let mut refused = Vec::new();
     for object in objects {
@@ -375,7 +377,7 @@ async fn remove_created(cluster: &KubeCluster, created: &[ObjectRef], wait: Dura
 /// Creates or updates a CRD and waits until it is established.
 async fn install_crd(cluster: &KubeCluster, crd: Value, timeout: Duration) -> Result<(), String> {
     let r = ObjectRef::of(&crd).ok_or("a CRD lacks its name")?;
-    let patch = Patch::Apply { object: crd, field_manager: "capstan-e2e".into(), force: true };
+    let patch = Patch::Apply { object: crd.clone(), field_manager: "capstan-e2e".into(), force: true };
     cluster.patch(&r, patch, Subresource::Main).await.map_err(|e| format!("{r}: {e}"))?;
     let deadline = Instant::now() + timeout;
     loop {
@@ -385,12 +387,39 @@ async fn install_crd(cluster: &KubeCluster, crd: Value, timeout: Duration) -> Re
                 .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
         });
         if established {
+            let kind = crd.pointer("/spec/names/kind").and_then(Value::as_str).unwrap_or_default();
+            let group = crd.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default();
+            let served = crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten();
+            let kinds = served
+                .filter(|v| v["served"] == true)
+                .filter_map(|v| v["name"].as_str())
+                .map(|version| Gvk::new(group, version, kind))
+                .collect();
+            wait_until_served(cluster, kinds, deadline.saturating_duration_since(Instant::now())).await;
             return Ok(());
         }
         if Instant::now() > deadline {
             return Err(format!("{r} is not established after {timeout:?}"));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits (at most `timeout`) until discovery serves `kinds`: a CRD is
+/// established before the API server's discovery lists its kind, and a
+/// write in between fails as "not served". A kind still not served then is
+/// left to the write to report.
+async fn wait_until_served(cluster: &KubeCluster, mut kinds: Vec<Gvk>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    kinds.sort_by_key(ToString::to_string);
+    kinds.dedup();
+    for kind in kinds {
+        while let Err(e) = cluster.resolve(&kind).await {
+            if !e.is_not_found() || Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 
