@@ -129,3 +129,24 @@ fn json_log_format_from_the_environment_carries_the_component_load_span() {
     let doc: Value = serde_json::from_slice(&out.stdout).expect("stdout stays the JSON document");
     assert_eq!(doc["name"], "greeter");
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_a_command_quietly() {
+    // `capstan new x | head -1`: stdout closes after the first line.
+    let dir = std::env::temp_dir().join(format!("capstan-cli-pipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["new", "closed-pipe"])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(dir.join("closed-pipe/Cargo.toml").is_file(), "the project is made before the listing");
+    let _ = std::fs::remove_dir_all(&dir);
+}

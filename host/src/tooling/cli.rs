@@ -1,6 +1,27 @@
 //! The `capstan` command line: parsing and the subcommands' output. `main`
 //! only sets up tracing and calls [`run`].
 
+/// `print!` for a command's results on stdout; a reader that went away
+/// (`capstan … | head`) ends the command quietly, see [`stdout_closed`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout().lock(), $($arg)*) {
+            $crate::tooling::cli::stdout_closed(e)
+        }
+    }};
+}
+
+/// `println!` for a command's results on stdout, as [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            $crate::tooling::cli::stdout_closed(e)
+        }
+    }};
+}
+
 pub mod cluster;
 pub mod dev;
 pub mod generate;
@@ -19,6 +40,18 @@ use crate::runtime::invocation::Runtime;
 use crate::runtime::limits::Limits;
 use crate::tooling::scenario;
 use crate::tooling::testing::default_cache_dir;
+
+/// Ends the command after a failed write of its results to stdout: when
+/// the reader went away (`capstan new x | head`), quietly with exit code
+/// 141, as a Unix tool that SIGPIPE ends; otherwise with the error and
+/// exit code 2. Never a panic (what `println!` does).
+pub fn stdout_closed(error: std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(141);
+    }
+    eprintln!("error: cannot write to stdout: {error}");
+    std::process::exit(2);
+}
 
 /// Capstan: Kubernetes controllers as WebAssembly components.
 #[derive(Debug, Parser)]
@@ -532,8 +565,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let mut doc = manifest_document(&loaded.manifest, &loaded.digest, &loaded.contract);
             doc["grantsDigest"] = json!(grants_digest(&loaded.manifest));
             match output {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&doc)?),
-                Format::Yaml => print!("{}", serde_yaml_ng::to_string(&doc)?),
+                Format::Json => outln!("{}", serde_json::to_string_pretty(&doc)?),
+                Format::Yaml => out!("{}", serde_yaml_ng::to_string(&doc)?),
             }
             Ok(0)
         }
@@ -543,9 +576,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Status { url, output } => {
             let doc = crate::serve::server::get_status(&url).await?;
             match output {
-                Some(Format::Json) => println!("{}", serde_json::to_string_pretty(&doc)?),
-                Some(Format::Yaml) => print!("{}", serde_yaml_ng::to_string(&doc)?),
-                None => print!("{}", status_table(&doc)),
+                Some(Format::Json) => outln!("{}", serde_json::to_string_pretty(&doc)?),
+                Some(Format::Yaml) => out!("{}", serde_yaml_ng::to_string(&doc)?),
+                None => out!("{}", status_table(&doc)),
             }
             Ok(0)
         }
@@ -554,16 +587,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Sdk { out } => {
             let written = crate::tooling::sdk::write(&out)
                 .with_context(|| format!("cannot write the SDK into {}", out.display()))?;
-            println!(
+            outln!(
                 "wrote {} files of capstan-guest {} into {}",
                 written.len(),
                 env!("CARGO_PKG_VERSION"),
                 out.display()
             );
-            println!("  Rust:       capstan-guest = {{ path = \"{}\" }}", out.join("guest-sdk").display());
-            println!("  Python:     pip install {}", out.join("guest-sdk/python").display());
-            println!("  JavaScript: npm install {}", out.join("guest-sdk/js").display());
-            println!("  WIT:        {}", out.join("wit").display());
+            outln!("  Rust:       capstan-guest = {{ path = \"{}\" }}", out.join("guest-sdk").display());
+            outln!("  Python:     pip install {}", out.join("guest-sdk/python").display());
+            outln!("  JavaScript: npm install {}", out.join("guest-sdk/js").display());
+            outln!("  WIT:        {}", out.join("wit").display());
             Ok(0)
         }
         Command::Cluster(command) => cluster::run(command).await,
@@ -600,7 +633,7 @@ async fn push(component: &std::path::Path, reference: &str, registry: &RegistryA
     let title =
         component.file_name().map(|n| n.to_string_lossy().trim_end_matches(".gz").to_owned()).unwrap_or_default();
     let pushed = registry.registry().push(&reference, wasm, &summary, &title).await?;
-    println!(
+    outln!(
         "pushed {reference} ({} bytes, controller {}, in {:.2} s)\n  manifest {}\n  layer    {}\n  pinned   {}",
         pushed.size,
         summary.controller,
@@ -621,7 +654,7 @@ async fn pull(reference: &str, output: &std::path::Path, registry: &RegistryArgs
     std::fs::write(&tmp, &pulled.bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, output).with_context(|| format!("cannot write {}", output.display()))?;
     let controller = pulled.summary.as_ref().map_or("-", |s| s.controller.as_str());
-    println!(
+    outln!(
         "pulled {reference} to {} ({} bytes, controller {controller}, {}, in {:.2} s)\n  manifest {}\n  layer    {} (verified)",
         output.display(),
         pulled.bytes.len(),
@@ -691,16 +724,16 @@ fn report(results: &[scenario::CaseResult]) -> i32 {
     let mut failed = 0;
     for case in results {
         if case.passed() {
-            println!("scenario {} ... ok", case.name);
+            outln!("scenario {} ... ok", case.name);
         } else {
             failed += 1;
-            println!("scenario {} ... FAILED", case.name);
+            outln!("scenario {} ... FAILED", case.name);
             for m in &case.mismatches {
-                println!("    {m}");
+                outln!("    {m}");
             }
         }
     }
-    println!("{} passed, {failed} failed", results.len() - failed);
+    outln!("{} passed, {failed} failed", results.len() - failed);
     i32::from(failed != 0)
 }
 

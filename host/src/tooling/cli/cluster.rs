@@ -369,7 +369,7 @@ fn tail(log: &Path, lines: usize) -> String {
 pub async fn run(command: Command) -> anyhow::Result<i32> {
     match command {
         Command::Up(args) => {
-            println!("{}", up(args).await?.display());
+            outln!("{}", up(args).await?.display());
             Ok(0)
         }
         Command::Down { target, purge } => {
@@ -381,11 +381,11 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
         Command::Status { name, dir } => status(name, dir).await,
         Command::Env { target } => {
             let kubeconfig = Cluster::from_target(&target)?.ready_kubeconfig().await?;
-            println!("export KUBECONFIG={}", shell_quote(&kubeconfig.to_string_lossy()));
+            outln!("export KUBECONFIG={}", shell_quote(&kubeconfig.to_string_lossy()));
             Ok(0)
         }
         Command::Kubeconfig { target } => {
-            println!("{}", Cluster::from_target(&target)?.ready_kubeconfig().await?.display());
+            outln!("{}", Cluster::from_target(&target)?.ready_kubeconfig().await?.display());
             Ok(0)
         }
         Command::Build { with_scheduler } => {
@@ -395,7 +395,7 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             } else {
                 build::ensure_built(&root).await?
             };
-            println!("{}", dir.display());
+            outln!("{}", dir.display());
             Ok(0)
         }
         Command::RestartApiserver { target, down_for } => {
@@ -423,7 +423,7 @@ async fn status(name: Option<String>, dir: Option<PathBuf>) -> anyhow::Result<i3
         clusters
     };
     if clusters.is_empty() {
-        println!("no clusters (start one with: capstan cluster up)");
+        outln!("no clusters (start one with: capstan cluster up)");
         return Ok(0);
     }
     let mut rows = vec![["NAME".to_owned(), "STATUS".to_owned(), "SERVER".to_owned(), "DIR".to_owned()]];
@@ -445,7 +445,7 @@ async fn status(name: Option<String>, dir: Option<PathBuf>) -> anyhow::Result<i3
     }
     let widths: Vec<usize> = (0..4).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
     for row in &rows {
-        println!(
+        outln!(
             "{:w0$}  {:w1$}  {:w2$}  {}",
             row[0],
             row[1],

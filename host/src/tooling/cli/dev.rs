@@ -185,23 +185,23 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     let kubeconfig = match &args.kubeconfig {
         Some(path) => path.clone(),
         None => {
-            println!("dev: cluster {}", args.cluster);
+            outln!("dev: cluster {}", args.cluster);
             super::cluster::ensure_up(&args.cluster).await?
         }
     };
     let client = super::client(Some(&kubeconfig), None).await?;
 
-    println!("dev: building {} in {}", project.name, project.dir.display());
+    outln!("dev: building {} in {}", project.name, project.dir.display());
     let started = Instant::now();
     let bytes = match project.build(&scratch).await? {
         Ok(bytes) => bytes,
         Err(output) => {
-            print!("{output}");
+            out!("{output}");
             bail!("the first build failed; nothing to run (fix it and run capstan dev again)");
         }
     };
     publish(&components, &project.name, &bytes)?;
-    println!("dev: built in {:.1} s", started.elapsed().as_secs_f64());
+    outln!("dev: built in {:.1} s", started.elapsed().as_secs_f64());
 
     let webhooks = crate::tooling::e2e::serve_webhooks().await?;
     let host = crate::serve::host::HostBuilder::new(client.clone())
@@ -220,7 +220,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         .start()
         .await
         .with_context(|| format!("the host did not start {}", project.name))?;
-    println!(
+    outln!(
         "dev: serving {} (kubeconfig {}); edit the sources to swap in a new version, Ctrl-C to stop",
         project.name,
         kubeconfig.display()
@@ -254,23 +254,23 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
             let Some(first) = relevant.iter().find(|p| p.exists()).or(relevant.first()) else { continue };
             last_build = std::time::SystemTime::now();
             let shown = first.strip_prefix(&project.dir).unwrap_or(first).display().to_string();
-            println!("dev: {shown} changed; building");
+            outln!("dev: {shown} changed; building");
             let started = Instant::now();
             match project.build(&scratch).await {
                 Ok(Ok(bytes)) => match publish(&components, &project.name, &bytes) {
                     Ok(true) => {
-                        println!("dev: built in {:.1} s; swapping the new version in", started.elapsed().as_secs_f64())
+                        outln!("dev: built in {:.1} s; swapping the new version in", started.elapsed().as_secs_f64())
                     }
                     Ok(false) => {
-                        println!("dev: built in {:.1} s; the component did not change", started.elapsed().as_secs_f64())
+                        outln!("dev: built in {:.1} s; the component did not change", started.elapsed().as_secs_f64())
                     }
-                    Err(e) => println!("dev: {e:#}"),
+                    Err(e) => outln!("dev: {e:#}"),
                 },
                 Ok(Err(output)) => {
-                    print!("{output}");
-                    println!("dev: the build failed; the running version keeps serving");
+                    out!("{output}");
+                    outln!("dev: the build failed; the running version keeps serving");
                 }
-                Err(e) => println!("dev: {e:#}; the running version keeps serving"),
+                Err(e) => outln!("dev: {e:#}; the running version keeps serving"),
             }
         }
     };
@@ -278,7 +278,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         () = rebuilds => {}
         () = super::shutdown_signal() => {}
     }
-    println!("dev: stopping");
+    outln!("dev: stopping");
     drop(debouncer);
     events.abort();
     let installed: Vec<_> = host
@@ -297,7 +297,7 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     if args.down && args.kubeconfig.is_none() {
         super::cluster::stop(&args.cluster).await?;
     } else if args.kubeconfig.is_none() {
-        println!("dev: cluster {} keeps running (capstan cluster down to stop it)", args.cluster);
+        outln!("dev: cluster {} keeps running (capstan cluster down to stop it)", args.cluster);
     }
     Ok(0)
 }
@@ -327,7 +327,7 @@ async fn print_events(client: kube::Client, namespaces: Vec<String>) {
             continue;
         }
         let o = &e.involved_object;
-        println!(
+        outln!(
             "event: {} {} {}/{}{}: {}",
             e.type_.as_deref().unwrap_or("Normal"),
             e.reason.as_deref().unwrap_or(""),

@@ -239,7 +239,7 @@ async fn load(paths: &[PathBuf], registry: &super::RegistryArgs) -> anyhow::Resu
 fn write(dir: &Path, files: &[File], header: &str) -> anyhow::Result<()> {
     generate::write(dir, files, header)?;
     for file in files {
-        println!("wrote {}", dir.join(&file.path).display());
+        outln!("wrote {}", dir.join(&file.path).display());
     }
     Ok(())
 }
@@ -249,7 +249,7 @@ fn print_or_write(files: Vec<File>, output: Option<&Path>, header: &str) -> anyh
         Some(dir) => write(dir, &files, header),
         None => {
             let objects: Vec<_> = files.into_iter().flat_map(|f| f.objects).collect();
-            print!("{}", generate::to_yaml(&objects, header)?);
+            out!("{}", generate::to_yaml(&objects, header)?);
             Ok(())
         }
     }
@@ -277,7 +277,7 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
         Command::Rbac { components, rbac } => {
             let components = load(&components, &super::RegistryArgs::default()).await?;
             let header = generate::header("capstan gen rbac", &components);
-            print!("{}", generate::to_yaml(&generate::rbac(&components, &rbac.options())?, &header)?);
+            out!("{}", generate::to_yaml(&generate::rbac(&components, &rbac.options())?, &header)?);
         }
         Command::Manifest { components, install, output } => {
             let components = load(&components, &install.registry).await?;
@@ -317,7 +317,7 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
                 }
                 out.push_str(&serde_yaml_ng::to_string(&sample)?);
             }
-            print!("{out}");
+            out!("{out}");
         }
     }
     Ok(0)

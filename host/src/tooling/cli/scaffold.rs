@@ -61,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     }
     let project = scaffold::create(&options)?;
-    println!(
+    outln!(
         "created controller {} for {}.{} ({}) in {}",
         project.name,
         project.plural,
@@ -70,14 +70,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         project.dir.display()
     );
     for file in &project.files {
-        println!("  {}", file.display());
+        outln!("  {}", file.display());
     }
-    println!("next:");
-    println!("  cd {}", project.dir.display());
+    outln!("next:");
+    outln!("  cd {}", project.dir.display());
     match args.lang {
-        Lang::Rust => println!("  cargo build --release --target wasm32-wasip2"),
-        Lang::Python | Lang::Js => println!("  sh build.sh        # see README.md for the toolchain"),
+        Lang::Rust => outln!("  cargo build --release --target wasm32-wasip2"),
+        Lang::Python | Lang::Js => outln!("  sh build.sh        # see README.md for the toolchain"),
     }
-    println!("  capstan test {} scenarios", project.component.display());
+    outln!("  capstan test {} scenarios", project.component.display());
     Ok(0)
 }
