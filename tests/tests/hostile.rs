@@ -281,6 +281,94 @@ async fn a_rejected_file_with_no_running_version_makes_the_host_unready_naming_i
     ns.cleanup().await
 }
 
+// Issue 29 item 13: one rejected file on the command line does not take
+// the others down; the host says which one in its readiness.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rejected_file_on_the_command_line_leaves_the_others_running() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-args").await?;
+    let broken = std::env::temp_dir().join(format!("capstan-broken-{}.wasm", random_suffix(8)));
+    std::fs::write(&broken, b"not wasm at all")?;
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .component(broken.clone())
+        .component(component("fixture"))
+        .start()
+        .await
+        .context("one good file is enough to start")?;
+    let running =
+        || host.controller("fixture").is_some_and(|c| c.state() == capstan_host::control::controller::State::Running);
+    wait_for(TIMEOUT, || async { running().then_some(()) }).await.context("the fixture runs")?;
+    let reasons = host.readiness().expect_err("a file given does not run");
+    ensure!(reasons.iter().any(|r| r.contains("rejected, no version runs")), "{reasons:?}");
+    host.shutdown().await;
+    // Only broken files, and nothing more may come: the start fails.
+    let alone =
+        HostBuilder::new(ns.client()).namespace(Some(ns.name().to_owned())).component(broken.clone()).start().await;
+    ensure!(alone.is_err(), "a host with nothing to run started");
+    let _ = std::fs::remove_file(&broken);
+    ns.cleanup().await
+}
+
+// Issue 29 item 13: a host with no component is not ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_with_no_component_is_not_ready() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-empty").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-empty-{}", random_suffix(8)));
+    std::fs::create_dir_all(&dir)?;
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .components_dir(Some(dir.clone()))
+        .start()
+        .await?;
+    let reasons = host.readiness().expect_err("nothing runs");
+    ensure!(reasons.iter().any(|r| r.contains("no component runs")), "{reasons:?}");
+    std::fs::copy(component("fixture"), dir.join("fixture.wasm"))?;
+    wait_for(Duration::from_secs(60), || async { host.readiness().ok() }).await.context("ready once one runs")?;
+    host.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    ns.cleanup().await
+}
+
+// Issue 29 item 13: a controller kept from its Lease by a holder that never
+// renews (a Lease written by hand, or by a stuck process) is not ready; a
+// standby behind a live leader is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_kept_from_its_lease_by_a_holder_that_never_renews_is_not_ready() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-lease").await?;
+    let lease_name = capstan_host::control::leader::lease_name("fixture");
+    let lease: k8s_openapi::api::coordination::v1::Lease = serde_json::from_value(json!({
+        "metadata": {"name": lease_name},
+        "spec": {
+            "holderIdentity": "ghost",
+            "leaseDurationSeconds": 86_400,
+            "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(k8s_openapi::jiff::Timestamp::now()),
+        },
+    }))?;
+    Api::namespaced(ns.client(), ns.name()).create(&PostParams::default(), &lease).await?;
+    let settings = capstan_host::control::leader::LeaseSettings::new(ns.name(), "replica").timing(
+        Duration::from_secs(3),
+        Duration::from_secs(2),
+        Duration::from_millis(500),
+    );
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .leader_election(Some(settings))
+        .component(component("fixture"))
+        .start()
+        .await?;
+    let blocked = wait_for(TIMEOUT, || async {
+        host.readiness().err().filter(|reasons| reasons.iter().any(|r| r.contains("kept from leading")))
+    })
+    .await
+    .context("the blocked standby stays ready")?;
+    ensure!(blocked.iter().any(|r| r.contains("\"ghost\"") && r.contains("86400s")), "{blocked:?}");
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
 /// `GET http://127.0.0.1:<port><path>`: the status code, if anything answers.
 async fn status_code(port: u16, path: &str) -> Option<u16> {
     capstan_tests::http_get(port, path).await.ok().map(|(code, _)| code)

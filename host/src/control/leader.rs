@@ -319,9 +319,15 @@ impl Elections {
             return Err(Error::AlreadyJoined(lease.to_owned()));
         }
         let (sender, receiver) = watch::channel(false);
-        let campaign = Campaign { shared: self.shared.clone(), lease: lease.to_owned(), observed: None };
+        let blocked = Arc::new(Mutex::new(None));
+        let campaign = Campaign {
+            shared: self.shared.clone(),
+            lease: lease.to_owned(),
+            observed: None,
+            blocked: Arc::clone(&blocked),
+        };
         let task = tokio::spawn(campaign.run(sender));
-        Ok(Leadership { lease: lease.to_owned(), shared: self.shared.clone(), leading: receiver, task })
+        Ok(Leadership { lease: lease.to_owned(), shared: self.shared.clone(), leading: receiver, blocked, task })
     }
 }
 
@@ -333,7 +339,15 @@ pub struct Leadership {
     lease: String,
     shared: Arc<Shared>,
     leading: watch::Receiver<bool>,
+    blocked: Arc<Mutex<Option<Blocked>>>,
     task: JoinHandle<()>,
+}
+
+/// Why a campaign cannot take its Lease, and since when.
+#[derive(Clone, Debug)]
+struct Blocked {
+    since: Instant,
+    reason: String,
 }
 
 impl std::fmt::Debug for Leadership {
@@ -362,6 +376,21 @@ impl Leadership {
     /// within the renew deadline.
     pub fn is_leading(&self) -> bool {
         *self.leading.borrow()
+    }
+
+    /// Why this replica has been kept from the Lease for longer than a
+    /// lease duration, if it has: it could not read or write the Lease
+    /// (RBAC, the API server), or the Lease names a holder whose record has
+    /// not changed since (a live leader renews every retry period; this one
+    /// claims a duration it does not renew within, e.g. a Lease written by
+    /// hand). `None` while leading, or standing by behind a live leader:
+    /// that is a healthy standby.
+    pub fn blocked(&self) -> Option<String> {
+        let blocked = self.blocked.lock().unwrap_or_else(PoisonError::into_inner);
+        blocked
+            .as_ref()
+            .filter(|b| b.since.elapsed() > self.shared.settings.lease_duration)
+            .map(|b| format!("{} for {}s", b.reason, b.since.elapsed().as_secs()))
     }
 
     /// A receiver of [`is_leading`](Self::is_leading) changes: it turns
@@ -466,6 +495,8 @@ struct Campaign {
     shared: Arc<Shared>,
     lease: String,
     observed: Option<Observation>,
+    /// What keeps it from the Lease (see [`Leadership::blocked`]).
+    blocked: Arc<Mutex<Option<Blocked>>>,
 }
 
 /// Set while this replica leads one Lease: counts it and, when dropped
@@ -486,6 +517,21 @@ impl Drop for Leading<'_> {
 impl Campaign {
     fn settings(&self) -> &LeaseSettings {
         &self.shared.settings
+    }
+
+    /// Records what keeps this campaign from the Lease: since `since` if it
+    /// was not blocked yet (or was blocked since later), with the newest
+    /// reason.
+    fn block(&self, since: Instant, reason: String) {
+        let mut blocked = self.blocked.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = blocked.as_ref().map_or(since, |b| b.since.min(since));
+        *blocked = Some(Blocked { since, reason: crate::cluster::bounded(&reason, crate::cluster::MAX_MESSAGE) });
+    }
+
+    /// Nothing keeps this campaign from the Lease (it leads, or a live
+    /// leader holds it).
+    fn unblock(&self) {
+        *self.blocked.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     async fn run(mut self, flag: watch::Sender<bool>) {
@@ -521,11 +567,13 @@ impl Campaign {
                 Ok(Ok(current)) => current,
                 Ok(Err(e)) => {
                     tracing::warn!(lease = %self.lease, error = %e, "cannot read lease");
+                    self.block(Instant::now(), format!("cannot read Lease {}: {e}", self.lease));
                     tokio::time::sleep(retry).await;
                     continue;
                 }
                 Err(_) => {
                     tracing::warn!(lease = %self.lease, "reading lease timed out");
+                    self.block(Instant::now(), format!("reading Lease {} timed out", self.lease));
                     continue;
                 }
             };
@@ -540,6 +588,20 @@ impl Campaign {
             let available = availability(spec.as_ref(), changed_at, &settings.identity, settings.lease_duration);
             let free_since = match available {
                 Availability::HeldUntil(expiry) if expiry > now => {
+                    // A live leader changes the record every retry period;
+                    // one unchanged for longer than a lease duration holds
+                    // the Lease without leading.
+                    if now.duration_since(changed_at) > settings.lease_duration {
+                        let holder = spec.as_ref().and_then(|s| s.holder_identity.as_deref()).unwrap_or_default();
+                        let claimed = spec.as_ref().and_then(|s| s.lease_duration_seconds).unwrap_or_default();
+                        let reason = format!(
+                            "Lease {} is held by {holder:?}, not renewed (it claims a {claimed}s lease)",
+                            self.lease
+                        );
+                        self.block(changed_at, reason);
+                    } else {
+                        self.unblock();
+                    }
                     sleep_until(expiry.min(now + retry)).await;
                     continue;
                 }
@@ -565,6 +627,7 @@ impl Campaign {
             match timeout(self.settings().renew_deadline, self.take(current)).await {
                 Ok(Ok(())) => {
                     self.shared.leading.fetch_add(1, Ordering::SeqCst);
+                    self.unblock();
                     return sent;
                 }
                 Ok(Err(e)) if is_conflict(&e) => {
@@ -572,6 +635,7 @@ impl Campaign {
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(lease = %self.lease, error = %e, "cannot take lease");
+                    self.block(Instant::now(), format!("cannot take Lease {}: {e}", self.lease));
                     drop(taking);
                     tokio::time::sleep(retry).await;
                 }

@@ -463,6 +463,7 @@ impl HostBuilder {
             changes: tokio::sync::Mutex::new(()),
         });
         let host = Host { shared: Arc::clone(&shared), dir: Mutex::new(None), follows: Mutex::new(Vec::new()) };
+        let more_may_come = self.components_dir.is_some() || !self.references.is_empty();
         // References are pulled beside the loading of files, each in its
         // follower's task, within the registry's deadline.
         let mut firsts = Vec::new();
@@ -472,11 +473,21 @@ impl HostBuilder {
             lock(&host.follows).push(follow);
             firsts.push(first);
         }
+        // A file that is rejected is reported (log, `/status`, `/readyz`)
+        // and the others run; the start fails only when none of them does
+        // and nothing else may come.
+        let mut first_rejection = None;
         for path in &self.components {
             if let Err(e) = shared.load(path).await {
-                host.shutdown().await;
-                return Err(e);
+                first_rejection.get_or_insert(e);
             }
+        }
+        if let Some(e) = first_rejection
+            && !more_may_come
+            && shared.paths().iter().all(|p| !shared.runs(p))
+        {
+            host.shutdown().await;
+            return Err(e);
         }
         for first in futures::future::join_all(firsts).await {
             match first {
@@ -1373,9 +1384,11 @@ impl Host {
         }
     }
 
-    /// Ready when every controller that runs has synced its caches and
-    /// leads or stands by, every scheduler has listed its Pods and Nodes
-    /// once, and every component file the host was given runs some
+    /// Ready when some component runs, every controller that runs has
+    /// synced its caches and leads or stands by behind a live leader (not
+    /// kept from its Lease for longer than a lease duration, see
+    /// [`Leadership::blocked`]), every scheduler has listed its Pods and
+    /// Nodes once, and every component file the host was given runs some
     /// version; otherwise, why not (one reason per controller, scheduler
     /// or file). A file whose new version was rejected while an older one
     /// serves does not make the host unready: what runs, serves. A file
@@ -1387,16 +1400,30 @@ impl Host {
     ///
     /// The reasons it is not ready.
     pub fn readiness(&self) -> Result<(), Vec<String>> {
-        let not_running: Vec<String> = lock(&self.shared.slots)
-            .iter()
-            .filter(|s| s.controller.is_none() && s.version.is_none())
-            .map(|s| match &s.rejected {
-                Some(r) => format!("{}: rejected, no version runs: {}", s.path.display(), r.reason),
-                None => format!("{}: no version runs", s.path.display()),
-            })
-            .collect();
+        let (not_running, blocked) = {
+            let slots = lock(&self.shared.slots);
+            let not_running: Vec<String> = slots
+                .iter()
+                .filter(|s| s.controller.is_none() && s.version.is_none())
+                .map(|s| match &s.rejected {
+                    Some(r) => format!("{}: rejected, no version runs: {}", s.path.display(), r.reason),
+                    None => format!("{}: no version runs", s.path.display()),
+                })
+                .chain(slots.is_empty().then(|| "no component runs: none was given or found yet".to_owned()))
+                .collect();
+            let blocked: Vec<String> = slots
+                .iter()
+                .filter_map(|s| {
+                    let reason = s.leadership.as_ref()?.blocked()?;
+                    let name = s.version.as_ref().map_or_else(|| s.path.display().to_string(), |v| v.name.clone());
+                    Some(format!("{name}: standing by, kept from leading: {reason}"))
+                })
+                .collect();
+            (not_running, blocked)
+        };
         let reasons: Vec<String> = not_running
             .into_iter()
+            .chain(blocked)
             .chain(self.shared.controllers().iter().filter_map(|c| match c.state() {
                 State::Running | State::Standby => None,
                 State::Syncing => Some(format!("{}: caches not synced yet", c.name())),
