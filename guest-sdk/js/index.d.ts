@@ -551,7 +551,9 @@ export class Conversion extends Component {
 
 /**
  * Conversion between versions `old` and `new`: `up` converts old to new,
- * `down` new to old; `apiVersion`, `kind` and `metadata` are carried over.
+ * `down` new to old. `apiVersion` is set, `kind` and `metadata` are carried
+ * over (but the `labels` and `annotations` the converted object sets), and
+ * so is a `status` the converted object lacks.
  */
 export function between(
   obj: KubeObject,

@@ -27,7 +27,17 @@ pub trait Conversion: Default + 'static {
 /// Typed conversion between two versions `A` and `B` of one kind:
 /// `object` is in either version (or already the desired one) and comes
 /// back in `desired_api_version`, converted by `up` (A → B) or `down`
-/// (B → A). `metadata` is carried over untouched.
+/// (B → A).
+///
+/// What a conversion may not change is carried over: the object's
+/// `metadata` comes back as it was, except `labels` and `annotations`,
+/// which the converted object sets if it has them (the API server lets a
+/// conversion change those two only): so a field one version cannot
+/// represent can be kept in an annotation by `up` and read back (and
+/// removed) by `down`. A `status` the converted object lacks (e.g. `A::new`
+/// in `up` for a kind whose types do not model it) is carried over as it
+/// was; the API server prunes what the desired version's schema does not
+/// know.
 ///
 /// # Errors
 ///
@@ -48,7 +58,7 @@ where
     if from == desired_api_version {
         return Ok(object);
     }
-    let metadata = object.get("metadata").cloned();
+    let original = object.clone();
     let decode = |what: &str, e: serde_json::Error| format!("object is not a valid {what}: {e}");
     let mut converted = if from == a && desired_api_version == b {
         let old: A = serde_json::from_value(object).map_err(|e| decode(&a, e))?;
@@ -59,10 +69,37 @@ where
     } else {
         return Err(format!("cannot convert {from} to {desired_api_version} (this component converts {a} and {b})"));
     };
-    if let (Some(map), Some(metadata)) = (converted.as_object_mut(), metadata) {
-        map.insert("metadata".into(), metadata);
-    }
+    carry_over(&original, &mut converted);
     Ok(converted)
+}
+
+/// Puts back into `converted` what a conversion of `original` may not
+/// change or did not model (see [`between`]): `metadata` but its `labels`
+/// and `annotations` where `converted` sets them, and `status` where
+/// `converted` has none.
+fn carry_over(original: &Value, converted: &mut Value) {
+    let Some(map) = converted.as_object_mut() else { return };
+    if let Some(metadata) = original.get("metadata").and_then(Value::as_object) {
+        let mut kept = metadata.clone();
+        let set = map.get("metadata").and_then(Value::as_object);
+        for key in ["labels", "annotations"] {
+            match set.and_then(|m| m.get(key)) {
+                Some(Value::Null) => {
+                    kept.remove(key);
+                }
+                Some(value) => {
+                    kept.insert(key.to_owned(), value.clone());
+                }
+                None => {}
+            }
+        }
+        map.insert("metadata".into(), Value::Object(kept));
+    }
+    if let Some(status) = original.get("status")
+        && map.get("status").is_none_or(Value::is_null)
+    {
+        map.insert("status".into(), status.clone());
+    }
 }
 
 /// Answers one request through `C` (used by [`export!`](crate::export)).
@@ -82,4 +119,34 @@ pub(crate) fn convert<C: Conversion>(request: wit::ConversionRequest) -> Result<
             Ok(serde_json::to_vec(&converted).expect("a JSON value serializes"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn metadata_comes_back_but_labels_and_annotations_the_conversion_set() {
+        let original = json!({
+            "apiVersion": "example.com/v1alpha1",
+            "metadata": {"name": "a", "uid": "u", "labels": {"l": "1"}, "annotations": {"keep": "x"}},
+            "status": {"ready": true},
+        });
+        // A conversion that made new metadata (name only) and no status.
+        let mut fresh = json!({"apiVersion": "example.com/v1", "metadata": {"name": "a"}});
+        carry_over(&original, &mut fresh);
+        assert_eq!(fresh["metadata"], original["metadata"]);
+        assert_eq!(fresh["status"], json!({"ready": true}));
+        // One that keeps a field in an annotation, changes a label and
+        // converts the status.
+        let mut kept = json!({
+            "metadata": {"name": "changed", "uid": "other", "annotations": {"keep": "x", "field": "7"}, "labels": null},
+            "status": {"phase": "Ready"},
+        });
+        carry_over(&original, &mut kept);
+        assert_eq!(kept["metadata"], json!({"name": "a", "uid": "u", "annotations": {"keep": "x", "field": "7"}}));
+        assert_eq!(kept["status"], json!({"phase": "Ready"}));
+    }
 }

@@ -28,8 +28,15 @@ export class Conversion extends Component {
  * versions, e.g. `example.com/v1alpha1` and `example.com/v1`): `obj` is in
  * either version (or already in `to`) and comes back in `to`, converted by
  * `up` (old to new) or `down` (new to old). The functions get a copy of the
- * object and return the converted one; `apiVersion`, `kind` and `metadata`
- * are set on it untouched.
+ * object and return the converted one.
+ *
+ * What a conversion may not change is carried over: `apiVersion` is set to
+ * `to`, `kind` and `metadata` come back as they were, except
+ * `metadata.labels` and `metadata.annotations`, which the converted object
+ * sets if it has them (the API server lets a conversion change those two
+ * only): so `up` may keep a field the new version cannot represent in an
+ * annotation and `down` read it back and remove it. A `status` the
+ * converted object lacks is carried over as it was.
  *
  * ```js
  * between(obj, desired, up, down, { old: "example.com/v1alpha1", new: "example.com/v1" });
@@ -56,8 +63,32 @@ export function between(obj, to, up, down, versions) {
   }
   converted.apiVersion = to;
   if ("kind" in obj) converted.kind = obj.kind;
-  if ("metadata" in obj) converted.metadata = JSON.parse(JSON.stringify(obj.metadata));
+  carryOver(obj, converted);
   return converted;
+}
+
+/**
+ * Puts back into `converted` what a conversion of `original` may not change
+ * or did not model (see `between`).
+ * @param {any} original
+ * @param {any} converted
+ */
+function carryOver(original, converted) {
+  const metadata = original.metadata;
+  if (metadata !== null && typeof metadata === "object") {
+    const kept = JSON.parse(JSON.stringify(metadata));
+    const changed = converted.metadata;
+    for (const key of ["labels", "annotations"]) {
+      if (changed !== null && typeof changed === "object" && key in changed) {
+        if (changed[key] === null || changed[key] === undefined) delete kept[key];
+        else kept[key] = changed[key];
+      }
+    }
+    converted.metadata = kept;
+  }
+  if ("status" in original && (converted.status === null || converted.status === undefined)) {
+    converted.status = JSON.parse(JSON.stringify(original.status));
+  }
 }
 
 /**

@@ -201,6 +201,30 @@ test("between converts up and down and keeps the metadata", () => {
   assert.throws(() => between(old, "example.com/v2", up, down, versions), /cannot convert example.com\/v1alpha1 to example.com\/v2/);
 });
 
+test("between keeps what a version cannot represent in an annotation, and the status", () => {
+  const old = {
+    apiVersion: "example.com/v1alpha1",
+    kind: "Greeting",
+    metadata: { name: "hi", uid: "u", annotations: { a: "1" } },
+    spec: { message: "x", colour: "red" },
+    status: { ready: true },
+  };
+  // v1 has no colour: `up` keeps it in an annotation, `down` takes it back.
+  const keep = (obj) => ({
+    apiVersion: obj.apiVersion,
+    metadata: { name: "ignored", annotations: { ...obj.metadata.annotations, colour: obj.spec.colour } },
+    spec: { greeting: obj.spec.message },
+  });
+  const restore = (obj) => {
+    const { colour, ...annotations } = obj.metadata.annotations;
+    return { ...obj, metadata: { ...obj.metadata, annotations }, spec: { message: obj.spec.greeting, colour } };
+  };
+  const converted = between(old, "example.com/v1", keep, restore, versions);
+  assert.deepEqual(converted.metadata, { name: "hi", uid: "u", annotations: { a: "1", colour: "red" } });
+  assert.deepEqual(converted.status, { ready: true });
+  assert.deepEqual(between(converted, "example.com/v1alpha1", keep, restore, versions), old);
+});
+
 test("convert answers every object in order or one message", () => {
   class Versions extends Conversion {
     convert(obj, desired) {

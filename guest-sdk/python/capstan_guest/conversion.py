@@ -52,8 +52,15 @@ def between(
     (API versions, e.g. ``example.com/v1alpha1`` and ``example.com/v1``):
     ``obj`` is in either version (or already in ``to``) and comes back in
     ``to``, converted by ``up`` (old to new) or ``down`` (new to old). The
-    functions get a copy of the object and return the converted one;
-    ``apiVersion``, ``kind`` and ``metadata`` are set on it untouched.
+    functions get a copy of the object and return the converted one.
+
+    What a conversion may not change is carried over: ``apiVersion`` is set
+    to ``to``, ``kind`` and ``metadata`` come back as they were, except
+    ``metadata.labels`` and ``metadata.annotations``, which the converted
+    object sets if it has them (the API server lets a conversion change
+    those two only): so ``up`` may keep a field the new version cannot
+    represent in an annotation and ``down`` read it back and remove it. A
+    ``status`` the converted object lacks is carried over as it was.
 
     Raises :class:`ValueError` when the object's version or ``to`` is
     neither ``old`` nor ``new``."""
@@ -72,9 +79,26 @@ def between(
     converted["apiVersion"] = to
     if "kind" in obj:
         converted["kind"] = obj["kind"]
-    if "metadata" in obj:
-        converted["metadata"] = copy.deepcopy(obj["metadata"])
+    _carry_over(obj, converted)
     return converted
+
+
+def _carry_over(original: Dict[str, Any], converted: Dict[str, Any]) -> None:
+    """Puts back into ``converted`` what a conversion of ``original`` may
+    not change or did not model (see :func:`between`)."""
+    metadata = original.get("metadata")
+    if isinstance(metadata, dict):
+        kept = copy.deepcopy(metadata)
+        changed = converted.get("metadata")
+        for key in ("labels", "annotations"):
+            if isinstance(changed, dict) and key in changed:
+                if changed[key] is None:
+                    kept.pop(key, None)
+                else:
+                    kept[key] = changed[key]
+        converted["metadata"] = kept
+    if "status" in original and converted.get("status") is None:
+        converted["status"] = copy.deepcopy(original["status"])
 
 
 def run_convert(conversion: Type[Conversion], request: _wit.ConversionRequest) -> List[bytes]:

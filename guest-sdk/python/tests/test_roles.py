@@ -219,6 +219,34 @@ def test_between_converts_up_and_down_and_keeps_the_metadata() -> None:
         capstan.between(old, "example.com/v2", _up, _down, **versions)
 
 
+def test_between_keeps_what_a_version_cannot_represent_in_an_annotation_and_the_status() -> None:
+    import capstan_guest as capstan
+
+    old = {
+        "apiVersion": "example.com/v1alpha1",
+        "kind": "Greeting",
+        "metadata": {"name": "hi", "uid": "u", "annotations": {"a": "1"}},
+        "spec": {"message": "x", "colour": "red"},
+        "status": {"ready": True},
+    }
+
+    def keep(obj: Dict[str, Any]) -> Dict[str, Any]:
+        # v1 has no colour: kept in an annotation; new metadata, no status.
+        annotations = {**obj["metadata"]["annotations"], "colour": obj["spec"]["colour"]}
+        return {"metadata": {"name": "ignored", "annotations": annotations}, "spec": {"greeting": obj["spec"]["message"]}}
+
+    def restore(obj: Dict[str, Any]) -> Dict[str, Any]:
+        colour = obj["metadata"]["annotations"].pop("colour")
+        obj["spec"] = {"message": obj["spec"]["greeting"], "colour": colour}
+        return obj
+
+    versions = {"old": "example.com/v1alpha1", "new": "example.com/v1"}
+    new = capstan.between(old, "example.com/v1", keep, restore, **versions)
+    assert new["metadata"] == {"name": "hi", "uid": "u", "annotations": {"a": "1", "colour": "red"}}
+    assert new["status"] == {"ready": True}
+    assert capstan.between(new, "example.com/v1alpha1", keep, restore, **versions) == old
+
+
 def test_convert_answers_every_object_in_order_or_one_message() -> None:
     import capstan_guest as capstan
     from componentize_py_types import Err
