@@ -456,5 +456,14 @@ fn capstan_new_scaffolds_a_project_that_builds_into_a_component_and_passes_its_s
     assert!(test.status.success(), "{stdout}");
     assert!(stdout.contains("scenario basic ... ok"), "{stdout}");
     assert!(stdout.contains("2 passed, 0 failed"), "{stdout}");
+
+    // `status.conditions` is the list-map the docs describe: the host's
+    // `Reconciled` and the controller's own conditions merge by `type`.
+    let crd: Value = serde_yaml_ng::from_slice(&capstan(&["gen", "crd", wasm.to_str().expect("utf-8 path")]).stdout)
+        .expect("gen crd prints YAML");
+    let conditions = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        ["conditions"];
+    assert_eq!(conditions["x-kubernetes-list-type"], "map", "{conditions}");
+    assert_eq!(conditions["x-kubernetes-list-map-keys"], json!(["type"]), "{conditions}");
     std::fs::remove_dir_all(&dir).expect("cleaned up");
 }
