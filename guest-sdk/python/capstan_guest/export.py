@@ -34,6 +34,16 @@ class Exports(NamedTuple):
     Scheduler: type
     """The ``capstan:operator/scheduler`` export."""
 
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        """What componentize-py does to an app written for the SDK of
+        contract 0.2.0 (``Controller = capstan.export(X)``): says what
+        changed instead of ``'Exports' object is not callable``."""
+        raise TypeError(
+            "capstan.export() returns the component's four exports since contract 0.3.0: "
+            "unpack them, `Controller, Admission, Conversion, Scheduler = capstan.export(...)`, "
+            "instead of `Controller = capstan.export(...)`"
+        )
+
 
 def export(
     controller: Optional[Type[Controller]] = None,

@@ -368,3 +368,16 @@ def test_schedule_returns_a_node_name_or_the_reasons_it_is_unschedulable(host: A
     with pytest.raises(Err) as bug:
         schedule(request({**POD, "metadata": {"name": "p", "labels": {"mode": "bug"}}}))
     assert bug.value.value.reasons == ["unhandled KeyError: 'zone'"]
+
+
+def test_the_export_style_of_contract_0_2_0_names_the_change() -> None:
+    import capstan_guest as capstan
+
+    class Noop(capstan.Controller):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("noop").primary("v1", "ConfigMap")
+
+    # What componentize-py does with `Controller = capstan.export(Noop)`.
+    Controller = capstan.export(Noop)
+    with pytest.raises(TypeError, match=r"Controller, Admission, Conversion, Scheduler = capstan\.export"):
+        Controller()
