@@ -143,7 +143,7 @@ impl Grants {
         ];
         for owned in &manifest.owns {
             rules.push(Rule::new(&owned.kind, &Verb::READ, Scope::Cluster, true));
-            rules.push(Rule::new(&owned.kind, &Verb::ALL, owned.effective_scope(), true));
+            rules.push(Rule::new(&owned.kind, &Verb::ALL, owned.effective_scope(), false));
         }
         for watch in &manifest.watches {
             rules.push(Rule::new(&watch.kind, &Verb::READ, Scope::Cluster, false));
@@ -325,6 +325,27 @@ mod tests {
         let greeting = Gvk::new("examples.capstan.dev", "v1alpha1", "Greeting");
         let r = Request::new(Verb::Patch, &greeting, Some("app")).status();
         assert!(g.check(r, Some("app")).is_ok());
+    }
+
+    #[test]
+    fn a_childs_status_is_written_only_with_a_permission_that_declares_it() {
+        let mut m = manifest();
+        m.owns.push(Owned::kind(Gvk::new("", "v1", "ResourceQuota")));
+        let quota = Gvk::new("", "v1", "ResourceQuota");
+        let write = |g: &Grants, verb| g.check(Request::new(verb, &quota, Some("app")).status(), Some("app"));
+        let owned = Grants::from_manifest(&m);
+        assert!(write(&owned, Verb::Patch).is_err(), "owning a kind does not reach its status");
+        assert!(write(&owned, Verb::Update).is_err());
+        assert!(owned.check(Request::new(Verb::Get, &quota, Some("app")).status(), Some("app")).is_ok(), "reading it does");
+        m.permissions.push(Permission {
+            group: String::new(),
+            kind: "ResourceQuota".into(),
+            verbs: vec![Verb::Patch],
+            scope: Scope::OwnNamespace,
+            status: true,
+            resource_names: vec![],
+        });
+        assert!(write(&Grants::from_manifest(&m), Verb::Patch).is_ok(), "declared with its status");
     }
 
     fn tenant() -> Manifest {

@@ -442,7 +442,8 @@ mod tests {
         let all = ["get", "list", "watch", "create", "update", "patch", "delete"];
         assert_eq!(verbs(&policy, "", "configmaps"), all);
         assert_eq!(verbs(&policy, "apps", "deployments"), all);
-        assert_eq!(verbs(&policy, "apps", "deployments/status"), ["get", "update", "patch"]);
+        // A child's status belongs to its own controller: read, not written.
+        assert_eq!(verbs(&policy, "apps", "deployments/status"), ["get"]);
         assert!(verbs(&policy, "", "configmaps/status").is_empty(), "ConfigMaps serve no status subresource");
         assert_eq!(verbs(&policy, "", "secrets"), ["get", "list", "watch"]);
         assert!(verbs(&policy, "apiextensions.k8s.io", "customresourcedefinitions").is_empty());
