@@ -130,17 +130,31 @@ pub struct Grants {
 impl Grants {
     /// The grants a manifest asks for:
     ///
-    /// - primary kind: read everywhere; update and patch (and the status
-    ///   subresource) in the reconciled object's own scope;
+    /// - primary kind, with the reconcile role: read everywhere; update
+    ///   and patch (and the status subresource) in the reconciled object's
+    ///   own scope; without it, nothing;
     /// - owned kinds: read everywhere; every verb of an API call in the
-    ///   scope the manifest gives them (default: the own scope);
+    ///   scope the manifest gives them (default: the own scope), not on
+    ///   their status subresource, which only a permission declared
+    ///   [`with_status`](crate::manifest::Permission) writes (the host
+    ///   applies children's spec; a child's status belongs to its own
+    ///   controller, e.g. a ResourceQuota's usage);
     /// - watched kinds: read everywhere;
     /// - plus each declared permission as declared.
     pub fn from_manifest(manifest: &Manifest) -> Self {
-        let mut rules = vec![
-            Rule::new(&manifest.primary, &Verb::READ, Scope::Cluster, true),
-            Rule::new(&manifest.primary, &[Verb::Update, Verb::Patch], Scope::OwnNamespace, true),
-        ];
+        // Without the reconcile role the primary kind (`Pod` for a
+        // scheduler, the reviewed kind for webhooks) is not reconciled, and
+        // implies no grant: a scheduler binds through the host, and may
+        // not touch other Pods (other schedulers' among them) unless it
+        // declares a permission.
+        let mut rules = if manifest.roles.reconcile {
+            vec![
+                Rule::new(&manifest.primary, &Verb::READ, Scope::Cluster, true),
+                Rule::new(&manifest.primary, &[Verb::Update, Verb::Patch], Scope::OwnNamespace, true),
+            ]
+        } else {
+            Vec::new()
+        };
         for owned in &manifest.owns {
             rules.push(Rule::new(&owned.kind, &Verb::READ, Scope::Cluster, true));
             rules.push(Rule::new(&owned.kind, &Verb::ALL, owned.effective_scope(), false));
@@ -346,6 +360,22 @@ mod tests {
             resource_names: vec![],
         });
         assert!(write(&Grants::from_manifest(&m), Verb::Patch).is_ok(), "declared with its status");
+    }
+
+    #[test]
+    fn a_scheduler_may_touch_no_pod_it_did_not_declare() {
+        let mut m = manifest();
+        m.primary = Gvk::new("", "v1", "Pod");
+        m.owns.clear();
+        m.permissions.clear();
+        m.roles = crate::manifest::Roles { reconcile: false, scheduler: Some("zone-spread".into()), ..m.roles };
+        let pod = Gvk::new("", "v1", "Pod");
+        let g = Grants::from_manifest(&m);
+        for verb in [Verb::Patch, Verb::Update, Verb::Get, Verb::Delete] {
+            assert!(g.check(Request::new(verb, &pod, Some("app")), Some("app")).is_err(), "{verb:?}");
+            assert!(g.check(Request::new(verb, &pod, Some("app")).status(), Some("app")).is_err(), "{verb:?} status");
+        }
+        assert!(g.rules().is_empty(), "{:?}", g.rules());
     }
 
     fn tenant() -> Manifest {

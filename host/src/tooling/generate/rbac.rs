@@ -167,10 +167,7 @@ pub(crate) fn component_rules(
 ) -> Result<ComponentRules, Error> {
     let manifest = &component.manifest;
     let mut out = ComponentRules::default();
-    // Without the reconcile role, the primary kind (`Pod` for a scheduler)
-    // is not reconciled: its grants, the first two, imply nothing.
-    let primary_grants = if manifest.roles.reconcile { 0 } else { 2 };
-    for rule in Grants::from_manifest(manifest).rules().iter().skip(primary_grants) {
+    for rule in Grants::from_manifest(manifest).rules() {
         let plural = resources.plural(&rule.group, &rule.kind)?;
         // A status subresource only where the kind serves one.
         let status = rule.status && resources.has_status(&rule.group, &rule.kind);
