@@ -30,7 +30,7 @@
 //! | `capstan_watch_errors_total` | `kind` | watch errors (a lost connection, a 403, an expired resource version), each retried with backoff |
 //! | `capstan_component_loads_total` | `result`, `reason` | components `loaded` or `rejected` (with the reason) |
 //! | `capstan_components_dir_read_failures_total` | | looks at `--components DIR` that could not read it (they change nothing) |
-//! | `capstan_component_compile_seconds` | `source` | compiling (`compiled`) or loading from the compile cache (`cache`) |
+//! | `capstan_component_compile_seconds` | `source` | compiling with cranelift (`compiled`) or Winch (`baseline`), or loading from the compile cache (`cache`) |
 //! | `capstan_leader_status` | `controller` | 1 while this replica leads the controller, else 0 |
 //! | `capstan_controllers` | `state` | controllers per state |
 //! | `capstan_scheduler_schedule_attempts_total` | `scheduler`, `result` | scheduling attempts: `scheduled`, `unschedulable`, `error` |
@@ -645,8 +645,9 @@ impl Metrics {
         self.components_dir_unreadable.inc();
     }
 
-    /// Records the time to compile a component (`source`: `compiled`) or
-    /// load it from the compile cache (`cache`).
+    /// Records the time to compile a component (`source`: `compiled` by
+    /// cranelift, `baseline` by Winch) or load it from the compile cache
+    /// (`cache`).
     pub fn compiled(&self, source: &'static str, duration: Duration) {
         self.compile_time.get_or_create(&SourceLabels { source }).observe(duration.as_secs_f64());
     }

@@ -1,7 +1,8 @@
 //! The baseline compiler: a component the compile cache does not hold
 //! serves on Winch's code at once, cranelift's code replaces it when
-//! ready (and lands in the cache), and Winch's code is held to the same
-//! limits: the deadline, the memory cap, traps.
+//! ready (and lands in the cache), the tools cache Winch's code and run no
+//! cranelift compile, and Winch's code is held to the same limits: the
+//! deadline, the memory cap, traps.
 //!
 //! Needs the guest components built by `tests/build-guests.sh` (the test
 //! command does it).
@@ -108,6 +109,37 @@ async fn a_version_replaced_before_its_optimizing_compile_is_not_compiled() {
     // compiles the noop in about 0.1 s.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(cache_entries(cache.path()), 1, "only the fixture, still held, was compiled by cranelift");
+}
+
+#[tokio::test]
+async fn the_tools_compile_with_winch_once_and_load_its_code_from_the_cache_after() {
+    let cache = Cache::new();
+    let fixture = capstan_host::testing::find_component("fixture").unwrap_or_else(|e| panic!("{e}"));
+    let tools = || capstan_host::testing::tool_loader(Some(cache.path().to_owned())).expect("loader");
+    let first = tools().load(&fixture).await.expect("loads");
+    assert_eq!((first.source, first.pre.tier()), (CompileSource::Baseline, Tier::Baseline), "a cold cache");
+    assert_eq!(cache_entries(cache.path()), 1, "Winch's code is cached before the load returns");
+    let second = tools().load(&fixture).await.expect("loads");
+    assert_eq!((second.source, second.pre.tier()), (CompileSource::Cache, Tier::Baseline), "a warm cache");
+
+    // A host starts from that entry, then cranelift's code replaces it,
+    // in memory and in the cache.
+    let host = loader(Limits::default(), Some(cache.path().to_owned()));
+    assert!(host.is_cached(&first.digest), "Winch's entry counts as a version seen before");
+    let served = host.load(&fixture).await.expect("loads");
+    assert_eq!((served.source, served.pre.tier()), (CompileSource::Cache, Tier::Baseline));
+    let waited = std::time::Instant::now();
+    while served.pre.tier() != Tier::Optimized {
+        assert!(waited.elapsed() < Duration::from_secs(300), "cranelift's code never came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(cache_entries(cache.path()), 1, "cranelift's entry replaced Winch's");
+    let optimized = tools().load(&fixture).await.expect("loads");
+    assert_eq!(
+        (optimized.source, optimized.pre.tier()),
+        (CompileSource::Cache, Tier::Optimized),
+        "the tools use cranelift's entry too"
+    );
 }
 
 /// Baseline code only (`optimize(false)`), so that nothing swaps under the

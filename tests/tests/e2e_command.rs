@@ -2,7 +2,8 @@
 //! run by the binary against the real API server (tests/control-plane/cp.sh):
 //! the greeter's, a cluster-scoped controller that manages RBAC (tenant),
 //! and webhooks; and a scenario that does not hold fails with a diff and
-//! exit code 1.
+//! exit code 1. In process: a run compiles its component once, whatever
+//! its number of cases.
 
 use std::path::{Path, PathBuf};
 
@@ -45,6 +46,36 @@ async fn the_examples_scenarios_hold_on_the_api_server_too() -> Result<()> {
         ensure!(code == 0, "{component}: exit code {code}:\n{out}");
         ensure!(out.contains(&format!("{cases} passed, 0 failed")), "{component}:\n{out}");
     }
+    Ok(())
+}
+
+/// How many loads `capstan_component_compile_seconds` counted from
+/// `source` in this process (the other tests here run the binary).
+fn compiles(source: &str) -> f64 {
+    let series = format!("capstan_component_compile_seconds_count{{source=\"{source}\"}} ");
+    let scrape = capstan_host::metrics::metrics().encode();
+    scrape.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_e2e_run_compiles_its_component_once_with_winch_and_loads_it_from_the_cache_after() -> Result<()> {
+    let client = ControlPlane::shared().await?.client()?;
+    let cache = std::env::temp_dir().join(format!("capstan-e2e-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let options = capstan_host::tooling::e2e::Options { cache_dir: Some(cache.clone()), ..Default::default() };
+    let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
+    let before = ["baseline", "compiled", "cache"].map(compiles);
+    let results =
+        capstan_host::tooling::e2e::run_all(client, &greeter, &repo().join("examples/greeter/scenarios"), &options)
+            .await?;
+    let after = ["baseline", "compiled", "cache"].map(compiles);
+    let _ = std::fs::remove_dir_all(&cache);
+    ensure!(results.len() == 2 && results.iter().all(|r| r.mismatches.is_empty()), "{results:?}");
+    let counted: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    ensure!(
+        counted == [1.0, 0.0, 1.0],
+        "two cases: one Winch compile, no cranelift compile, one cache load; counted {counted:?} (baseline, compiled, cache)"
+    );
     Ok(())
 }
 

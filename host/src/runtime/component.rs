@@ -142,7 +142,8 @@ impl Error {
 pub enum CompileSource {
     /// Compiled now, by cranelift.
     Compiled,
-    /// Loaded from the compile cache.
+    /// Loaded from the compile cache: cranelift's code, or Winch's where
+    /// the cache holds only that ([`Pre::tier`] says which).
     Cache,
     /// Compiled now by the baseline compiler (Winch); cranelift compiles
     /// it in the background and its code replaces Winch's when done.
@@ -176,8 +177,8 @@ pub struct Loaded {
     pub manifest: Arc<Manifest>,
     /// The pre-instance: imports resolved, instantiation per call is cheap.
     pub pre: Pre,
-    /// Whether compilation was a cache hit, and which compiler made the
-    /// code it started with ([`Pre::tier`] says which runs now).
+    /// Whether compilation was a cache hit, and if not, which compiler made
+    /// the code it started with ([`Pre::tier`] says which runs now).
     pub source: CompileSource,
     /// Time spent compiling or loading from cache.
     pub compile_time: Duration,
@@ -201,7 +202,10 @@ impl std::fmt::Debug for Loaded {
 /// a component the cache does not hold is compiled by Winch and serves at
 /// once; cranelift compiles it in a background task, one component at a
 /// time, writes the cache entry and swaps its code in ([`Pre::optimize`]).
-/// A version replaced before its turn is not compiled again.
+/// A version replaced before its turn is not compiled again. With
+/// [`optimize`](Self::optimize) off (the tools), Winch's code is what the
+/// cache keeps; a loader with a baseline engine uses such an entry when it
+/// holds no cranelift entry of the component.
 #[derive(Clone, Debug)]
 pub struct Loader {
     runtime: Runtime,
@@ -320,9 +324,11 @@ impl Loader {
     }
 
     /// Whether cranelift's code replaces the baseline compiler's (default:
-    /// true). Off, baseline code serves for good and nothing is written
-    /// to the compile cache: for a short run that would spend more time
-    /// compiling than running.
+    /// true). Off, baseline code serves for good and is written to the
+    /// compile cache, so the next load of the component is a cache hit
+    /// (cranelift's code, if the cache holds it, is still used): for a short
+    /// run that would spend more time compiling than running, such as
+    /// `capstan inspect` or `capstan e2e`.
     #[must_use]
     pub fn optimize(mut self, on: bool) -> Self {
         self.optimize = on;
@@ -410,12 +416,11 @@ impl Loader {
         span.record("digest", digest.as_str());
         let start = Instant::now();
         let bytes: Arc<[u8]> = bytes.into();
-        let (component, source) = self.compile(&path, &digest, &bytes).await?;
+        let (component, source, tier) = self.compile(&path, &digest, &bytes).await?;
         let compile_time = start.elapsed();
         span.record("source", source.as_str());
         metrics().compiled(source.as_str(), compile_time);
         let (contract, kind) = self.prepare(&path, &component)?;
-        let tier = if source == CompileSource::Baseline { Tier::Baseline } else { Tier::Optimized };
         let pre = Pre::tiered(kind, tier);
         let invocation = self.runtime.manifest(&pre).await;
         // Before the manifest names the controller, the file does.
@@ -427,7 +432,8 @@ impl Loader {
         }
         let raw = invocation.result.map_err(|error| Error::ManifestCall { path: path.clone(), error })?;
         span.record("controller", raw.controller.name.as_str());
-        let manifest = Manifest::try_from(raw).map_err(|error| Error::Manifest { path: path.clone(), error })?;
+        let manifest = Manifest::try_from(raw)
+            .map_err(|error| Error::Manifest { path: path.clone(), error: error.for_contract(&contract) })?;
         tracing::debug!(source = source.as_str(), compile_ms = compile_time.as_secs_f64() * 1000.0, "component ready");
         if tier == Tier::Baseline && self.optimize {
             self.optimize_later(path.clone(), digest.clone(), bytes, contract.clone(), pre.downgrade());
@@ -435,16 +441,24 @@ impl Loader {
         Ok(Loaded { path, digest, contract, manifest: Arc::new(manifest), pre, source, compile_time })
     }
 
-    /// True if the compile cache holds the component whose (decompressed)
-    /// bytes have the SHA-256 `digest`: a version compiled before, which
-    /// loads in milliseconds.
+    /// True if the compile cache holds code this loader can use for the
+    /// component whose (decompressed) bytes have the SHA-256 `digest`: a
+    /// version compiled before, which loads in milliseconds.
     pub fn is_cached(&self, digest: &str) -> bool {
-        self.cache_path(digest).is_some_and(|p| p.is_file())
+        [self.cache_path(digest), self.baseline_cache_path(digest)].iter().flatten().any(|p| p.is_file())
     }
 
+    /// The cache entry of cranelift's code.
     fn cache_path(&self, digest: &str) -> Option<PathBuf> {
         let dir = self.cache_dir.as_ref()?;
         Some(dir.join(format!("{digest}-{}.cwasm", self.runtime.engine().fingerprint())))
+    }
+
+    /// The cache entry of Winch's code, if this loader has a baseline engine.
+    fn baseline_cache_path(&self, digest: &str) -> Option<PathBuf> {
+        let dir = self.cache_dir.as_ref()?;
+        let fingerprint = self.runtime.engine().baseline_fingerprint()?;
+        Some(dir.join(format!("{digest}-{fingerprint}-baseline.cwasm")))
     }
 
     /// Checks the world of `component` and resolves its imports with the
@@ -520,14 +534,42 @@ impl Loader {
         tokio::spawn(task.instrument(span));
     }
 
-    async fn compile(&self, path: &Path, digest: &str, bytes: &Arc<[u8]>) -> Result<(Component, CompileSource), Error> {
-        if let Some(component) = self.cached(digest) {
-            return Ok((component, CompileSource::Cache));
+    /// The component's code, where it came from and which compiler made
+    /// it: cranelift's from the cache, else Winch's from the cache, else
+    /// Winch's compiled now (and cached, unless cranelift's will be), else
+    /// cranelift's compiled now.
+    async fn compile(
+        &self,
+        path: &Path,
+        digest: &str,
+        bytes: &Arc<[u8]>,
+    ) -> Result<(Component, CompileSource, Tier), Error> {
+        let optimized = self.runtime.engine().wasmtime();
+        if let Some(component) = self.cache_path(digest).and_then(|file| cached(optimized, &file)) {
+            return Ok((component, CompileSource::Cache, Tier::Optimized));
         }
         if let Some(engine) = self.runtime.engine().baseline().cloned() {
+            let entry = self.baseline_cache_path(digest);
+            if let Some(component) = entry.as_ref().and_then(|file| cached(&engine, file)) {
+                return Ok((component, CompileSource::Cache, Tier::Baseline));
+            }
             let wasm = Arc::clone(bytes);
-            match tokio::task::spawn_blocking(move || Component::new(&engine, &*wasm)).await {
-                Ok(Ok(component)) => return Ok((component, CompileSource::Baseline)),
+            let keep = if self.optimize { None } else { entry };
+            let loader = self.clone();
+            let compiled = tokio::task::spawn_blocking(move || {
+                let component = Component::new(&engine, &*wasm)?;
+                // Cranelift's code will not follow: Winch's is what the
+                // next load reads.
+                if let Some(file) = keep {
+                    match component.serialize() {
+                        Ok(artefact) => loader.store(file, &artefact),
+                        Err(e) => tracing::warn!(error = format!("{e:#}"), "cannot serialize baseline code"),
+                    }
+                }
+                Ok::<_, wasmtime::Error>(component)
+            });
+            match compiled.await {
+                Ok(Ok(component)) => return Ok((component, CompileSource::Baseline, Tier::Baseline)),
                 // Winch lacks some proposals cranelift has (tail calls,
                 // exceptions, GC): such a component waits for cranelift.
                 Ok(Err(e)) => {
@@ -536,39 +578,8 @@ impl Loader {
                 Err(e) => tracing::warn!(error = %e, "baseline compiler task failed, compiling with cranelift"),
             }
         }
-        Ok((self.compile_optimized(path, digest, bytes).await?, CompileSource::Compiled))
-    }
-
-    /// The component from the compile cache, if it holds a trusted,
-    /// usable entry for `digest`.
-    fn cached(&self, digest: &str) -> Option<Component> {
-        let engine = self.runtime.engine().wasmtime();
-        let cached = self.cache_path(digest);
-        let trusted = match cached.as_ref().filter(|f| f.is_file()) {
-            Some(file) => match trusted_entry(file) {
-                Ok(()) => Some(file),
-                Err(reason) => {
-                    tracing::warn!(file = %file.display(), %reason, "refusing compile cache entry, compiling instead");
-                    None
-                }
-            },
-            None => None,
-        };
-        if let Some(file) = trusted {
-            match deserialize_cached(engine, file) {
-                Ok(component) => {
-                    // Used: last to go when the cache is pruned.
-                    if let Err(e) =
-                        std::fs::File::options().append(true).open(file).and_then(|f| f.set_modified(SystemTime::now()))
-                    {
-                        tracing::debug!(file = %file.display(), error = %e, "cannot touch compile cache entry");
-                    }
-                    return Some(component);
-                }
-                Err(e) => tracing::warn!(file = %file.display(), error = %e, "ignoring unusable compile cache entry"),
-            }
-        }
-        None
+        let component = self.compile_optimized(path, digest, bytes).await?;
+        Ok((component, CompileSource::Compiled, Tier::Optimized))
     }
 
     /// Compiles with cranelift and writes the compile cache entry.
@@ -585,24 +596,61 @@ impl Loader {
         .await
         .map_err(|e| compile_err(format!("compiler task failed: {e}")))?
         .map_err(|e| compile_err(format!("{e:#}")))?;
-        let writable = cached.filter(|file| match file.parent().filter(|d| d.exists()).map(trusted_dir) {
-            Some(Err(reason)) => {
-                tracing::warn!(file = %file.display(), %reason, "not writing to an untrusted compile cache");
-                false
-            }
-            _ => true,
-        });
-        if let Some(file) = writable {
-            match write_atomically(&file, &artefact) {
-                Ok(()) => match prune_cache(&file, self.cache_budget) {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(removed = n, budget_mib = self.cache_budget >> 20, "compile cache pruned"),
-                    Err(e) => tracing::warn!(error = %e, "cannot prune the compile cache"),
-                },
-                Err(e) => tracing::warn!(file = %file.display(), error = %e, "cannot write compile cache entry"),
-            }
+        if let Some(file) = cached {
+            self.store(file, &artefact);
+        }
+        // Cranelift's entry replaces one of Winch's code.
+        if let Some(superseded) = self.baseline_cache_path(digest)
+            && let Err(e) = std::fs::remove_file(&superseded)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::debug!(file = %superseded.display(), error = %e, "cannot remove baseline compile cache entry");
         }
         Ok(component)
+    }
+
+    /// Writes the compile cache entry `file` (unless its directory is not
+    /// trusted) and keeps the cache within its budget; failures are logged.
+    fn store(&self, file: PathBuf, artefact: &[u8]) {
+        if let Some(Err(reason)) = file.parent().filter(|d| d.exists()).map(trusted_dir) {
+            tracing::warn!(file = %file.display(), %reason, "not writing to an untrusted compile cache");
+            return;
+        }
+        match write_atomically(&file, artefact) {
+            Ok(()) => match prune_cache(&file, self.cache_budget) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(removed = n, budget_mib = self.cache_budget >> 20, "compile cache pruned"),
+                Err(e) => tracing::warn!(error = %e, "cannot prune the compile cache"),
+            },
+            Err(e) => tracing::warn!(file = %file.display(), error = %e, "cannot write compile cache entry"),
+        }
+    }
+}
+
+/// The component from the compile cache entry `file` for `engine`, if it
+/// is there, trusted and usable.
+fn cached(engine: &wasmtime::Engine, file: &Path) -> Option<Component> {
+    if !file.is_file() {
+        return None;
+    }
+    if let Err(reason) = trusted_entry(file) {
+        tracing::warn!(file = %file.display(), %reason, "refusing compile cache entry, compiling instead");
+        return None;
+    }
+    match deserialize_cached(engine, file) {
+        Ok(component) => {
+            // Used: last to go when the cache is pruned.
+            if let Err(e) =
+                std::fs::File::options().append(true).open(file).and_then(|f| f.set_modified(SystemTime::now()))
+            {
+                tracing::debug!(file = %file.display(), error = %e, "cannot touch compile cache entry");
+            }
+            Some(component)
+        }
+        Err(e) => {
+            tracing::warn!(file = %file.display(), error = %e, "ignoring unusable compile cache entry");
+            None
+        }
     }
 }
 
@@ -715,7 +763,11 @@ fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o755);
         builder.create(dir)?;
     }
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+    // One temporary file per write: two loads of one component at once (in
+    // one process, e.g. tests) must not write into the same file.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = file.with_extension(format!("tmp{}-{n}", std::process::id()));
     let mut options = std::fs::File::options();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]

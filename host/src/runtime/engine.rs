@@ -274,11 +274,22 @@ impl Engine {
     /// A fingerprint of everything that makes precompiled code compatible
     /// with this engine (wasmtime version, target, settings), as hex.
     pub fn fingerprint(&self) -> String {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.inner.precompile_compatibility_hash().hash(&mut h);
-        format!("{:016x}", h.finish())
+        fingerprint(&self.inner)
     }
+
+    /// [`fingerprint`](Self::fingerprint) of the baseline engine, if there
+    /// is one: its code goes into the compile cache under a name of its own.
+    pub fn baseline_fingerprint(&self) -> Option<String> {
+        self.baseline.as_ref().map(fingerprint)
+    }
+}
+
+/// A fingerprint of what makes code precompiled by `engine` loadable by it.
+fn fingerprint(engine: &wasmtime::Engine) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    format!("{:016x}", h.finish())
 }
 
 #[cfg(test)]
@@ -290,6 +301,16 @@ mod tests {
         let a = Engine::new(EngineConfig::default()).expect("engine");
         let b = Engine::new(EngineConfig::default()).expect("engine");
         assert_eq!(a.fingerprint(), b.fingerprint());
+    }
+
+    #[test]
+    fn a_baseline_engine_reads_the_cache_entries_of_one_without() {
+        // The tools run with a baseline engine, `capstan test`'s mock host
+        // without one: each is a cache hit for what the other compiled.
+        let with = Engine::new(EngineConfig::default().baseline(true)).expect("engine");
+        let without = Engine::new(EngineConfig::default()).expect("engine");
+        assert_eq!(with.fingerprint(), without.fingerprint());
+        assert_eq!(without.baseline_fingerprint(), None);
     }
 
     #[test]

@@ -206,6 +206,7 @@ pub struct HostBuilder {
     limits: Limits,
     function_cache: usize,
     baseline: bool,
+    optimize: bool,
     settings: Settings,
     cache_dir: Option<PathBuf>,
     instance: Option<String>,
@@ -244,6 +245,7 @@ impl HostBuilder {
             limits: Limits::default(),
             function_cache: 0,
             baseline: false,
+            optimize: true,
             settings: Settings::default(),
             cache_dir: None,
             instance: None,
@@ -361,6 +363,16 @@ impl HostBuilder {
         self
     }
 
+    /// With [`baseline`](Self::baseline) on: whether cranelift's code
+    /// replaces Winch's (see [`Loader::optimize`]). Off, Winch's code serves
+    /// for good and goes into the compile cache, for a short run such as
+    /// `capstan e2e`'s: its next case loads the component from the cache.
+    /// Default: true.
+    pub fn optimize(mut self, on: bool) -> Self {
+        self.optimize = on;
+        self
+    }
+
     /// Guest limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -435,7 +447,7 @@ impl HostBuilder {
                 .baseline(self.baseline),
         )?;
         let runtime = Runtime::new(&engine, self.limits).map_err(|e| Error::Link(format!("{e:#}")))?;
-        let loader = Loader::new(runtime.clone(), self.cache_dir.clone());
+        let loader = Loader::new(runtime.clone(), self.cache_dir.clone()).optimize(self.optimize);
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());
         let informers = Arc::new(Informers::new(cluster.clone(), self.namespaces.clone()));
         let elections = self.leader_election.map(|s| Elections::new(self.client.clone(), s)).transpose()?;

@@ -35,8 +35,6 @@ use serde_json::{Value, json};
 
 use crate::manifest::{Manifest, Mapping, Scope};
 use crate::runtime::component::Loader;
-use crate::runtime::engine::{Engine, EngineConfig};
-use crate::runtime::invocation::Runtime;
 use crate::runtime::limits::Limits;
 use crate::tooling::scenario;
 use crate::tooling::testing::default_cache_dir;
@@ -474,9 +472,7 @@ pub enum Command {
 }
 
 fn loader() -> anyhow::Result<Loader> {
-    let engine = Engine::new(EngineConfig::default())?;
-    let runtime = Runtime::new(&engine, Limits::default()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
-    Ok(Loader::new(runtime, default_cache_dir()))
+    Ok(crate::tooling::testing::tool_loader(default_cache_dir())?)
 }
 
 /// The manifest as a document for `capstan inspect`.
@@ -609,7 +605,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::E2e { component, scenarios, timeout, keep, kubeconfig, context } => {
             let client = client(kubeconfig.as_deref(), context).await?;
-            let options = crate::tooling::e2e::Options { timeout: std::time::Duration::from_secs(timeout), keep };
+            let options = crate::tooling::e2e::Options {
+                timeout: std::time::Duration::from_secs(timeout),
+                keep,
+                ..Default::default()
+            };
             let results = crate::tooling::e2e::run_all(client, &component, &scenarios, &options)
                 .await
                 .with_context(|| format!("cannot run scenarios in {}", scenarios.display()))?;

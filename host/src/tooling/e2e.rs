@@ -40,6 +40,7 @@ use crate::cluster::{Cluster, ListParams, Patch, Propagation, Subresource};
 use crate::object::{Gvk, ObjectRef};
 use crate::serve::host::{Host, HostBuilder};
 use crate::tooling::scenario::{self, CaseResult, read_yaml_documents, subset_diff};
+use crate::tooling::testing::default_cache_dir;
 
 /// Why scenarios could not be run at all (as opposed to failing).
 #[derive(Debug, thiserror::Error)]
@@ -75,11 +76,16 @@ pub struct Options {
     pub timeout: Duration,
     /// Leave each case's namespace behind.
     pub keep: bool,
+    /// The compile cache (default: [`default_cache_dir`], the one `capstan
+    /// run` uses). The component runs on the baseline compiler's code
+    /// (Winch), which goes into the cache: the first case compiles it, or
+    /// none if the cache holds it already; the others load it from there.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { timeout: Duration::from_secs(30), keep: false }
+        Self { timeout: Duration::from_secs(30), keep: false, cache_dir: default_cache_dir() }
     }
 }
 
@@ -277,6 +283,9 @@ async fn run_in(
         .namespaces(place.namespaces())
         .install_crds(true)
         .webhooks(Some(Arc::clone(&webhooks.registry)))
+        .baseline(true)
+        .optimize(false)
+        .cache_dir(options.cache_dir.clone())
         .component(component)
         .start()
         .await

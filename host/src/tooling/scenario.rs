@@ -150,7 +150,8 @@ pub async fn run_all(component: &Path, dir: &Path) -> Result<Vec<CaseResult>, Er
 /// As [`run_all`].
 pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error> {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut host = MockHost::new()?;
+    // Winch's code, from the compile cache after the first case.
+    let mut host = MockHost::with_loader(testing::tool_loader(testing::default_cache_dir())?);
     host.load(component).await?;
     let mut mismatches = Vec::new();
 

@@ -131,14 +131,42 @@ pub enum Error {
 }
 
 /// Process-wide engine shared by every mock host (compiling once per
-/// process is what makes tests fast).
-fn shared_engine() -> Result<Engine, engine::Error> {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
-    if let Some(e) = ENGINE.get() {
+/// process is what makes tests fast); `baseline`: the one of the tools,
+/// with the baseline compiler.
+fn shared_engine(baseline: bool) -> Result<Engine, engine::Error> {
+    static ENGINES: [OnceLock<Engine>; 2] = [OnceLock::new(), OnceLock::new()];
+    let shared = &ENGINES[usize::from(baseline)];
+    if let Some(e) = shared.get() {
         return Ok(e.clone());
     }
-    let engine = Engine::new(EngineConfig::default())?;
-    Ok(ENGINE.get_or_init(|| engine).clone())
+    let engine = Engine::new(EngineConfig::default().baseline(baseline))?;
+    Ok(shared.get_or_init(|| engine).clone())
+}
+
+/// The loader of the tools that load a component to read its manifest or
+/// run it briefly (`capstan inspect`, `push`, `gen`, `test`), with the
+/// compile cache `cache_dir` (theirs is [`default_cache_dir`], the one
+/// `capstan run` uses): code by the baseline compiler (Winch), seconds
+/// faster to compile, with no optimizing compile after it
+/// ([`Loader::optimize`] off). A component the cache holds loads in
+/// milliseconds, whichever compiler made it; one it does not is compiled
+/// by Winch and cached.
+///
+/// ```no_run
+/// # async fn f() -> anyhow::Result<()> {
+/// use capstan_host::testing::{default_cache_dir, tool_loader};
+///
+/// let loaded = tool_loader(default_cache_dir())?.load("greeter.wasm".as_ref()).await?;
+/// println!("{}", loaded.manifest.name);
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Engine`] or [`Error::Link`] when the engine cannot be made.
+pub fn tool_loader(cache_dir: Option<PathBuf>) -> Result<Loader, Error> {
+    let runtime = Runtime::new(&shared_engine(true)?, Limits::default()).map_err(|e| Error::Link(format!("{e:#}")))?;
+    Ok(Loader::new(runtime, cache_dir).optimize(false))
 }
 
 /// The default compile cache: `$CAPSTAN_CACHE/components`, else
@@ -342,7 +370,7 @@ impl MockHost {
     ///
     /// When the engine cannot be created.
     pub fn with_limits(limits: Limits, cache_dir: Option<PathBuf>) -> Result<Self, Error> {
-        let engine = shared_engine()?;
+        let engine = shared_engine(false)?;
         let runtime = Runtime::new(&engine, limits).map_err(|e| Error::Link(format!("{e:#}")))?;
         Ok(Self::with_loader(Loader::new(runtime, cache_dir)))
     }
