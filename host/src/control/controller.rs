@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::cluster::kube::KubeCluster;
+use crate::cluster::{self, kube::KubeCluster};
 use crate::control::informer::{Change, Informer, Informers};
 use crate::control::mapping;
 use crate::control::queue::Queue;
@@ -512,11 +512,15 @@ impl Worker {
                     queue.add_after(r.clone(), CONFLICT_REQUEUE);
                 }
                 Err(e) => {
+                    // The guest's messages are bounded in the error already;
+                    // the API server's (which may quote the guest's objects)
+                    // are bounded here.
+                    let error = cluster::bounded(&e.to_string(), cluster::MAX_MESSAGE);
                     let mut c = lock(counts);
                     c.failed += 1;
-                    c.last_error = Some(format!("{r}: {e}"));
+                    c.last_error = Some(format!("{r}: {error}"));
                     drop(c);
-                    tracing::warn!(parent: &span, error = %e, "reconcile failed");
+                    tracing::warn!(parent: &span, error = %error, "reconcile failed");
                     let failures = n.entry(r.clone()).or_insert(0);
                     *failures += 1;
                     let exhausted = e.retry_limit().is_some_and(|limit| *failures > limit);

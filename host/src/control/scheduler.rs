@@ -19,7 +19,9 @@
 //!    a Normal `Scheduled` Event is recorded ("Successfully assigned ns/pod
 //!    to node");
 //! 3. unschedulable (or a Node that does not exist): a Warning
-//!    `FailedScheduling` Event with the reasons, the Pod's `PodScheduled`
+//!    `FailedScheduling` Event with the reasons (joined with `; ` and cut
+//!    to [`cluster::MAX_MESSAGE`] bytes, as every message of a failed
+//!    attempt is before it is logged or written), the Pod's `PodScheduled`
 //!    condition set to `False` with reason `Unschedulable`, and a retry with
 //!    backoff, and again as soon as a Node is added or changes in a way that
 //!    matters (labels, taints, allocatable, conditions, `unschedulable`), or
@@ -573,6 +575,18 @@ enum Failure {
     Error(String),
 }
 
+impl Failure {
+    /// The same failure with its message cut to [`cluster::MAX_MESSAGE`]
+    /// bytes: the guest's reasons, or the Node name it chose, are
+    /// untrusted and go into a log line, an Event and the Pod's condition.
+    fn bounded(self) -> Self {
+        match self {
+            Failure::Unschedulable(m) => Failure::Unschedulable(cluster::bounded(&m, cluster::MAX_MESSAGE)),
+            Failure::Error(m) => Failure::Error(cluster::bounded(&m, cluster::MAX_MESSAGE)),
+        }
+    }
+}
+
 impl Parts {
     fn set_state(&self, state: State) {
         *lock(&self.state) = state;
@@ -816,8 +830,9 @@ impl Parts {
     }
 
     /// Counts a failed attempt (metrics, backoff) and queues its retry;
-    /// returns what is to be reported.
+    /// returns what is to be reported, its message bounded.
     fn failed(&self, r: &ObjectRef, uid: &str, failure: Failure, started: Instant) -> Report {
+        let failure = failure.bounded();
         let (result, message) = match &failure {
             Failure::Unschedulable(m) => ("unschedulable", m),
             Failure::Error(m) => ("error", m),

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use wasmtime::component::Linker;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
+use crate::cluster;
 use crate::metrics::{Export, metrics};
 use crate::runtime::bindings::capstan::operator::types as wit;
 use crate::runtime::bindings::{OperatorPre, v0_1, v0_2};
@@ -463,9 +464,8 @@ impl Runtime {
     /// growth the limiter refused, or an allocation the guest reported as
     /// failed (`memory allocation of N bytes failed`, Rust's message, when
     /// one allocation is larger than wasm memory can ever grow), is the
-    /// memory limit. A trap's message is its root cause plus what the
-    /// guest said on stderr (see [`stderr_reason`]); the wasm backtrace is
-    /// logged at debug level.
+    /// memory limit. A trap's message is [`trap_message`]; the wasm
+    /// backtrace is logged at debug level, cut to [`MAX_TRAP_LOG`] bytes.
     fn classify(
         &self,
         error: &wasmtime::Error,
@@ -479,12 +479,8 @@ impl Runtime {
         if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
             return Error::Deadline(deadline);
         }
-        tracing::debug!(error = format!("{error:#}"), "guest trap");
-        let mut message = error.root_cause().to_string();
-        if let Some(reason) = stderr_reason(stderr) {
-            message = format!("{message}; stderr: {reason}");
-        }
-        Error::Trap(message)
+        tracing::debug!(error = cluster::bounded(&format!("{error:#}"), MAX_TRAP_LOG), "guest trap");
+        Error::Trap(trap_message(error, stderr))
     }
 
     async fn invoke<T>(
@@ -555,7 +551,9 @@ impl Runtime {
                 }
                 Ok(value)
             }
-            Ok(Err(Failed::Instantiate(e))) => Err(Error::Instantiate(format!("{e:#}"))),
+            Ok(Err(Failed::Instantiate(e))) => {
+                Err(Error::Instantiate(cluster::bounded(&format!("{e:#}"), cluster::MAX_MESSAGE)))
+            }
             Ok(Err(Failed::Call(wasm_error))) => {
                 Err(self.classify(&wasm_error, memory_exceeded, &journal.stderr, deadline))
             }
@@ -742,6 +740,22 @@ fn report_dropped(controller: &str, journal: &Journal) {
 /// Longest stderr reason quoted in a trap message, in characters.
 const REASON_CHARS: usize = 300;
 
+/// Most bytes of a trap's full text (its causes and wasm backtrace, whose
+/// function names are the component's) in the debug log line.
+pub const MAX_TRAP_LOG: usize = 16 << 10;
+
+/// The message of [`Error::Trap`]: the trap's root cause plus what the
+/// guest said on stderr (see [`stderr_reason`]), cut to
+/// [`cluster::MAX_MESSAGE`] bytes. Every log line, Event, condition and
+/// webhook answer that quotes a trap quotes this.
+pub fn trap_message(error: &wasmtime::Error, stderr: &str) -> String {
+    let mut message = error.root_cause().to_string();
+    if let Some(reason) = stderr_reason(stderr) {
+        message = format!("{message}; stderr: {reason}");
+    }
+    cluster::bounded(&message, cluster::MAX_MESSAGE)
+}
+
 /// What a guest said on stderr about why it trapped: a Rust panic's message
 /// (the lines after `panicked at …:`, up to the `note:` about
 /// `RUST_BACKTRACE`), else the last line that is not such a note.
@@ -789,8 +803,8 @@ mod tests {
         use crate::runtime::grants::Grants;
         let manifest = crate::manifest::Manifest::bare("a", Gvk::new("", "v1", "ConfigMap"));
         let grants = Arc::new(Grants::from_manifest(&manifest));
-        let cluster: Arc<dyn crate::cluster::Cluster> = Arc::new(MockCluster::new());
-        let caller = |name: &str, grants: &Arc<Grants>, cluster: &Arc<dyn crate::cluster::Cluster>| Caller {
+        let cluster: Arc<dyn cluster::Cluster> = Arc::new(MockCluster::new());
+        let caller = |name: &str, grants: &Arc<Grants>, cluster: &Arc<dyn cluster::Cluster>| Caller {
             controller: name.into(),
             field_manager: "capstan".into(),
             grants: Arc::clone(grants),
@@ -805,8 +819,21 @@ mod tests {
         assert!(!same_controller(Some(&a), Some(&caller("b", &grants, &cluster))), "another name");
         let other_grants = Arc::new(Grants::from_manifest(&manifest));
         assert!(!same_controller(Some(&a), Some(&caller("a", &other_grants, &cluster))), "other grants");
-        let other_cluster: Arc<dyn crate::cluster::Cluster> = Arc::new(MockCluster::new());
+        let other_cluster: Arc<dyn cluster::Cluster> = Arc::new(MockCluster::new());
         assert!(!same_controller(Some(&a), Some(&caller("a", &grants, &other_cluster))), "another cluster");
+    }
+
+    #[test]
+    fn a_trap_message_of_any_size_is_cut_to_the_message_bound() {
+        let huge = wasmtime::Error::msg(format!("import failed: {}", "x".repeat(4 << 20)));
+        let message = trap_message(&huge, &format!("thread 'main' panicked at a.rs:1:1:\n{}", "y".repeat(1 << 20)));
+        assert!(message.len() <= cluster::MAX_MESSAGE, "{} bytes", message.len());
+        assert!(message.starts_with("import failed: x") && message.ends_with(" bytes cut)"), "{message}");
+        let small = wasmtime::Error::msg("wasm trap: wasm `unreachable` instruction executed");
+        assert_eq!(
+            trap_message(&small, "thread 'main' panicked at a.rs:1:1:\nboom\n"),
+            "wasm trap: wasm `unreachable` instruction executed; stderr: boom"
+        );
     }
 
     #[test]

@@ -143,7 +143,9 @@ impl IntoResponse for Error {
             "kind": "Status",
             "status": "Failure",
             "code": code.as_u16(),
-            "message": self.to_string(),
+            // A guest's trap or answer is untrusted: the API server quotes
+            // this to the client and in its own log.
+            "message": crate::cluster::bounded(&self.to_string(), crate::cluster::MAX_MESSAGE),
         });
         reply(code, &status)
     }

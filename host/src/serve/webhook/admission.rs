@@ -6,20 +6,26 @@
 //! - a denial's `code` is between 400 and 599 (default 403);
 //! - the message is at most [`MAX_MESSAGE`] bytes and at most
 //!   [`MAX_WARNINGS`] warnings of at most [`MAX_WARNING`] bytes each are
-//!   passed on (longer ones are cut, more are dropped);
-//! - a mutating webhook's changed object is a JSON object with the same
+//!   passed on (longer ones are cut with [`cluster::bounded`], more are
+//!   dropped);
+//! - a mutating webhook's changed object is at most
+//!   [`MAX_BODY`](super::MAX_BODY) bytes of JSON (what the API server
+//!   accepts in a request), a JSON object with the same
 //!   `apiVersion`, `kind`, `metadata.name` and `metadata.namespace` as the
 //!   request's; the API server gets the JSON Patch from the request's
 //!   object to it (none when nothing changed). A validating webhook's
 //!   `patched` is ignored, as is a denial's.
 //!
-//! An answer that breaks these is a failed call ([`Error::Answer`]).
+//! An answer that breaks these is a failed call ([`Error::Answer`]); its
+//! log line, like the `Status` the API server gets, is cut to
+//! [`cluster::MAX_MESSAGE`] bytes.
 
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Error, Served};
+use super::{Error, MAX_BODY, Served};
+use crate::cluster;
 use crate::manifest::{AdmissionWebhook, Operation};
 use crate::runtime::bindings::capstan::operator::types as wit;
 
@@ -116,18 +122,6 @@ pub fn parse(webhook: &AdmissionWebhook, body: &[u8]) -> Result<Parsed, Error> {
     Ok(Parsed { uid: r.uid, object, request })
 }
 
-/// Cuts `s` to at most `max` bytes on a character boundary.
-fn cut(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
-}
-
 /// The fields a mutation may not change.
 const KEPT: [&str; 4] = ["/apiVersion", "/kind", "/metadata/name", "/metadata/namespace"];
 
@@ -137,6 +131,12 @@ fn patch(object: Option<&Value>, patched: &[u8]) -> Result<Option<json_patch::Pa
     let Some(object) = object else {
         return Err(Error::Answer("a changed object for a request without one".into()));
     };
+    if patched.len() > MAX_BODY {
+        return Err(Error::Answer(format!(
+            "the changed object is {} bytes, more than the {MAX_BODY} the API server accepts",
+            patched.len()
+        )));
+    }
     let patched: Value =
         serde_json::from_slice(patched).map_err(|e| Error::Answer(format!("the changed object is not JSON: {e}")))?;
     if !patched.is_object() {
@@ -162,12 +162,12 @@ pub fn answer(webhook: &AdmissionWebhook, parsed: &Parsed, answer: wit::Admissio
         if !(400..=599).contains(&code) {
             return Err(Error::Answer(format!("denial code {code} is not between 400 and 599")));
         }
-        let message = cut(answer.message.unwrap_or_else(|| "denied".into()), MAX_MESSAGE);
+        let message = cluster::bounded(answer.message.as_deref().unwrap_or("denied"), MAX_MESSAGE);
         response["status"] = json!({"code": code, "message": message});
     }
     if !answer.warnings.is_empty() {
         let warnings: Vec<String> =
-            answer.warnings.into_iter().take(MAX_WARNINGS).map(|w| cut(w, MAX_WARNING)).collect();
+            answer.warnings.iter().take(MAX_WARNINGS).map(|w| cluster::bounded(w, MAX_WARNING)).collect();
         response["warnings"] = json!(warnings);
     }
     if webhook.mutating
@@ -211,7 +211,8 @@ pub async fn handle(served: &Served, webhook: &str, body: &[u8]) -> Result<Value
             "admission reviewed"
         ),
         Err(e) => {
-            tracing::warn!(component = %manifest.name, webhook, uid = %parsed.uid, error = %e, "admission failed")
+            let error = cluster::bounded(&e.to_string(), cluster::MAX_MESSAGE);
+            tracing::warn!(component = %manifest.name, webhook, uid = %parsed.uid, error = %error, "admission failed")
         }
     }
     result
@@ -328,6 +329,19 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_object_larger_than_the_api_server_accepts_is_refused() {
+        let parsed = parse(&webhook(true), &review(&greeting(None))).expect("a review");
+        let mut huge = greeting(None);
+        huge["spec"]["message"] = json!("x".repeat(4 << 20));
+        let err = answer(&webhook(true), &parsed, allowed(Some(&huge))).expect_err("refused");
+        assert!(matches!(&err, Error::Answer(m) if m.contains("more than the 3145728")), "{err}");
+        let mut big = greeting(None);
+        big["spec"]["message"] = json!("x".repeat(1 << 20));
+        let out = answer(&webhook(true), &parsed, allowed(Some(&big))).expect("a patch under the limit");
+        assert_eq!(out["response"]["patchType"], "JSONPatch");
+    }
+
+    #[test]
     fn denial_carries_code_and_message_and_bounded_warnings() {
         let parsed = parse(&webhook(false), &review(&greeting(Some(11)))).expect("a review");
         let denial = wit::AdmissionResponse {
@@ -343,7 +357,7 @@ mod tests {
         assert_eq!(out["response"]["status"]["message"], "spec.replicas must be between 0 and 10");
         let warnings = out["response"]["warnings"].as_array().expect("warnings");
         assert_eq!(warnings.len(), MAX_WARNINGS);
-        assert!(warnings.iter().all(|w| w.as_str().is_some_and(|w| w.len() == MAX_WARNING)));
+        assert!(warnings.iter().all(|w| w.as_str().is_some_and(|w| w.len() <= MAX_WARNING && w.ends_with("cut)"))));
         let bad_code = wit::AdmissionResponse { code: Some(200), ..denial };
         assert!(matches!(answer(&webhook(false), &parsed, bad_code), Err(Error::Answer(_))));
     }

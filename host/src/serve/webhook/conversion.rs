@@ -9,13 +9,16 @@
 //!   `metadata.uid`, `metadata.name` and `metadata.namespace`.
 //!
 //! Any failure (a guest error, a trap, an answer that breaks these) is a
-//! `Failure` result with the message; the API server shows it to the
-//! client. A review the host cannot read is an HTTP 400.
+//! `Failure` result with the message, cut to [`cluster::MAX_MESSAGE`]
+//! bytes (the log line too): the API server shows it to the client, and
+//! logs it each time it retries. A review the host cannot read is an HTTP
+//! 400.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Error, Served};
+use crate::cluster;
 use crate::object::Gvk;
 use crate::runtime::bindings::capstan::operator::types as wit;
 
@@ -103,10 +106,11 @@ pub async fn handle(served: &Served, body: &[u8]) -> Result<Value, Error> {
             "response": {"uid": r.uid, "convertedObjects": objects, "result": {"status": "Success"}},
         }),
         Err(e) => {
-            tracing::warn!(component = %manifest.name, uid = %r.uid, error = %e, "conversion failed");
+            let error = cluster::bounded(&e.to_string(), cluster::MAX_MESSAGE);
+            tracing::warn!(component = %manifest.name, uid = %r.uid, error = %error, "conversion failed");
             let message = match e {
-                Error::Answer(m) if !m.starts_with("converted") => m,
-                other => other.to_string(),
+                Error::Answer(m) if !m.starts_with("converted") => cluster::bounded(&m, cluster::MAX_MESSAGE),
+                _ => error,
             };
             failure(&r.uid, &message)
         }
