@@ -15,7 +15,9 @@ use crate::object::Gvk;
 use crate::runtime::bindings::capstan::operator::types as wit;
 use crate::runtime::bindings::v0_1::capstan::operator::types as wit_v0_1;
 
+mod children;
 mod roles;
+pub use children::Unwritable;
 pub use roles::{
     AdmissionWebhook, DEFAULT_WEBHOOK_TIMEOUT_SECONDS, GroupKind, MAX_WEBHOOK_TIMEOUT_SECONDS, MAX_WEBHOOKS, Operation,
     Roles, is_webhook_name,
@@ -372,6 +374,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The host could write no child of an owned kind: no declared scope
+    /// holds one, or a binding needs `bind` the manifest does not declare.
+    /// Every object would fail.
+    #[error(
+        "owns[{}]: controller {} could write no {} child: {}; {}",
+        .0.index, .0.controller, .0.kind, .0.reason, .0.fix
+    )]
+    Unwritable(Box<Unwritable>),
     /// A number or a list length is outside the range the host accepts.
     #[error("{field}: {value} is out of range (allowed: {range})")]
     Range {
@@ -621,7 +631,7 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
         if m.max_concurrency > MAX_CONCURRENCY {
             return Err(Error::Range { field: "max-concurrency", value: m.max_concurrency.into(), range: "0..=64" });
         }
-        Ok(Manifest {
+        let manifest = Manifest {
             name: m.name,
             primary,
             crds,
@@ -632,7 +642,9 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
             resync: m.resync_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s.into())),
             max_concurrency: m.max_concurrency.max(1),
             roles: Roles::reconcile_only(),
-        })
+        };
+        manifest.check_children()?;
+        Ok(manifest)
     }
 }
 
@@ -940,6 +952,47 @@ mod tests {
         let m = Manifest::try_from(wit::ControllerManifest::from(old)).expect("valid");
         assert_eq!(m.owns, vec![Owned::kind(Gvk::new("", "v1", "ConfigMap"))]);
         assert_eq!(m.max_concurrency, 2);
+    }
+
+    #[test]
+    fn a_0_1_0_tenant_is_refused_naming_the_rebuild_and_the_scope_to_declare() {
+        let kind = |group: &str, version: &str, kind: &str| wit_v0_1::GroupVersionKind {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+        };
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "tenants.examples.capstan.dev"},
+            "spec": {"group": "examples.capstan.dev", "names": {"plural": "tenants", "kind": "Tenant"},
+                     "scope": "Cluster", "versions": [{"name": "v1alpha1", "served": true, "storage": true}]},
+        });
+        // What a 0.1.0 Tenant could declare: bare owned kinds, no bind.
+        let old = wit_v0_1::ControllerManifest {
+            name: "tenant".into(),
+            primary: kind("examples.capstan.dev", "v1alpha1", "Tenant"),
+            crds: vec![serde_json::to_vec(&crd).expect("JSON")],
+            owns: vec![kind("", "v1", "Namespace"), kind("", "v1", "ResourceQuota")],
+            watches: vec![],
+            finalizer: None,
+            permissions: vec![],
+            resync_seconds: None,
+            max_concurrency: 1,
+        };
+        let err = Manifest::try_from(wit::ControllerManifest::from(old)).expect_err("every quota would be refused");
+        assert!(matches!(&err, Error::Unwritable(u) if u.index == 1), "{err:?}");
+        let text = err.for_contract("0.1.0").to_string();
+        assert!(
+            text.starts_with("owns[1]: controller tenant could write no v1/ResourceQuota child: it is namespaced"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "contract 0.1.0 cannot declare that: rebuild the component against contract 0.2.0 or later \
+                           and give the owned kind a scope"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

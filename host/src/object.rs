@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde_json::Value;
 
+pub mod builtin;
+
 /// An API group, version and kind. The core group is `""`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub struct Gvk {

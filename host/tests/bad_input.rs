@@ -132,6 +132,35 @@ async fn invalid_manifest_is_rejected() {
     );
 }
 
+// Issue 28 item 6: a controller whose every child the host would refuse is
+// refused at load, naming the owned kind and the declaration to add, not
+// shown running and failing every object.
+#[tokio::test]
+async fn a_component_that_could_write_no_child_is_refused_naming_the_scope_to_declare() {
+    let err = loader(Limits::default()).load(&guest("unwritable")).await.expect_err("rejected");
+    assert!(
+        matches!(
+            &err,
+            component::Error::Manifest { error: capstan_host::manifest::Error::Unwritable(u), .. } if u.index == 0
+        ),
+        "{err}"
+    );
+    assert_eq!(err.reason(), "manifest");
+    let text = err.to_string();
+    assert!(
+        text.contains(
+            "invalid manifest: owns[0]: controller unwritable could write no v1/ConfigMap child: it is namespaced, \
+             and the own scope of its cluster-scoped owner v1/Namespace holds cluster-scoped objects only; give the \
+             owned kind a scope"
+        ),
+        "{text}"
+    );
+    let mut host = MockHost::new().expect("mock host");
+    let err = host.load(guest("unwritable")).await.expect_err("the mock host refuses it too");
+    assert!(err.to_string().contains("could write no v1/ConfigMap child"), "{err}");
+    host.load(guest("fixture")).await.expect("and loads the next");
+}
+
 #[tokio::test]
 async fn a_second_component_claiming_a_scheduler_name_is_refused_by_the_mock_host() {
     let mut host = MockHost::new().expect("mock host");

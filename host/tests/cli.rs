@@ -130,6 +130,22 @@ fn json_log_format_from_the_environment_carries_the_component_load_span() {
     assert_eq!(doc["name"], "greeter");
 }
 
+// Issue 28 item 6: `inspect` shows the problem the host refuses a
+// component for at load.
+#[test]
+fn inspect_names_an_owned_kind_the_host_could_write_no_child_of() {
+    let unwritable = capstan_host::testing::find_component("unwritable").unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_capstan")).arg("inspect").arg(&unwritable).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(out.stdout.is_empty(), "no document for a refused component");
+    assert!(stderr.contains("owns[0]: controller unwritable could write no v1/ConfigMap child"), "{stderr}");
+    assert!(
+        stderr.contains("give the owned kind a scope: cluster, or the namespaces its children live in"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn a_reader_that_goes_away_ends_a_command_quietly() {
     // `capstan new x | head -1`: stdout closes after the first line.

@@ -192,11 +192,72 @@ async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_ch
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(events(&client, &name, "Created").await.len(), 1, "a restart is not a new tenant");
 
-    // Deleted: `deleted` delivered, the finalizer removed, the namespace follows.
+    // Deleted: `deleted` delivered, the finalizer removed, the namespace
+    // follows: `delete()` does not keep the children, so the garbage
+    // collector deletes it through the host's ownerReference (it learns the
+    // Tenant kind from discovery, reread every 30 s).
     tenants.delete(&name, &DeleteParams::default()).await?;
     wait_for(TIMEOUT, || async { tenants.get(&name).await.is_err().then_some(()) }).await?;
     assert!(!events(&client, &name, "Deleted").await.is_empty());
+    let namespaces = Api::<Namespace>::all(client.clone());
+    wait_for(Duration::from_secs(90), || async {
+        let namespace = namespaces.get_opt(&ns).await.ok()?;
+        namespace.is_none_or(|n| n.metadata.deletion_timestamp.is_some()).then_some(())
+    })
+    .await
+    .context("the tenant's namespace was not garbage collected")?;
     host.shutdown().await;
     vault.cleanup().await?;
+    Ok(())
+}
+
+// Issue 28 item 6: a component whose every child would be refused (a
+// cluster-scoped primary owning a namespaced kind with no scope, as a 0.1.0
+// Tenant declares it) is refused at load, naming the declaration to add;
+// the host keeps running the others: the Tenant still provisions.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_component_that_could_write_no_child_is_refused_at_load_and_the_others_run() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let client = plane.client()?;
+    let name = format!("upgrade-{}", random_suffix(6));
+    let ns = format!("tenant-{name}");
+    let dir = std::env::temp_dir().join(format!("capstan-unwritable-{}", random_suffix(8)));
+    std::fs::create_dir_all(&dir)?;
+    for component in ["tenant", "unwritable"] {
+        std::fs::copy(find_component(component).map_err(anyhow::Error::msg)?, dir.join(format!("{component}.wasm")))?;
+    }
+    let host = HostBuilder::new(client.clone())
+        .namespaces([ns.as_str()])
+        .install_crds(true)
+        .components_dir(Some(dir.clone()))
+        .start()
+        .await?;
+
+    let status = host.status();
+    let unwritable = status.iter().find(|c| c.path.ends_with("unwritable.wasm")).context("listed")?;
+    assert_eq!(unwritable.state, "rejected", "{unwritable:?}");
+    let rejected = unwritable.rejected.as_ref().context("a rejection")?;
+    assert_eq!(rejected.kind, "manifest", "{rejected:?}");
+    assert!(
+        rejected.reason.contains("owns[0]: controller unwritable could write no v1/ConfigMap child")
+            && rejected.reason.contains("give the owned kind a scope"),
+        "{rejected:?}"
+    );
+
+    let tenants = tenants(&client);
+    let tenant: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "examples.capstan.dev/v1alpha1", "kind": "Tenant",
+        "metadata": {"name": name},
+        "spec": {"admins": ["alice"]},
+    }))?;
+    wait_for(TIMEOUT, || async { tenants.create(&PostParams::default(), &tenant).await.ok() }).await?;
+    wait_for(TIMEOUT, || async { tenants.get(&name).await.ok().filter(|t| has(t, "Ready", "True", "Provisioned")) })
+        .await
+        .context("the tenant provisions beside the refused component")?;
+
+    tenants.delete(&name, &DeleteParams::default()).await?;
+    wait_for(TIMEOUT, || async { tenants.get(&name).await.is_err().then_some(()) }).await?;
+    host.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

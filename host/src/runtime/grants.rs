@@ -63,6 +63,19 @@ impl Rule {
             (Scope::Namespaces(_), None) => false,
         }
     }
+
+    /// True if the rule's scope reaches some object that is namespaced or
+    /// not (`namespaced`) while reconciling some object of a primary kind
+    /// that is namespaced or not (`primary_namespaced`; `None`: not
+    /// known): [`allows_namespace`](Self::allows_namespace) over every
+    /// namespace. `false` means no object of that scope ever passes.
+    fn reaches(&self, namespaced: bool, primary_namespaced: Option<bool>) -> bool {
+        match &self.scope {
+            Scope::Cluster => true,
+            Scope::OwnNamespace => primary_namespaced.is_none_or(|p| p == namespaced),
+            Scope::Namespaces(list) => namespaced && !list.is_empty(),
+        }
+    }
 }
 
 /// One import call to check.
@@ -181,6 +194,18 @@ impl Grants {
     pub fn within(mut self, namespaces: &[String]) -> Self {
         self.namespaces = (!namespaces.is_empty()).then(|| namespaces.to_vec());
         self
+    }
+
+    /// True if some rule allows `verb` on some object of `kind`, which is
+    /// namespaced or not (`namespaced`), in some namespace, of some name,
+    /// while reconciling some object of a primary kind that is namespaced
+    /// or not (`primary_namespaced`; `None`: not known). `false` means
+    /// [`check`](Self::check) denies every such call, whatever the object:
+    /// what a manifest check decides before a component runs.
+    pub fn can_ever(&self, verb: Verb, kind: &Gvk, namespaced: bool, primary_namespaced: Option<bool>) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.matches_kind(kind) && r.verbs.contains(&verb) && r.reaches(namespaced, primary_namespaced))
     }
 
     /// The rules, for RBAC generation and status reports.
