@@ -752,7 +752,7 @@ async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its
     let service = ServiceRef { namespace: ns.name().to_owned(), name: format!("{}-webhooks", ns.name()), port: 443 };
     let certs = Arc::new(Certs::self_managed(&service.dns_names())?);
     let ca = base64::engine::general_purpose::STANDARD.encode(certs.ca_bundle());
-    let install = Install { endpoint: Endpoint::Service(service), ca_bundle: certs.ca_bundle() };
+    let install = Install::new(Endpoint::Service(service), certs.ca_bundle());
     let registry = Arc::new(Registry::new().installing(Some(install)));
     let server = capstan_host::serve::webhook::serve(([127, 0, 0, 1], 0).into(), certs, Arc::clone(&registry)).await?;
     let host = wait_for(TIMEOUT, || {

@@ -37,8 +37,7 @@ struct Serving {
 async fn serving() -> Result<Serving> {
     let port = free_port()?;
     let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()])?);
-    let install =
-        Install { endpoint: Endpoint::Url(format!("https://127.0.0.1:{port}")), ca_bundle: certs.ca_bundle() };
+    let install = Install::new(Endpoint::Url(format!("https://127.0.0.1:{port}")), certs.ca_bundle());
     let registry = Arc::new(Registry::new().installing(Some(install.clone())));
     let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry)).await?;
     Ok(Serving { install, registry, server })

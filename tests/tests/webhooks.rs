@@ -101,8 +101,7 @@ async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert()
     let ns = TestNamespace::new("webhooks").await?;
     let port = free_port()?;
     let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()])?);
-    let install =
-        Install { endpoint: Endpoint::Url(format!("https://127.0.0.1:{port}")), ca_bundle: certs.ca_bundle() };
+    let install = Install::new(Endpoint::Url(format!("https://127.0.0.1:{port}")), certs.ca_bundle());
     let registry = Arc::new(Registry::new().installing(Some(install)));
     let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry)).await?;
     let built = find_component("greeter-webhooks").map_err(anyhow::Error::msg)?;

@@ -152,6 +152,11 @@ pub enum Error {
         /// Why.
         error: crate::serve::webhook::Error,
     },
+    /// `--webhook-failure-policy` names a component the host does not run,
+    /// and none can come later (no components directory, no references):
+    /// [`crate::serve::webhook::Error::PolicyComponent`].
+    #[error(transparent)]
+    FailurePolicy(crate::serve::webhook::Error),
     /// A component could not be pulled from its registry.
     #[error("{path}: {error}")]
     Pull {
@@ -188,7 +193,12 @@ impl Error {
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) | Self::CrdOwned { .. } => "crd",
             Self::Webhook { .. } => "webhook",
             Self::Pull { error, .. } => error.reason(),
-            Self::Engine(_) | Self::Link(_) | Self::Watch { .. } | Self::Namespace(_) | Self::Leader(_) => "host",
+            Self::Engine(_)
+            | Self::Link(_)
+            | Self::Watch { .. }
+            | Self::Namespace(_)
+            | Self::Leader(_)
+            | Self::FailurePolicy(_) => "host",
         }
     }
 }
@@ -521,6 +531,10 @@ impl HostBuilder {
                 }
             }
         }
+        if let Err(e) = shared.check_policy_components(more_may_come) {
+            host.shutdown().await;
+            return Err(e);
+        }
         Ok(host)
     }
 }
@@ -654,6 +668,11 @@ pub struct ComponentStatus {
     /// The last rejected version of this file, if the file changed to
     /// something that could not run (the previous version keeps serving).
     pub rejected: Option<Rejection>,
+    /// The admission webhooks the running version serves, with the
+    /// `failurePolicy` each is installed with and who chose it (empty
+    /// when the host serves no webhooks).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<crate::serve::webhook::policy::WebhookStatus>,
 }
 
 /// The parts every controller of a host shares, and its component files.
@@ -850,6 +869,14 @@ impl Shared {
     /// Checks the host's access for what `manifest` declares and installs
     /// its CRDs and webhook configurations, as configured.
     async fn prepare_cluster(&self, path: &Path, manifest: &Manifest) -> Result<(), Error> {
+        // The operator's failure policies name what this version declares:
+        // checked before anything is applied.
+        if let Some(install) = self.webhooks.as_ref().and_then(|w| w.install_settings()) {
+            install
+                .failure_policies
+                .check(manifest)
+                .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
+        }
         if self.check_permissions {
             access::check(&self.cluster, manifest, &self.namespaces, self.install_crds)
                 .await
@@ -1200,8 +1227,39 @@ impl Shared {
         lock(&self.slots).iter().filter_map(|s| s.controller.clone()).collect()
     }
 
+    /// Checks that every component `--webhook-failure-policy` names runs
+    /// here: an error if every file given runs and none can come later
+    /// (`more_may_come`: a components directory, references), else a
+    /// warning (a rejected file may be the one named).
+    fn check_policy_components(&self, more_may_come: bool) -> Result<(), Error> {
+        let Some(install) = self.webhooks.as_ref().and_then(|w| w.install_settings()) else { return Ok(()) };
+        let (running, all_run) = {
+            let slots = lock(&self.slots);
+            let running: Vec<String> = slots.iter().filter_map(|s| Some(s.version.as_ref()?.name.clone())).collect();
+            (running, slots.iter().all(|s| s.version.is_some()))
+        };
+        let names: Vec<&str> = running.iter().map(String::as_str).collect();
+        if all_run && !more_may_come {
+            return install.failure_policies.check_components(&names).map_err(Error::FailurePolicy);
+        }
+        for component in install.failure_policies.unmatched_components(&names) {
+            tracing::warn!(component, "--webhook-failure-policy names a component that does not run yet");
+        }
+        Ok(())
+    }
+
     fn schedulers(&self) -> Vec<Arc<Scheduler>> {
         lock(&self.slots).iter().filter_map(|s| s.scheduler.clone()).collect()
+    }
+
+    /// The admission webhooks component `name` serves here, with the
+    /// failure policy each is installed with.
+    fn webhook_status(&self, name: Option<&str>) -> Vec<crate::serve::webhook::policy::WebhookStatus> {
+        let Some(webhooks) = &self.webhooks else { return Vec::new() };
+        let Some(served) = name.and_then(|n| webhooks.get(n).ok()) else { return Vec::new() };
+        let declared = crate::serve::webhook::policy::FailurePolicies::default();
+        let policies = webhooks.install_settings().map_or(&declared, |i| &i.failure_policies);
+        crate::serve::webhook::policy::WebhookStatus::of(&served.component.manifest, policies)
     }
 
     fn status(&self) -> Vec<ComponentStatus> {
@@ -1246,6 +1304,7 @@ impl Shared {
                     queue: controller.map_or(0, |c| c.queue_len()),
                     last_error: counts.last_error,
                     rejected: slot.rejected.clone(),
+                    webhooks: self.webhook_status(version.map(|v| v.name.as_str())),
                 }
             })
             .collect()

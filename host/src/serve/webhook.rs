@@ -31,6 +31,7 @@
 pub mod admission;
 pub mod conversion;
 pub mod install;
+pub mod policy;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -117,6 +118,31 @@ pub enum Error {
         /// The component that declared its conversion.
         component: String,
     },
+    /// `--webhook-failure-policy` gives one target both policies.
+    #[error("--webhook-failure-policy {0} is given both Ignore and Fail")]
+    PolicyTwice(String),
+    /// `--webhook-failure-policy` names a webhook the component does not
+    /// declare, or a component that declares no admission webhook.
+    #[error(
+        "--webhook-failure-policy {target}: component {component} declares no such admission webhook \
+         (it declares: {declared})"
+    )]
+    PolicyUnmatched {
+        /// What the choice names: `COMPONENT/WEBHOOK` or `COMPONENT`.
+        target: String,
+        /// The component.
+        component: String,
+        /// The admission webhooks it declares.
+        declared: String,
+    },
+    /// `--webhook-failure-policy` names a component that is not here.
+    #[error("--webhook-failure-policy names component {component}, not one of the components here ({known})")]
+    PolicyComponent {
+        /// The component named.
+        component: String,
+        /// The components there are, by name.
+        known: String,
+    },
 }
 
 impl Error {
@@ -130,7 +156,10 @@ impl Error {
             | Error::Certs(_)
             | Error::Install { .. }
             | Error::Owned { .. }
-            | Error::ConversionOwned { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            | Error::ConversionOwned { .. }
+            | Error::PolicyTwice(_)
+            | Error::PolicyUnmatched { .. }
+            | Error::PolicyComponent { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -212,9 +241,18 @@ pub struct Install {
     /// empty leaves `caBundle` out (it is filled in later, by the host or
     /// by cert-manager).
     pub ca_bundle: Vec<u8>,
+    /// The operator's `failurePolicy` choices (`--webhook-failure-policy`)
+    /// over what the components declare. Default: none.
+    pub failure_policies: policy::FailurePolicies,
 }
 
 impl Install {
+    /// Calls at `endpoint`, trusting `ca_bundle` (PEM; empty: no
+    /// `caBundle`), with the failure policies the components declare.
+    pub fn new(endpoint: Endpoint, ca_bundle: Vec<u8>) -> Self {
+        Self { endpoint, ca_bundle, failure_policies: policy::FailurePolicies::default() }
+    }
+
     /// Who installs: the endpoint the API server calls, as written into
     /// [`install::OWNER_ANNOTATION`] (`https://127.0.0.1:9443`, or
     /// `service:NAMESPACE/NAME:PORT`). Replicas behind one Service are one
@@ -535,5 +573,24 @@ mod tests {
         assert_eq!(e.to_string(), "guest trapped: unreachable");
         assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(Error::Answer("code 200".into()).to_string(), "invalid answer from the guest: code 200");
+        assert_eq!(
+            Error::PolicyTwice("greeter".into()).to_string(),
+            "--webhook-failure-policy greeter is given both Ignore and Fail"
+        );
+        let e = Error::PolicyUnmatched {
+            target: "greeter/typo.example.com".into(),
+            component: "greeter".into(),
+            declared: "validate.example.com".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "--webhook-failure-policy greeter/typo.example.com: component greeter declares no such admission \
+             webhook (it declares: validate.example.com)"
+        );
+        let e = Error::PolicyComponent { component: "other".into(), known: "greeter".into() };
+        assert_eq!(
+            e.to_string(),
+            "--webhook-failure-policy names component other, not one of the components here (greeter)"
+        );
     }
 }

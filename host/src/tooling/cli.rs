@@ -195,6 +195,24 @@ pub struct RunArgs {
     /// component is rejected, naming that host).
     #[arg(long, requires = "install_webhooks")]
     pub take_over_webhooks: bool,
+    /// With `--install-webhooks`: the `failurePolicy` to install for an
+    /// admission webhook, over what its component declares:
+    /// `COMPONENT/WEBHOOK=Ignore|Fail`, or `COMPONENT=Ignore|Fail` for all
+    /// of a component's (a webhook named wins). `Ignore` lets writes of its
+    /// kinds through unchecked while no host answers; `Fail` refuses them.
+    /// Repeat the option or separate with commas. A webhook the component
+    /// does not declare rejects the component; a component the host does
+    /// not run stops the start, unless it may come later (`--components`,
+    /// `oci://` references, a rejected file): then a warning. Conversion
+    /// has no failure policy.
+    #[arg(
+        long = "webhook-failure-policy",
+        value_name = "COMPONENT[/WEBHOOK]=POLICY",
+        value_delimiter = ',',
+        requires = "install_webhooks",
+        env = "CAPSTAN_WEBHOOK_FAILURE_POLICIES"
+    )]
+    pub webhook_failure_policies: Vec<crate::serve::webhook::policy::Override>,
     /// Memory limit per guest instance, in MiB.
     #[arg(long, default_value_t = 64)]
     pub memory_limit_mib: usize,
@@ -896,7 +914,7 @@ struct Webhooks {
 /// Starts serving webhooks if `--webhook-listen` asks, before the host
 /// starts (so that configurations it installs point at a server).
 async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
-    use crate::serve::webhook::{Endpoint, Install, Registry, tls::Certs};
+    use crate::serve::webhook::{Endpoint, Install, Registry, policy::FailurePolicies, tls::Certs};
     let Some(listen) = args.webhook_listen else { return Ok(None) };
     let endpoint = match (&args.webhook_service, &args.webhook_url) {
         (Some(service), _) => Endpoint::Service(service.clone()),
@@ -924,7 +942,9 @@ async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
     };
     let certs = std::sync::Arc::new(certs);
     let watch = certs.watch()?;
-    let install = args.install_webhooks.then(|| Install { endpoint, ca_bundle: certs.ca_bundle() });
+    let failure_policies = FailurePolicies::new(args.webhook_failure_policies.iter().cloned())?;
+    let install =
+        args.install_webhooks.then(|| Install { failure_policies, ..Install::new(endpoint, certs.ca_bundle()) });
     let registry = std::sync::Arc::new(Registry::new().installing(install).taking_over(args.take_over_webhooks));
     let server = crate::serve::webhook::serve(listen, std::sync::Arc::clone(&certs), std::sync::Arc::clone(&registry))
         .await
@@ -1127,6 +1147,36 @@ mod tests {
         assert!(webhooks.registry.install_settings().is_none(), "nothing installed without --install-webhooks");
         assert_ne!(webhooks.server.local_addr().port(), 0);
         webhooks.server.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_webhook_failure_policy_is_installed_only_with_install_webhooks_and_checked_at_start() {
+        let install = ["--webhook-listen", "127.0.0.1:0", "--install-webhooks"];
+        let with = |extra: &[&str]| run_args(&install.iter().chain(extra).copied().collect::<Vec<_>>());
+        let args = with(&[
+            "--webhook-failure-policy",
+            "greeter/validate.greetings.example.com=Ignore,other=Fail",
+            "--webhook-failure-policy=greeter=Fail",
+        ]);
+        let targets: Vec<String> = args.webhook_failure_policies.iter().map(ToString::to_string).collect();
+        assert_eq!(targets, ["greeter/validate.greetings.example.com=Ignore", "other=Fail", "greeter=Fail"]);
+        let webhooks = serve_webhooks(&args).await.expect("served").expect("asked for");
+        let policies = &webhooks.registry.install_settings().expect("installing").failure_policies;
+        assert_eq!(policies.overrides().len(), 3, "the host installs with them");
+        webhooks.server.shutdown().await;
+        // Nothing to apply them to without --install-webhooks.
+        let err = Cli::try_parse_from(["capstan", "run", "c.wasm", "--webhook-failure-policy", "greeter=Ignore"])
+            .expect_err("without --install-webhooks");
+        assert!(err.to_string().contains("--install-webhooks"), "{err}");
+        // A malformed value stops the parse, naming the option.
+        let bad = ["capstan", "run", "c.wasm", "--webhook-listen", "127.0.0.1:0", "--install-webhooks"];
+        let err = Cli::try_parse_from(bad.iter().chain(&["--webhook-failure-policy", "greeter=ignore"]))
+            .expect_err("lower-case policy");
+        assert!(err.to_string().contains("--webhook-failure-policy") && err.to_string().contains("Ignore or Fail"));
+        // One target, both policies: the host does not start.
+        let both = with(&["--webhook-failure-policy", "greeter=Ignore,greeter=Fail"]);
+        let err = serve_webhooks(&both).await.err().expect("a conflict");
+        assert!(err.to_string().contains("given both Ignore and Fail"), "{err}");
     }
 
     #[test]

@@ -206,8 +206,7 @@ pub(crate) async fn serve_webhooks() -> Result<Webhooks, Error> {
         .map_err(|e| Error::Webhooks(e.to_string()))?
         .port();
     let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()]).map_err(|e| Error::Webhooks(e.to_string()))?);
-    let install =
-        Install { endpoint: Endpoint::Url(format!("https://127.0.0.1:{port}")), ca_bundle: certs.ca_bundle() };
+    let install = Install::new(Endpoint::Url(format!("https://127.0.0.1:{port}")), certs.ca_bundle());
     let registry = Arc::new(Registry::new().installing(Some(install)));
     let server = crate::serve::webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry))
         .await

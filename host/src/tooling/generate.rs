@@ -211,6 +211,10 @@ pub enum Error {
         /// The serialiser's reason.
         reason: String,
     },
+    /// `--webhook-failure-policy` names a component or webhook the
+    /// components do not have.
+    #[error(transparent)]
+    FailurePolicy(crate::serve::webhook::Error),
     /// An output file could not be written.
     #[error("{path}: cannot write: {error}")]
     Write {
@@ -284,6 +288,7 @@ pub struct Options {
     watch_namespaces: Vec<String>,
     server_side: bool,
     registry_secret: Option<String>,
+    failure_policies: crate::serve::webhook::policy::FailurePolicies,
 }
 
 impl Default for Options {
@@ -299,6 +304,7 @@ impl Default for Options {
             watch_namespaces: Vec::new(),
             server_side: false,
             registry_secret: None,
+            failure_policies: crate::serve::webhook::policy::FailurePolicies::default(),
         }
     }
 }
@@ -381,6 +387,16 @@ impl Options {
     /// the pod (for the host's image). Default: none, anonymous pulls.
     pub fn registry_secret(mut self, name: Option<String>) -> Self {
         self.registry_secret = name;
+        self
+    }
+
+    /// The operator's `failurePolicy` of the components' admission
+    /// webhooks (`--webhook-failure-policy`): written into the generated
+    /// configurations and passed to the host, which installs them again
+    /// at start. Each must name a component given, and a webhook it
+    /// declares. Default: none, the declared policies.
+    pub fn failure_policies(mut self, policies: crate::serve::webhook::policy::FailurePolicies) -> Self {
+        self.failure_policies = policies;
         self
     }
 
@@ -521,6 +537,12 @@ impl Parts {
     fn new(components: &[Component], options: &Options) -> Result<Self> {
         options.validate()?;
         let mut crds = check_components(components)?;
+        let names: Vec<&str> = components.iter().map(|c| c.manifest.name.as_str()).collect();
+        let policies = &options.failure_policies;
+        policies.check_components(&names).map_err(Error::FailurePolicy)?;
+        for c in components {
+            policies.check(&c.manifest).map_err(Error::FailurePolicy)?;
+        }
         let resources = Resources::new(crds.values(), &options.plurals);
         // Webhooks are served by the host in the cluster, behind a Service:
         // without the Deployment there is nothing to point them at.
@@ -845,6 +867,35 @@ mod tests {
             );
         }
         assert_eq!(on("customresourcedefinitions")[0]["resourceNames"], json!(["greetings.examples.capstan.dev"]));
+    }
+
+    #[test]
+    fn the_operators_failure_policy_is_generated_and_passed_to_the_host() {
+        use crate::serve::webhook::policy::FailurePolicies;
+        let policies = |values: &[&str]| {
+            FailurePolicies::new(values.iter().map(|v| v.parse().expect("valid"))).expect("no conflict")
+        };
+        let options = Options::default().failure_policies(policies(&["greeter/validate.examples.capstan.dev=Ignore"]));
+        let objects = manifest(&[webhook_component()], &options).expect("generates");
+        let find = |kind: &str| objects.iter().find(|o| o["kind"] == kind).expect(kind);
+        assert_eq!(find("ValidatingWebhookConfiguration")["webhooks"][0]["failurePolicy"], "Ignore");
+        assert_eq!(find("MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"], "Fail", "as declared");
+        // The host installs them again at start: with the same choice.
+        let args = &find("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
+        let args: Vec<&str> = args.as_array().expect("args").iter().filter_map(Value::as_str).collect();
+        assert!(
+            args.windows(2).any(|w| w == ["--webhook-failure-policy", "greeter/validate.examples.capstan.dev=Ignore"]),
+            "{args:?}"
+        );
+        // A component or webhook that is not there is an error, not ignored.
+        for (bad, says) in [
+            ("other=Ignore", "names component other, not one of the components here (greeter)"),
+            ("greeter/typo.examples.capstan.dev=Ignore", "it declares: validate.examples.capstan.dev"),
+        ] {
+            let err = manifest(&[webhook_component()], &Options::default().failure_policies(policies(&[bad])))
+                .expect_err(bad);
+            assert!(matches!(err, Error::FailurePolicy(_)) && err.to_string().contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -162,8 +162,7 @@ async fn main() -> Result<()> {
 
     let port = capstan_tests::free_port()?;
     let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()])?);
-    let install =
-        Install { endpoint: Endpoint::Url(format!("https://127.0.0.1:{port}")), ca_bundle: certs.ca_bundle() };
+    let install = Install::new(Endpoint::Url(format!("https://127.0.0.1:{port}")), certs.ca_bundle());
     let registry = Arc::new(Registry::new().installing(Some(install)));
     let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry)).await?;
     let host = HostBuilder::new(client.clone())

@@ -4,7 +4,8 @@
 //! Per component `<name>` that declares admission webhooks: a
 //! `ValidatingWebhookConfiguration` and a `MutatingWebhookConfiguration`
 //! named `capstan-<name>` (each only if it has webhooks of its type), one
-//! entry per declared webhook. Per converted CRD: its `spec.conversion`
+//! entry per declared webhook, its `failurePolicy` the operator's choice
+//! ([`Install::failure_policies`]) or else the declared one. Per converted CRD: its `spec.conversion`
 //! (strategy `Webhook`), applied by its own field manager
 //! ([`FIELD_MANAGER`]) so that it does not take over the rest of the CRD.
 //!
@@ -113,7 +114,7 @@ fn entry(
         "name": webhook.name,
         "clientConfig": client_config(install, &format!("/admission/{}/{}", manifest.name, webhook.name)),
         "rules": rules,
-        "failurePolicy": webhook.failure_policy(),
+        "failurePolicy": install.failure_policies.of(manifest, webhook).as_str(),
         "sideEffects": webhook.side_effects(),
         "timeoutSeconds": webhook.timeout.as_secs(),
         "admissionReviewVersions": ["v1"],
@@ -231,11 +232,13 @@ pub fn objects(
 ///
 /// # Errors
 ///
-/// [`Error::Owned`] for an object another host installed and still
-/// serves (unless `take_over`), [`Error::ConversionOwned`] for a CRD
-/// another component installed, [`Error::Install`] naming the object that
-/// could not be read or applied, or the kind whose resource discovery does
-/// not know.
+/// [`Error::PolicyUnmatched`] when an operator's failure policy
+/// ([`Install::failure_policies`]) names a webhook `manifest` does not
+/// declare (nothing is applied), [`Error::Owned`] for an object another
+/// host installed and still serves (unless `take_over`),
+/// [`Error::ConversionOwned`] for a CRD another component installed,
+/// [`Error::Install`] naming the object that could not be read or applied,
+/// or the kind whose resource discovery does not know.
 pub async fn install(
     cluster: &KubeCluster,
     manifest: &Manifest,
@@ -243,6 +246,7 @@ pub async fn install(
     namespaces: &[String],
     take_over: bool,
 ) -> Result<(), Error> {
+    install.failure_policies.check(manifest)?;
     let plurals = plurals(cluster, manifest).await?;
     let owner = install.owner();
     for object in objects(manifest, install, &plurals, namespaces) {
@@ -420,7 +424,7 @@ mod tests {
 
     #[test]
     fn each_webhook_points_at_its_route_with_the_ca_bundle() {
-        let install = Install { endpoint: Endpoint::Url("https://127.0.0.1:9443/".into()), ca_bundle: b"PEM".to_vec() };
+        let install = Install::new(Endpoint::Url("https://127.0.0.1:9443/".into()), b"PEM".to_vec());
         let plurals = HashMap::from([(Gvk::new("example.com", "v1", "Greeting"), "greetings".to_owned())]);
         let objects = objects(&manifest(), &install, &plurals, &[]);
         let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
@@ -452,8 +456,23 @@ mod tests {
     }
 
     #[test]
+    fn the_operators_failure_policy_is_installed_over_the_declared_one() {
+        use crate::serve::webhook::policy::FailurePolicies;
+        let choices = ["greeter/validate.example.com=Ignore", "greeter=Fail"].map(|c| c.parse().expect("valid"));
+        let install = Install {
+            failure_policies: FailurePolicies::new(choices).expect("no conflict"),
+            ..Install::new(Endpoint::Url("https://127.0.0.1:9443".into()), Vec::new())
+        };
+        let plurals = HashMap::from([(Gvk::new("example.com", "v1", "Greeting"), "greetings".to_owned())]);
+        let objects = objects(&manifest(), &install, &plurals, &[]);
+        assert_eq!(objects[0]["webhooks"][0]["failurePolicy"], "Ignore", "declared Fail, the webhook named Ignore");
+        assert_eq!(objects[1]["webhooks"][0]["failurePolicy"], "Fail", "declared Ignore, the component Fail");
+        assert!(objects[2]["spec"]["conversion"].get("failurePolicy").is_none(), "conversion has none");
+    }
+
+    #[test]
     fn the_owner_is_the_annotation_else_the_endpoint_the_object_points_at() {
-        let install = Install { endpoint: Endpoint::Url("https://127.0.0.1:9443/".into()), ca_bundle: Vec::new() };
+        let install = Install::new(Endpoint::Url("https://127.0.0.1:9443/".into()), Vec::new());
         let plurals = HashMap::from([(Gvk::new("example.com", "v1", "Greeting"), "greetings".to_owned())]);
         let objects = objects(&manifest(), &install, &plurals, &[]);
         for object in &objects {

@@ -150,6 +150,19 @@ pub struct InstallArgs {
     /// host outside the cluster.
     #[arg(long)]
     pub skip_deployment: bool,
+    /// The `failurePolicy` of an admission webhook in the generated
+    /// configurations, over what its component declares, passed on to the
+    /// host as well: `COMPONENT/WEBHOOK=Ignore|Fail`, or
+    /// `COMPONENT=Ignore|Fail` for all of a component's. Repeat or
+    /// separate with commas. It must name a component given and a webhook
+    /// it declares. (Without the Deployment, pass it to `capstan run`.)
+    #[arg(
+        long = "webhook-failure-policy",
+        value_name = "COMPONENT[/WEBHOOK]=POLICY",
+        value_delimiter = ',',
+        conflicts_with = "skip_deployment"
+    )]
+    pub webhook_failure_policies: Vec<crate::serve::webhook::policy::Override>,
 }
 
 impl RbacArgs {
@@ -172,20 +185,22 @@ impl InstallArgs {
         }
     }
 
-    fn options(&self) -> Options {
+    fn options(&self) -> anyhow::Result<Options> {
+        let policies = crate::serve::webhook::policy::FailurePolicies::new(self.webhook_failure_policies.clone())?;
         let mut options = self
             .rbac
             .options()
             .skip_deployment(self.skip_deployment)
             .server_side(self.server_side)
-            .registry_secret(self.registry_secret.clone());
+            .registry_secret(self.registry_secret.clone())
+            .failure_policies(policies);
         if let Some(image) = &self.image {
             options = options.image(image);
         }
         if self.components_in_image {
             options = options.delivery(Delivery::Image);
         }
-        options
+        Ok(options)
     }
 }
 
@@ -283,7 +298,7 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             let components = load(&components, &install.registry).await?;
             install.warn_placeholder_image();
             let header = generate::header("capstan gen manifest", &components);
-            print_or_write(generate::files(&components, &install.options())?, output.as_deref(), &header)?;
+            print_or_write(generate::files(&components, &install.options()?)?, output.as_deref(), &header)?;
         }
         Command::Kustomize { components, install, base, output } => {
             let components = load(&components, &install.registry).await?;
@@ -291,7 +306,7 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
                 install.warn_placeholder_image();
             }
             let header = generate::header("capstan gen kustomize", &components);
-            write(&output, &generate::kustomize(&components, &install.options(), base.as_deref())?, &header)?;
+            write(&output, &generate::kustomize(&components, &install.options()?, base.as_deref())?, &header)?;
         }
         Command::Resource { source, kind, version, name, namespace, all } => {
             let crds = crds_in(&source).await?;
@@ -348,4 +363,32 @@ async fn crds_in(source: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
         }
     }
     Ok(crds)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::tooling::cli::{Cli, Command as Top};
+
+    fn install_args(args: &[&str]) -> Result<InstallArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["capstan", "gen", "manifest", "c.wasm"].iter().chain(args))?;
+        match cli.command {
+            Top::Gen(Command::Manifest { install, .. }) => Ok(install),
+            other => panic!("not gen manifest: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_webhook_failure_policy_goes_into_the_options_and_needs_the_deployment() {
+        let install = install_args(&["--webhook-failure-policy", "greeter=Ignore"]).expect("parses");
+        assert_eq!(install.webhook_failure_policies[0].to_string(), "greeter=Ignore");
+        assert!(install.options().is_ok(), "valid");
+        let err = install_args(&["--webhook-failure-policy", "greeter=Ignore", "--skip-deployment"])
+            .expect_err("no host in the manifest to pass it to");
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
+        let both = install_args(&["--webhook-failure-policy", "greeter=Ignore,greeter=Fail"]).expect("parses");
+        assert!(both.options().is_err(), "one target, both policies");
+    }
 }

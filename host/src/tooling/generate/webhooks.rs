@@ -32,7 +32,8 @@ pub(crate) fn service_ref(options: &Options) -> ServiceRef {
     ServiceRef { namespace: options.namespace.clone(), name: format!("{}-webhooks", options.name), port: 443 }
 }
 
-/// What the host's command line gains to serve them.
+/// What the host's command line gains to serve them, and to install them
+/// with the operator's failure policies.
 pub(crate) fn args(options: &Options) -> Vec<String> {
     let s = service_ref(options);
     vec![
@@ -42,6 +43,9 @@ pub(crate) fn args(options: &Options) -> Vec<String> {
         format!("{}/{}:{}", s.namespace, s.name, s.port),
         "--install-webhooks".to_owned(),
     ]
+    .into_iter()
+    .chain(options.failure_policies.args())
+    .collect()
 }
 
 /// The Service: port 443 to the host's `webhooks` container port.
@@ -70,7 +74,10 @@ pub(crate) fn objects(
     for kind in manifest.roles.admission.iter().flat_map(|w| &w.kinds) {
         plurals.insert(kind.clone(), resources.plural(&kind.group, &kind.kind)?);
     }
-    let install = Install { endpoint: Endpoint::Service(service_ref(options)), ca_bundle: Vec::new() };
+    let install = Install {
+        failure_policies: options.failure_policies.clone(),
+        ..Install::new(Endpoint::Service(service_ref(options)), Vec::new())
+    };
     let mut configurations = Vec::new();
     let mut conversions = BTreeMap::new();
     for mut object in
