@@ -35,9 +35,8 @@ export const ZONE_LABEL = "topology.kubernetes.io/zone";
  * @returns {string[]}
  */
 function misfits(node, pod, needed) {
-  if (node.node?.spec?.unschedulable) return ["node(s) were unschedulable"];
-  const conditions = node.node?.status?.conditions ?? [];
-  if (!conditions.some((c) => c.type === "Ready" && c.status === "True")) return ["node(s) were not ready"];
+  if (node.unschedulable()) return ["node(s) were unschedulable"];
+  if (!node.ready()) return ["node(s) were not ready"];
   const selector = pod.spec?.nodeSelector ?? {};
   if (Object.entries(selector).some(([key, value]) => node.label(key) !== value)) {
     return ["node(s) didn't match Pod's node selector"];

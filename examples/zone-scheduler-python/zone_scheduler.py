@@ -35,10 +35,9 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 
 def misfits(node: capstan.NodeInfo, pod: Dict[str, Any], needed: Dict[str, int]) -> List[str]:
     """Why one Node cannot take the Pod (kube-scheduler's wording)."""
-    if (node.node.get("spec") or {}).get("unschedulable"):
+    if node.unschedulable():
         return ["node(s) were unschedulable"]
-    conditions = (node.node.get("status") or {}).get("conditions") or []
-    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+    if not node.ready():
         return ["node(s) were not ready"]
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     if any(node.label(key) != value for key, value in selector.items()):

@@ -566,11 +566,28 @@ export function between(
 /** Resource amounts by name, in milli-units. */
 export type Resources = Record<string, number>;
 
-/** A candidate Node and what the host knows of it. */
+/** A Node's taint (`spec.taints`). */
+export interface Taint {
+  key: string;
+  value?: string;
+  /** `NoSchedule`, `PreferNoSchedule` or `NoExecute`. */
+  effect: string;
+  timeAdded?: string;
+}
+
+/**
+ * A candidate Node and what the host knows of it. The Node's JSON is
+ * decoded the first time `node` (or a helper from `labels` down) is read,
+ * and never if it is not.
+ */
 export class NodeInfo {
   constructor(name: string, node: any, allocatable: Resources, requested: Resources, pods?: number);
   readonly name: string;
-  readonly node: any;
+  /**
+   * The `v1` Node, decoded on first read; throws `Unschedulable` if the
+   * host's JSON does not decode.
+   */
+  node: any;
   readonly allocatable: Resources;
   readonly requested: Resources;
   readonly pods: number;
@@ -578,8 +595,18 @@ export class NodeInfo {
   free(resource: string): number;
   /** True if every resource `needed` lists fits in what is free. */
   fits(needed: Resources): boolean;
+  /** The Node's labels (empty if it has none). */
+  labels(): Record<string, string>;
   /** The value of a label of the Node. */
   label(key: string): string | undefined;
+  /** True if the Node is cordoned (`spec.unschedulable`). */
+  unschedulable(): boolean;
+  /** The Node's taints (empty if it has none). */
+  taints(): Taint[];
+  /** The status (`True`, `False`, `Unknown`) of the condition of type `type`, if the Node has one. */
+  condition(type: string): string | undefined;
+  /** True if the Node's `Ready` condition is `True`. */
+  ready(): boolean;
 }
 
 /** Why a Pod fits no Node now: throw or return it from `schedule`. */

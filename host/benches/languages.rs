@@ -35,6 +35,15 @@
 //!   16 instances alive at once, each after one reconcile. Linear memories
 //!   and core instances per component instance come from the pooling
 //!   allocator's metrics.
+//!
+//! A second table: one scheduling decision of the zone scheduler
+//! (`examples/zone-scheduler`, `-python`, `-js`) over 100 and over 1000
+//! Nodes as the host hands them over (trimmed, every Node Ready and
+//! matching the Pod's node selector), the instance kept between calls;
+//! median and p99 of `CAPSTAN_BENCH_DECISIONS` (default 30) decisions per
+//! size, the two sizes alternating in one loop. `CAPSTAN_BENCH_GUESTS`
+//! selects these too (`zone-scheduler,zone-scheduler-python,zone-scheduler-js`
+//! measures only them).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,6 +70,19 @@ const LANGUAGES: [(&str, &str); 4] = [
     ("JavaScript (jco, QuickJS)", "greeter-js"),
     ("JavaScript (componentize-js, SpiderMonkey)", "greeter-js-spidermonkey"),
 ];
+
+/// The schedulers measured: label and component file stem.
+const SCHEDULERS: [(&str, &str); 3] = [
+    ("Rust", "zone-scheduler"),
+    ("Python (componentize-py)", "zone-scheduler-python"),
+    ("JavaScript (jco, QuickJS)", "zone-scheduler-js"),
+];
+
+/// The Node counts a scheduling decision is measured at.
+const NODE_COUNTS: [usize; 2] = [100, 1000];
+
+#[path = "support/scheduling.rs"]
+mod scheduling;
 
 /// Instances kept alive at once to measure memory.
 const LIVE_INSTANCES: usize = 16;
@@ -113,13 +135,13 @@ fn rss() -> (i64, i64) {
     (field("VmRSS:"), field("RssAnon:"))
 }
 
-fn caller(loaded: &Loaded, cluster: Arc<dyn Cluster>, greeting: &ObjectRef) -> Caller {
+fn caller(loaded: &Loaded, cluster: Arc<dyn Cluster>, reconciling: Option<&ObjectRef>) -> Caller {
     Caller {
         controller: loaded.manifest.name.as_str().into(),
         field_manager: loaded.manifest.field_manager().into(),
         grants: Arc::new(Grants::from_manifest(&loaded.manifest)),
         cluster,
-        reconciling: Some((greeting.clone(), None)),
+        reconciling: reconciling.map(|r| (r.clone(), None)),
     }
 }
 
@@ -230,7 +252,7 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtimes: &R
     let (rss_before, anon_before) = rss();
     let mut live = Vec::new();
     for _ in 0..LIVE_INSTANCES {
-        let state = HostState::new(&Limits::default(), Some(caller(&loaded, backend.clone(), &greeting)));
+        let state = HostState::new(&Limits::default(), Some(caller(&loaded, backend.clone(), Some(&greeting))));
         let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limiter);
         // Epochs tick every 10 ms; this deadline is hours away.
@@ -276,6 +298,35 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtimes: &R
     }
 }
 
+/// Medians and p99s of one scheduling decision, per entry of
+/// [`NODE_COUNTS`].
+struct ScheduleRow {
+    label: &'static str,
+    decisions: Vec<(Duration, Duration)>,
+}
+
+async fn measure_schedule(label: &'static str, path: &Path, runtime: &Runtime) -> ScheduleRow {
+    let loaded = Loader::new(runtime.clone(), None).load(path).await.expect("loads");
+    let backend: Arc<dyn Cluster> = Arc::new(MockCluster::new());
+    let requests: Vec<_> = NODE_COUNTS.iter().map(|n| scheduling::schedule_request(*n, true)).collect();
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); NODE_COUNTS.len()];
+    // One decision of each size first: instantiation is not a decision.
+    for round in 0..=runs("CAPSTAN_BENCH_DECISIONS", 30) {
+        for (request, samples) in requests.iter().zip(&mut samples) {
+            let start = Instant::now();
+            let inv = runtime.schedule(&loaded.pre, caller(&loaded, backend.clone(), None), request.clone()).await;
+            let elapsed = start.elapsed();
+            let picked = inv.result.unwrap_or_else(|e| panic!("{label}: {e:?}"));
+            assert!(picked.is_ok(), "{label}: {picked:?}");
+            if round > 0 {
+                samples.push(elapsed);
+            }
+        }
+    }
+    let decisions = samples.into_iter().map(|s| (median(s.clone()), percentile(s, 0.99))).collect();
+    ScheduleRow { label, decisions }
+}
+
 fn ms(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1e3;
     if ms >= 100.0 {
@@ -301,17 +352,20 @@ fn main() {
         winch: Runtime::new(&baseline, Limits::default()).expect("runtime"),
     };
     let only = std::env::var("CAPSTAN_BENCH_GUESTS").ok();
-    let components: Vec<(&'static str, PathBuf)> = LANGUAGES
-        .iter()
-        .filter(|(_, stem)| only.as_deref().is_none_or(|only| only.split(',').any(|s| s.trim() == *stem)))
-        .filter_map(|(label, stem)| match find_component(stem) {
-            Ok(path) => Some((*label, path)),
-            Err(e) => {
-                eprintln!("skipping {label}: {e}");
-                None
-            }
-        })
-        .collect();
+    let select = |list: &[(&'static str, &str)]| -> Vec<(&'static str, PathBuf)> {
+        list.iter()
+            .filter(|(_, stem)| only.as_deref().is_none_or(|only| only.split(',').any(|s| s.trim() == *stem)))
+            .filter_map(|(label, stem)| match find_component(stem) {
+                Ok(path) => Some((*label, path)),
+                Err(e) => {
+                    eprintln!("skipping {label}: {e}");
+                    None
+                }
+            })
+            .collect()
+    };
+    let components = select(&LANGUAGES);
+    let schedulers = select(&SCHEDULERS);
 
     let mut rows = Vec::new();
     for (label, path) in &components {
@@ -343,5 +397,22 @@ fn main() {
             r.memories,
             r.core_instances,
         );
+    }
+
+    let mut schedule_rows = Vec::new();
+    for (label, path) in &schedulers {
+        eprintln!("measuring the {label} scheduler ({})", path.display());
+        schedule_rows.push(rt.block_on(measure_schedule(label, path, &runtimes.kept)));
+    }
+    if schedule_rows.is_empty() {
+        return;
+    }
+    let sizes: Vec<String> = NODE_COUNTS.iter().map(|n| format!("{n} Nodes (median, p99)")).collect();
+    println!();
+    println!("| zone scheduler, one decision | {} |", sizes.join(" | "));
+    println!("|---{}|", "|---".repeat(sizes.len()));
+    for r in &schedule_rows {
+        let cells: Vec<String> = r.decisions.iter().map(|(m, p)| format!("{}, {}", ms(*m), ms(*p))).collect();
+        println!("| {} | {} |", r.label, cells.join(" | "));
     }
 }

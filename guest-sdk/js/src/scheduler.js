@@ -10,9 +10,28 @@ import { Component } from "./component.js";
 import { fromBytes } from "./json.js";
 import { log } from "./log.js";
 
+// Where a NodeInfo keeps its Node: decoded, or the host's JSON until first read.
+const NODE = Symbol("node");
+const JSON_BYTES = Symbol("node json");
+
 /**
  * A candidate Node and what the host knows of it. Resource amounts are in
  * milli-units (CPU in millicores, memory in thousandths of a byte), by name.
+ *
+ * The Node itself (`node`) is decoded from the JSON the host hands over on
+ * first use, and only then: the host hands over every Node at every
+ * attempt, so a policy decodes only the Nodes it reads. `name`,
+ * `allocatable`, `requested`, `pods`, `free` and `fits` need no decoding;
+ * `label`, `labels`, `unschedulable`, `taints`, `condition` and `ready`
+ * read the decoded Node.
+ *
+ * ```js
+ * const node = new NodeInfo("n1", { metadata: { labels: { zone: "a" } },
+ *   status: { conditions: [{ type: "Ready", status: "True" }] } }, { cpu: 2000 }, { cpu: 500 });
+ * node.label("zone"); // "a"
+ * node.ready() && !node.unschedulable(); // true
+ * node.free("cpu"); // 1500
+ * ```
  */
 export class NodeInfo {
   /**
@@ -25,14 +44,43 @@ export class NodeInfo {
   constructor(name, node, allocatable, requested, pods = 0) {
     /** The Node's name. */
     this.name = name;
-    /** The Node object: labels, taints, conditions. */
-    this.node = node;
+    /** @type {any} */
+    this[NODE] = node;
+    /** @type {Uint8Array | undefined} */
+    this[JSON_BYTES] = undefined;
     /** Allocatable resources. */
     this.allocatable = allocatable;
     /** Requested by the Pods bound there (assumed ones included). */
     this.requested = requested;
     /** How many Pods are bound there. */
     this.pods = pods;
+  }
+
+  /**
+   * The `v1` Node as the host hands it over: `metadata` (name, uid,
+   * resourceVersion, generation, labels, annotations, creationTimestamp),
+   * `spec`, and `status`'s `capacity`, `allocatable` and `conditions`.
+   * Decoded on first use; throws `Unschedulable` (`Node <name> does not
+   * decode: …`) if the host's JSON does not decode, which ends the attempt
+   * with that reason unless the policy catches it.
+   * @returns {any}
+   */
+  get node() {
+    const json = this[JSON_BYTES];
+    if (json !== undefined) {
+      try {
+        this[NODE] = fromBytes(json);
+      } catch (e) {
+        throw new Unschedulable(`Node ${this.name} does not decode: ${e instanceof Error ? e.message : e}`);
+      }
+      this[JSON_BYTES] = undefined;
+    }
+    return this[NODE];
+  }
+
+  set node(value) {
+    this[NODE] = value;
+    this[JSON_BYTES] = undefined;
   }
 
   /**
@@ -49,9 +97,43 @@ export class NodeInfo {
     return Object.entries(needed).every(([name, amount]) => amount <= 0 || this.free(name) >= amount);
   }
 
+  /** The Node's labels (`metadata.labels`; empty if it has none). @returns {Record<string, string>} */
+  labels() {
+    return this.node?.metadata?.labels ?? {};
+  }
+
   /** The value of a label of the Node. @param {string} key @returns {string | undefined} */
   label(key) {
-    return this.node?.metadata?.labels?.[key];
+    return this.labels()[key];
+  }
+
+  /** True if the Node is cordoned (`spec.unschedulable`). @returns {boolean} */
+  unschedulable() {
+    return Boolean(this.node?.spec?.unschedulable);
+  }
+
+  /**
+   * The Node's taints (`spec.taints`: `{ key, value, effect }`; empty if it
+   * has none).
+   * @returns {{key: string, value?: string, effect: string, timeAdded?: string}[]}
+   */
+  taints() {
+    return this.node?.spec?.taints ?? [];
+  }
+
+  /**
+   * The status (`True`, `False`, `Unknown`) of the Node's condition of type
+   * `type` (`Ready`, `MemoryPressure`, …), if it has one.
+   * @param {string} type
+   * @returns {string | undefined}
+   */
+  condition(type) {
+    return (this.node?.status?.conditions ?? []).find((/** @type {any} */ c) => c?.type === type)?.status;
+  }
+
+  /** True if the Node's `Ready` condition is `True`. @returns {boolean} */
+  ready() {
+    return this.condition("Ready") === "True";
   }
 }
 
@@ -158,8 +240,9 @@ function resources(list) {
 const unschedulable = (reasons) => ({ reasons });
 
 /**
- * Decodes the Pod and the Nodes and calls `schedule`; throws the WIT
- * `unschedulable` record with the reasons (an exception is one).
+ * Decodes the Pod and calls `schedule` with the Nodes (each decoded when the
+ * policy first reads it); throws the WIT `unschedulable` record with the
+ * reasons (an exception is one).
  * @param {new () => Scheduler} SchedulerClass
  * @param {{pod: Uint8Array, nodes: any[]}} request
  * @returns {string}
@@ -172,13 +255,9 @@ export function runSchedule(SchedulerClass, request) {
     throw unschedulable([`the Pod does not decode: ${e instanceof Error ? e.message : e}`]);
   }
   const nodes = request.nodes.map((n) => {
-    let node;
-    try {
-      node = fromBytes(n.node);
-    } catch (e) {
-      throw unschedulable([`Node ${n.name} does not decode: ${e instanceof Error ? e.message : e}`]);
-    }
-    return new NodeInfo(n.name, node, resources(n.allocatable), resources(n.requested), n.pods);
+    const info = new NodeInfo(n.name, undefined, resources(n.allocatable), resources(n.requested), n.pods);
+    info[JSON_BYTES] = n.node;
+    return info;
   });
   let picked;
   try {

@@ -288,6 +288,68 @@ test("node info tells what is free, what fits and its labels", () => {
   ]);
 });
 
+const nodeObject = {
+  apiVersion: "v1",
+  kind: "Node",
+  metadata: { name: "n1", labels: { zone: "a", disk: "ssd" } },
+  spec: { unschedulable: true, taints: [{ key: "k", value: "v", effect: "NoSchedule" }] },
+  status: {
+    conditions: [
+      { type: "MemoryPressure", status: "False" },
+      { type: "Ready", status: "True", reason: "KubeletReady" },
+    ],
+  },
+};
+
+test("node info answers labels, cordon, taints and conditions like the Rust SDK", () => {
+  const node = new NodeInfo("n1", nodeObject, {}, {});
+  assert.deepEqual(node.labels(), { zone: "a", disk: "ssd" });
+  assert.equal(node.unschedulable(), true);
+  assert.deepEqual(node.taints(), [{ key: "k", value: "v", effect: "NoSchedule" }]);
+  assert.deepEqual([node.condition("MemoryPressure"), node.condition("DiskPressure")], ["False", undefined]);
+  assert.equal(node.ready(), true);
+  const bare = new NodeInfo("n2", { metadata: { name: "n2" } }, {}, {});
+  assert.deepEqual([bare.unschedulable(), bare.ready(), bare.labels(), bare.taints()], [false, false, {}, []]);
+  assert.equal(bare.condition("Ready"), undefined);
+  const notReady = new NodeInfo("n3", { status: { conditions: [{ type: "Ready", status: "Unknown" }] } }, {}, {});
+  assert.deepEqual([notReady.ready(), notReady.condition("Ready")], [false, "Unknown"]);
+});
+
+test("a node from the host is decoded only when the policy reads it", () => {
+  /** @type {NodeInfo[]} */
+  const seen = [];
+  class ByName extends Scheduler {
+    manifest() {
+      return new Manifest("by-name").scheduler("by-name");
+    }
+
+    schedule(p, nodes) {
+      seen.push(...nodes);
+      const fitting = nodes.filter((n) => n.fits(podRequests(p)));
+      if (p.metadata.labels?.read === "all") for (const n of nodes) n.labels();
+      const picked = fitting[fitting.length - 1];
+      return picked.label("zone") === "b" ? picked.name : "none";
+    }
+  }
+  const room = ["cpu", "memory", "pods"].map((name) => ({ name, milli: 1n << 50n }));
+  const host = (name, bytes) => ({ name, node: bytes, allocatable: room, requested: [], pods: 0 });
+  const good = { metadata: { name: "b1", labels: { zone: "b" } } };
+  // The sentinel is not JSON: a policy that never reads it never decodes it.
+  const nodes = [host("sentinel", new TextEncoder().encode("not json")), host("b1", toBytes(good))];
+  const { schedule } = exportComponent({ scheduler: ByName }).scheduler;
+  assert.equal(schedule({ pod: toBytes(pod), nodes }), "b1");
+  assert.deepEqual(
+    seen.map((n) => n.name),
+    ["sentinel", "b1"],
+  );
+  assert.deepEqual(seen[1].node, good);
+  const readsAll = { ...pod, metadata: { name: "p", labels: { read: "all" } } };
+  assert.throws(
+    () => schedule({ pod: toBytes(readsAll), nodes }),
+    (e) => e.reasons.length === 1 && e.reasons[0].startsWith("Node sentinel does not decode: "),
+  );
+});
+
 const wireNode = (name, cpu, zone) => ({
   name,
   node: toBytes({ apiVersion: "v1", kind: "Node", metadata: { name, labels: { zone } } }),

@@ -21,7 +21,6 @@ the ``Scheduled`` / ``FailedScheduling`` Events and retries with backoff::
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any, Dict, Iterable, List, Optional, Type, Union
@@ -29,6 +28,7 @@ from typing import Any, Dict, Iterable, List, Optional, Type, Union
 from componentize_py_types import Err
 from wit_world.imports import types as _wit
 
+from . import _json
 from .component import Component
 from .log import log
 from .tracebacks import format_exc
@@ -39,7 +39,23 @@ milli-units: CPU in millicores, memory in thousandths of a byte."""
 
 
 class NodeInfo:
-    """A candidate Node and what the host knows of it."""
+    """A candidate Node and what the host knows of it.
+
+    The Node itself (:attr:`node`, a dict) is decoded from the JSON the host
+    hands over on first use, and only then: the host hands over every Node
+    at every attempt, so a policy that reads the Nodes it needs (and
+    :attr:`name`, :attr:`allocatable`, :attr:`requested`, :attr:`pods`,
+    :meth:`free` and :meth:`fits`, which need no decoding) decodes only
+    those. :meth:`label`, :meth:`labels`, :meth:`unschedulable`,
+    :meth:`taints`, :meth:`condition` and :meth:`ready` answer the usual
+    questions from it::
+
+        node = NodeInfo("n1", {"metadata": {"labels": {"zone": "a"}},
+                               "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+                        allocatable={"cpu": 2000}, requested={"cpu": 500})
+        assert node.label("zone") == "a" and node.ready() and not node.unschedulable()
+        assert node.free("cpu") == 1500
+    """
 
     def __init__(
         self,
@@ -51,14 +67,40 @@ class NodeInfo:
     ) -> None:
         self.name = name
         """The Node's name."""
-        self.node = node
-        """The Node (a dict): labels, taints, conditions."""
+        self._node: Optional[Dict[str, Any]] = node
+        self._json: Optional[bytes] = None
         self.allocatable = allocatable
         """Allocatable resources, in milli-units."""
         self.requested = requested
         """Requested by the Pods bound there (assumed ones included)."""
         self.pods = pods
         """How many Pods are bound there."""
+
+    @property
+    def node(self) -> Dict[str, Any]:
+        """The ``v1`` Node (a dict) as the host hands it over: ``metadata``
+        (name, uid, resourceVersion, generation, labels, annotations,
+        creationTimestamp), ``spec``, and ``status``'s ``capacity``,
+        ``allocatable`` and ``conditions``. Decoded on first use; raises
+        :class:`Unschedulable` (``Node <name> does not decode: ...``) if the
+        host's JSON does not decode, which ends the attempt with that
+        reason unless the policy catches it."""
+        node = self._node
+        if node is None:
+            try:
+                node = _json.loads(self._json or b"")
+            except ValueError as e:
+                raise Unschedulable(f"Node {self.name} does not decode: {e}") from None
+            if not isinstance(node, dict):
+                raise Unschedulable(f"Node {self.name} does not decode: not an object")
+            self._node = node
+            self._json = None
+        return node
+
+    @node.setter
+    def node(self, value: Dict[str, Any]) -> None:
+        self._node = value
+        self._json = None
 
     def free(self, resource: str) -> int:
         """What is left of ``resource`` (allocatable minus requested), in
@@ -69,19 +111,48 @@ class NodeInfo:
         """True if every resource ``needed`` lists fits in what is free."""
         return all(amount <= 0 or self.free(name) >= amount for name, amount in needed.items())
 
+    def labels(self) -> Dict[str, str]:
+        """The Node's labels (``metadata.labels``; empty if it has none)."""
+        return (self.node.get("metadata") or {}).get("labels") or {}
+
     def label(self, key: str) -> Optional[str]:
         """The value of a label of the Node."""
-        return ((self.node.get("metadata") or {}).get("labels") or {}).get(key)
+        return self.labels().get(key)
+
+    def unschedulable(self) -> bool:
+        """True if the Node is cordoned (``spec.unschedulable``)."""
+        return bool((self.node.get("spec") or {}).get("unschedulable"))
+
+    def taints(self) -> List[Dict[str, Any]]:
+        """The Node's taints (``spec.taints``: dicts with ``key``,
+        ``value``, ``effect``; empty if it has none)."""
+        return (self.node.get("spec") or {}).get("taints") or []
+
+    def condition(self, type_: str) -> Optional[str]:
+        """The status (``True``, ``False``, ``Unknown``) of the Node's
+        condition of type ``type_`` (``Ready``, ``MemoryPressure``, ...),
+        if it has one."""
+        for c in (self.node.get("status") or {}).get("conditions") or []:
+            if c.get("type") == type_:
+                return c.get("status")
+        return None
+
+    def ready(self) -> bool:
+        """True if the Node's ``Ready`` condition is ``True``."""
+        return self.condition("Ready") == "True"
 
     @staticmethod
     def _from_wit(n: _wit.NodeInfo) -> "NodeInfo":
-        return NodeInfo(
+        """The Node as the host hands it over, its JSON not decoded yet."""
+        info = NodeInfo(
             name=n.name,
-            node=json.loads(n.node),
+            node=None,  # type: ignore[arg-type]
             allocatable={r.name: r.milli for r in n.allocatable},
             requested={r.name: r.milli for r in n.requested},
             pods=n.pods,
         )
+        info._json = n.node
+        return info
 
 
 class Unschedulable(Exception):
@@ -172,18 +243,14 @@ def _unschedulable(reasons: Iterable[str]) -> Err[_wit.Unschedulable]:
 
 
 def run_schedule(scheduler: Type[Scheduler], request: _wit.ScheduleRequest) -> str:
-    """Decodes the Pod and the Nodes and calls ``schedule``; raises ``Err``
-    with the reasons a Pod is unschedulable (an exception is one)."""
+    """Decodes the Pod and calls ``schedule`` with the Nodes (each decoded
+    when the policy first reads it); raises ``Err`` with the reasons a Pod
+    is unschedulable (an exception is one)."""
     try:
-        pod = json.loads(request.pod)
+        pod = _json.loads(request.pod)
     except ValueError as e:
         raise _unschedulable([f"the Pod does not decode: {e}"]) from None
-    nodes: List[NodeInfo] = []
-    for n in request.nodes:
-        try:
-            nodes.append(NodeInfo._from_wit(n))
-        except ValueError as e:
-            raise _unschedulable([f"Node {n.name} does not decode: {e}"]) from None
+    nodes = [NodeInfo._from_wit(n) for n in request.nodes]
     try:
         picked = scheduler().schedule(pod, nodes)
     except Unschedulable as e:

@@ -313,6 +313,82 @@ def test_node_info_tells_what_is_free_what_fits_and_its_labels() -> None:
     assert (node.label("zone"), node.label("rack"), NodeInfo("n2", {}, {}, {}).label("zone")) == ("a", None, None)
 
 
+NODE = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "n1", "labels": {"zone": "a", "disk": "ssd"}},
+    "spec": {"unschedulable": True, "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
+    "status": {
+        "conditions": [
+            {"type": "MemoryPressure", "status": "False"},
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+        ]
+    },
+}
+
+
+def test_node_info_answers_labels_cordon_taints_and_conditions_like_the_rust_sdk() -> None:
+    from capstan_guest import NodeInfo
+
+    node = NodeInfo("n1", NODE, {}, {})
+    assert node.labels() == {"zone": "a", "disk": "ssd"}
+    assert node.unschedulable()
+    assert node.taints() == [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+    assert (node.condition("MemoryPressure"), node.condition("DiskPressure")) == ("False", None)
+    assert node.ready()
+    bare = NodeInfo("n2", {"metadata": {"name": "n2"}}, {}, {})
+    assert not bare.unschedulable() and not bare.ready()
+    assert bare.labels() == {} and bare.taints() == [] and bare.condition("Ready") is None
+    not_ready = NodeInfo("n3", {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}, {}, {})
+    assert not not_ready.ready() and not_ready.condition("Ready") == "Unknown"
+
+
+def test_a_node_from_the_host_is_decoded_only_when_the_policy_reads_it(host: Any) -> None:
+    import capstan_guest as capstan
+    from componentize_py_types import Err
+    from wit_world.imports import types
+
+    seen: List[capstan.NodeInfo] = []
+
+    class ByName(capstan.Scheduler):
+        """Reads the names and free room of every Node, the JSON of one."""
+
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("by-name").scheduler("by-name")
+
+        def schedule(self, pod: Dict[str, Any], nodes: List[capstan.NodeInfo]) -> str:
+            seen.extend(nodes)
+            fitting = [n for n in nodes if n.fits(capstan.pod_requests(pod))]
+            picked = fitting[-1]
+            if pod["metadata"].get("labels", {}).get("read") == "all":
+                for n in nodes:
+                    n.labels()
+            return picked.name if picked.label("zone") == "b" else "none"
+
+    def wit_node(name: str, json_bytes: bytes) -> Any:
+        room = [types.ResourceAmount(name=r, milli=1 << 50) for r in ("cpu", "memory", "pods")]
+        return types.NodeInfo(name=name, node=json_bytes, allocatable=room, requested=[], pods=0)
+
+    good = {"metadata": {"name": "b1", "labels": {"zone": "b"}}}
+    # The sentinel is not JSON: a policy that never reads it never decodes it.
+    request = types.ScheduleRequest(
+        pod=json.dumps(POD).encode(),
+        nodes=[wit_node("sentinel", b"not json"), wit_node("b1", json.dumps(good).encode())],
+    )
+    schedule = capstan.export(scheduler=ByName).Scheduler().schedule
+    assert schedule(request) == "b1"
+    assert [n.name for n in seen] == ["sentinel", "b1"]
+    assert seen[0]._node is None, "the Node the policy did not read stays undecoded"
+    assert seen[1].node == good
+
+    reads_all = {**POD, "metadata": {"name": "p", "labels": {"read": "all"}}}
+    reading = types.ScheduleRequest(pod=json.dumps(reads_all).encode(), nodes=request.nodes)
+    with pytest.raises(Err) as raised:
+        schedule(reading)
+    [reason] = raised.value.value.reasons
+    assert reason.startswith("Node sentinel does not decode: "), reason
+
+
 def _node(name: str, cpu: int, zone: str) -> Any:
     from wit_world.imports import types
 
