@@ -50,6 +50,8 @@ build capstan-fixture-guests --features scheduler-twin
 cp "$release/capstan_fixture_guests.wasm" "$out/scheduler-twin.wasm"
 build capstan-fixture-guests --features status-writer
 cp "$release/capstan_fixture_guests.wasm" "$out/status-writer.wasm"
+build capstan-fixture-guests --features keeper
+cp "$release/capstan_fixture_guests.wasm" "$out/keeper.wasm"
 build capstan-fixture-guests --features unwritable
 cp "$release/capstan_fixture_guests.wasm" "$out/unwritable.wasm"
 build capstan-fixture-guests --features invalid-manifest

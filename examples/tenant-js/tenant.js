@@ -207,8 +207,10 @@ export class Tenants extends Controller {
   delete(ctx, tenant) {
     checked(tenant);
     ctx.log.info("tenant deleted", { name: nameAny(tenant) });
-    // The namespace and everything in it follow through their owner references.
-    return new Outcome().keepChildren().event(Event.normal("Deleted", "Cleanup").note("tenant namespace follows"));
+    // The namespace and everything in it follow through their owner
+    // references: the garbage collector deletes them once the tenant is
+    // gone. (`keepChildren()` here would keep them, ownerless.)
+    return new Outcome().event(Event.normal("Deleted", "Cleanup").note("tenant namespace follows"));
   }
 
   /**

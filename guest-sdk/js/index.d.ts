@@ -243,7 +243,9 @@ export class Outcome {
   requeueAfter(seconds: number): this;
   /**
    * Keep existing children as they are: apply the children listed, delete
-   * none (`children-policy: keep`). `keepChildren(false)` restores the
+   * none (`children-policy: keep`); they stay owned. From `delete()` it
+   * keeps them for good: the host removes its ownerReference from each
+   * before it removes its finalizer. `keepChildren(false)` restores the
    * default, prune.
    */
   keepChildren(keep?: boolean): this;
@@ -414,6 +416,10 @@ export class Controller<T extends KubeObject = KubeObject> {
   manifest(): Manifest;
   add(ctx: Context, obj: T): Outcome | undefined;
   modify(ctx: Context, obj: T): Outcome | undefined;
+  /**
+   * The children follow the object unless the outcome says `keepChildren()`;
+   * the default forwards to `reconcile` with the children following.
+   */
   delete(ctx: Context, obj: T): Outcome | undefined;
   reconcile(ctx: Context, obj: T): Outcome | undefined;
 }

@@ -131,9 +131,33 @@ pub trait Controller: Default + 'static {
     /// Called for an object that is being deleted. With a finalizer
     /// declared, the host keeps the object until this succeeds; without one,
     /// delivery is best-effort. Children need no cleanup: they are owned and
-    /// garbage collected. Defaults to [`reconcile`](Controller::reconcile).
+    /// garbage collected once the object is gone. An outcome that says
+    /// [`keep_children`](Outcome::keep_children) keeps them instead: the
+    /// host removes its ownerReference from each before it removes the
+    /// finalizer. The host applies no children and writes no status for
+    /// this call; it records the events.
+    ///
+    /// Defaults to [`reconcile`](Controller::reconcile), with the children
+    /// following the object whatever that outcome says about keeping them
+    /// (a reconcile keeps children while it waits for something, which is
+    /// no reason to keep them for good). Override it to keep them:
+    ///
+    /// ```
+    /// # use capstan_guest::prelude::*;
+    /// # use capstan_guest::k8s_openapi::api::core::v1::ConfigMap;
+    /// # #[derive(Default)] struct Archive;
+    /// # impl Controller for Archive {
+    /// # type Resource = ConfigMap;
+    /// # fn manifest(&self) -> Manifest { Manifest::new("archive").primary::<ConfigMap>() }
+    /// # fn reconcile(&self, _: &Context, _: ConfigMap) -> Result<Outcome> { Ok(Outcome::new()) }
+    /// fn delete(&self, _ctx: &Context, _object: ConfigMap) -> Result<Outcome> {
+    ///     // What it made outlives it, ownerless.
+    ///     Ok(Outcome::new().keep_children())
+    /// }
+    /// # }
+    /// ```
     fn delete(&self, ctx: &Context, object: Self::Resource) -> Result<Outcome> {
-        self.reconcile(ctx, object)
+        self.reconcile(ctx, object).map(Outcome::children_follow)
     }
 
     /// Brings the world in line with `object`. Called directly on resync,
@@ -162,4 +186,36 @@ pub mod prelude {
         ListParams, Manifest, Mapping, Outcome, Owns, PatchType, Permission, Result, Scheduler, Scope, Verb, Watch,
     };
     pub use kube::{Resource, ResourceExt};
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::prelude::*;
+    use crate::wit::capstan::operator::types::ChildrenPolicy;
+
+    /// Keeps the children while it waits, as a reconcile may.
+    #[derive(Default)]
+    struct Waiting;
+
+    impl Controller for Waiting {
+        type Resource = ConfigMap;
+
+        fn manifest(&self) -> Manifest {
+            Manifest::new("waiting").primary::<ConfigMap>()
+        }
+
+        fn reconcile(&self, _: &Context, _: ConfigMap) -> Result<Outcome> {
+            Ok(Outcome::new().keep_children())
+        }
+    }
+
+    #[test]
+    fn the_default_delete_lets_the_children_follow_whatever_the_reconcile_keeps() {
+        let ctx = |event| Context::new(event, Some("demo".into()), "a".into());
+        let policy = |outcome: Result<Outcome>| outcome.expect("succeeds").into_wit().children_policy;
+        assert_eq!(policy(Waiting.reconcile(&ctx(EventKind::Resync), ConfigMap::default())), ChildrenPolicy::Keep);
+        assert_eq!(policy(Waiting.delete(&ctx(EventKind::Deleted), ConfigMap::default())), ChildrenPolicy::Prune);
+    }
 }

@@ -134,7 +134,13 @@ impl Outcome {
     /// any) and delete none. Without it, children of owned kinds that the
     /// outcome does not list are deleted (pruned), which is right for an
     /// outcome that lists every child there should be, and wrong for one
-    /// that, say, has not read everything it needs yet.
+    /// that, say, has not read everything it needs yet. Kept children stay
+    /// owned: they are deleted with the object later.
+    ///
+    /// From [`Controller::delete`] it keeps them for good: the host removes
+    /// its ownerReference from every child before it removes its finalizer,
+    /// so the garbage collector leaves them when the object is gone (other
+    /// owners' references stay).
     ///
     /// ```
     /// use capstan_guest::Outcome;
@@ -143,6 +149,13 @@ impl Outcome {
     #[must_use]
     pub fn keep_children(mut self) -> Self {
         self.0.children_policy = wit::ChildrenPolicy::Keep;
+        self
+    }
+
+    /// The default policy again: children follow the object (what the
+    /// default [`Controller::delete`] makes of a reconcile's outcome).
+    pub(crate) fn children_follow(mut self) -> Self {
+        self.0.children_policy = wit::ChildrenPolicy::Prune;
         self
     }
 

@@ -148,8 +148,10 @@ impl Controller for Tenants {
 
     fn delete(&self, ctx: &Context, tenant: Tenant) -> Result<Outcome> {
         ctx.log().info("tenant deleted", &[("name", &tenant.name_any())]);
-        // The namespace and everything in it follow through their owner references.
-        Ok(Outcome::new().keep_children().event(Event::normal("Deleted", "Cleanup").note("tenant namespace follows")))
+        // The namespace and everything in it follow through their owner
+        // references: the garbage collector deletes them once the tenant is
+        // gone. (`keep_children()` here would keep them, ownerless.)
+        Ok(Outcome::new().event(Event::normal("Deleted", "Cleanup").note("tenant namespace follows")))
     }
 
     fn reconcile(&self, ctx: &Context, tenant: Tenant) -> Result<Outcome> {

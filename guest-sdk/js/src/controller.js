@@ -39,12 +39,19 @@ export class Controller {
 
   /**
    * Called for an object being deleted (with a finalizer declared, the host
-   * keeps it until this succeeds); defaults to `reconcile`.
+   * keeps it until this succeeds). The children follow the object (garbage
+   * collected once it is gone) unless the outcome says `keepChildren()`:
+   * then the host removes its ownerReference from each before it removes
+   * the finalizer. No children are applied and no status is written for
+   * this call; its events are recorded. Defaults to `reconcile`, with the
+   * children following the object whatever that outcome says about keeping
+   * them; override it to keep them.
    * @param {Context} ctx
    * @param {any} obj
    */
   delete(ctx, obj) {
-    return this.reconcile(ctx, obj);
+    const outcome = this.reconcile(ctx, obj);
+    return outcome instanceof Outcome ? outcome.keepChildren(false) : outcome;
   }
 
   /**

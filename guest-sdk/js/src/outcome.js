@@ -117,6 +117,10 @@ export class Outcome {
    * if (source === undefined) return new Outcome().keepChildren().requeueAfter(30);
    * ```
    *
+   * Kept children stay owned: they are deleted with the object later. From
+   * `delete()` it keeps them for good: the host removes its ownerReference
+   * from every child before it removes its finalizer, so the garbage
+   * collector leaves them (other owners' references stay).
    * `keepChildren(false)` restores the default (prune).
    * @param {boolean} [keep]
    */

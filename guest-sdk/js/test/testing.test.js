@@ -81,3 +81,16 @@ test("the fake stores writes and answers like an API server", () => {
   }
   assert.throws(() => new Context("added", "demo", "x").api("v1", "ConfigMap", "demo").get("a"), /no FakeHost installed/);
 });
+
+test("the default delete lets the children follow and an override may keep them", () => {
+  // The reconcile keeps the children while it waits; deleted, they follow.
+  const deleted = reconcile(Greeter, greeting, { host: new FakeHost(), event: "deleted" });
+  assert.equal(deleted.keepChildren, false);
+  assert.equal(deleted.requeueAfter, 30);
+  class Archive extends Greeter {
+    delete() {
+      return new Outcome().keepChildren();
+    }
+  }
+  assert.equal(reconcile(Archive, greeting, { host: new FakeHost(), event: "deleted" }).keepChildren, true);
+});

@@ -53,9 +53,19 @@ class Controller:
     def delete(self, ctx: Context, obj: Dict[str, Any]) -> Outcome:
         """Called for an object that is being deleted. With a finalizer
         declared, the host keeps the object until this succeeds. Children
-        need no cleanup: they are owned and garbage collected. Defaults to
-        :meth:`reconcile`."""
-        return self.reconcile(ctx, obj)
+        need no cleanup: they are owned and garbage collected once the
+        object is gone. An outcome that says
+        :meth:`~capstan_guest.Outcome.keep_children` keeps them instead: the
+        host removes its ownerReference from each before it removes the
+        finalizer. No children are applied and no status is written for
+        this call; its events are recorded.
+
+        Defaults to :meth:`reconcile`, with the children following the
+        object whatever that outcome says about keeping them (a reconcile
+        keeps children while it waits for something, which is no reason to
+        keep them for good). Override it to keep them."""
+        outcome = self.reconcile(ctx, obj)
+        return outcome.keep_children(False) if isinstance(outcome, Outcome) else outcome
 
     def reconcile(self, ctx: Context, obj: Dict[str, Any]) -> Outcome:
         """Brings the world in line with ``obj`` (the object as a dict).

@@ -121,7 +121,12 @@ class Outcome:
             if source is None:   # not there yet: leave the children alone
                 return capstan.Outcome().keep_children().requeue_after(30)
 
-        ``keep_children(False)`` restores the default (prune)."""
+        Kept children stay owned: they are deleted with the object later.
+        From :meth:`Controller.delete` it keeps them for good: the host
+        removes its ownerReference from every child before it removes its
+        finalizer, so the garbage collector leaves them (other owners'
+        references stay). ``keep_children(False)`` restores the default
+        (prune)."""
         self._wit.children_policy = _wit.ChildrenPolicy.KEEP if keep else _wit.ChildrenPolicy.PRUNE
         return self
 

@@ -129,3 +129,18 @@ def test_sources_kept_for_tracebacks_survive_the_file_and_lose_the_path_entry(tm
     finally:
         del sys.modules[module.__name__]
         linecache.cache.pop(fake_path, None)
+
+
+def test_the_default_delete_lets_the_children_follow_and_an_override_may_keep_them() -> None:
+    import capstan_guest as capstan
+    from capstan_guest.testing import FakeHost, reconcile
+
+    # The reconcile keeps the children while it waits; deleted, they follow.
+    deleted = reconcile(_controller(), GREETING, host=FakeHost(), event="deleted")
+    assert not deleted.keep_children and deleted.requeue_after == 30
+
+    class Archive(_controller()):  # type: ignore[misc]
+        def delete(self, ctx: capstan.Context, obj: Dict[str, Any]) -> capstan.Outcome:
+            return capstan.Outcome().keep_children()
+
+    assert reconcile(Archive, GREETING, host=FakeHost(), event="deleted").keep_children

@@ -26,7 +26,14 @@
 //! - Children are applied by server-side apply with this controller's field
 //!   manager; with `children-policy: prune`, children of owned kinds that
 //!   the outcome no longer lists are deleted, and only when every child
-//!   was applied.
+//!   was applied. `keep` deletes none of them, and orphans none.
+//! - An outcome of `deleted` applies no children and writes no status.
+//!   With `prune` the children follow the object: the garbage collector
+//!   deletes them through the host's ownerReference once it is gone. With
+//!   `keep` the host removes that ownerReference (and only that one) from
+//!   every child the object controls, by a JSON patch that tests the
+//!   entry, before it removes its finalizer; a child it cannot release is
+//!   reported as a refused child and the finalizer stays.
 //! - A child the API server refuses for a reason a retry cannot fix (400,
 //!   403, 404, 422, or owned by another) is reported: a Warning Event
 //!   naming it, the host's `Reconciled=False` condition, and the guest's
@@ -246,6 +253,10 @@ pub struct Report {
     pub unchanged: Vec<ObjectRef>,
     /// Children pruned.
     pub pruned: Vec<ObjectRef>,
+    /// Children kept by an outcome of `deleted` that says
+    /// `children-policy: keep`: the host removed its ownerReference from
+    /// them, so the garbage collector leaves them when the object is gone.
+    pub orphaned: Vec<ObjectRef>,
 }
 
 impl Report {
@@ -835,6 +846,7 @@ impl Reconciler {
             applied: Vec::new(),
             unchanged: Vec::new(),
             pruned: Vec::new(),
+            orphaned: Vec::new(),
         };
         let (component, on_trial) = self.version_for(r);
         report.result = self.reconcile_into(&component, r, &mut report).await;
@@ -863,7 +875,14 @@ impl Reconciler {
                 if let (Some(last), None) = (last, &manifest.finalizer) {
                     report.event = Some(EventKind::Deleted);
                     match self.call_guest(&component, r, EventKind::Deleted, last.clone(), report).await? {
-                        Ok(outcome) => self.record_events(&component, r, &last, outcome.events).await,
+                        // Best effort, as the call: the garbage collector
+                        // may have deleted children to keep already.
+                        Ok(outcome) => {
+                            if let Err(e) = self.finish_deleted(&component, r, &last, outcome, report).await {
+                                tracing::warn!(object = %r, error = %e, "the object is gone: not tried again");
+                                lock(&self.refused).remove(r);
+                            }
+                        }
                         Err(failure) => self.record_events(&component, r, &last, failure.events).await,
                     }
                 }
@@ -896,7 +915,7 @@ impl Reconciler {
             }
             report.event = Some(EventKind::Deleted);
             match self.call_guest(&component, r, EventKind::Deleted, object.clone(), report).await? {
-                Ok(outcome) => self.record_events(&component, r, &object, outcome.events).await,
+                Ok(outcome) => self.finish_deleted(&component, r, &object, outcome, report).await?,
                 Err(failure) => return Err(self.fail(&component, r, &object, failure).await),
             }
             if let Some(finalizer) = &manifest.finalizer {
@@ -1138,14 +1157,18 @@ impl Reconciler {
                 }
                 Err(cluster::Error::Invalid(_)) if attempts < 3 => {
                     attempts += 1;
-                    // A read through the API server, not the cache: a
-                    // patch that tests and changes nothing.
-                    let read = json!([{"op": "test", "path": "/metadata/name", "value": r.name}]);
-                    base = self.cluster.patch(r, Patch::Json(read), Subresource::Status).await?;
+                    base = self.read_through(r, Subresource::Status).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// `r` as the API server has it now, not as the cache does: read by a
+    /// JSON patch that only tests its name, which changes nothing.
+    async fn read_through(&self, r: &ObjectRef, subresource: Subresource) -> Result<Value, cluster::Error> {
+        let read = json!([{"op": "test", "path": "/metadata/name", "value": r.name}]);
+        self.cluster.patch(r, Patch::Json(read), subresource).await
     }
 
     /// Notes that the status schema of `kind` keeps no `conditions`.
@@ -1273,11 +1296,7 @@ impl Reconciler {
             self.prune(manifest, r, &uid, &desired, report).await?;
         }
 
-        let condition = (!refused.is_empty()).then(|| HostCondition::new("ChildRefused", &refused_list(&refused)));
-        for failure in &refused {
-            tracing::warn!(object = %r, child = %failure.child, code = failure.code, reason = %failure.reason, "child refused");
-            self.record(self.warning(component, r, object, "ChildRefused", failure.to_string())).await;
-        }
+        let condition = self.report_refused(component, r, object, &refused).await;
         let (latest, error) = self.write_status(component, r, object, status, condition).await;
         match error {
             // With children refused, the status is best effort (a kind may
@@ -1290,6 +1309,144 @@ impl Reconciler {
         }
         self.record_events(component, r, object, outcome.events).await;
         Ok((latest, refused))
+    }
+
+    /// Reports children refused: one Warning Event `ChildRefused` each, and
+    /// the host's condition to write (none when nothing was refused).
+    async fn report_refused(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        object: &Value,
+        refused: &[ChildFailure],
+    ) -> Option<HostCondition> {
+        for failure in refused {
+            tracing::warn!(object = %r, child = %failure.child, code = failure.code, reason = %failure.reason, "child refused");
+            self.record(self.warning(component, r, object, "ChildRefused", failure.to_string())).await;
+        }
+        (!refused.is_empty()).then(|| HostCondition::new("ChildRefused", &refused_list(refused)))
+    }
+
+    /// Carries out the guest's outcome of `deleted` for `object`: with
+    /// `children-policy: keep`, the host's ownerReference goes from every
+    /// child ([`orphan`](Self::orphan)), so the garbage collector leaves
+    /// them; with `prune` the children follow the object through that
+    /// reference. Then the outcome's events are recorded. Children and
+    /// status it lists are not applied: the object is going.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ChildrenRefused`] when a child could not be released for a
+    /// reason a retry cannot fix, reported as a refused child of an applied
+    /// outcome is (a Warning Event, the host's condition, the guest's next
+    /// `failed-children`); a transient API error as it comes. Either way
+    /// the finalizer stays, so the object and the children wait.
+    async fn finish_deleted(
+        &self,
+        component: &Loaded,
+        r: &ObjectRef,
+        object: &Value,
+        outcome: wit::Outcome,
+        report: &mut Report,
+    ) -> Result<(), Error> {
+        let refused = match outcome.children_policy {
+            wit::ChildrenPolicy::Keep => self.orphan(&component.manifest, r, object, report).await?,
+            wit::ChildrenPolicy::Prune => Vec::new(),
+        };
+        if let Some(condition) = self.report_refused(component, r, object, &refused).await {
+            let (_, error) = self.write_status(component, r, object, None, Some(condition)).await;
+            if let Some(e) = error {
+                tracing::debug!(object = %r, error = %e, "no condition written");
+            }
+        }
+        self.record_events(component, r, object, outcome.events).await;
+        if refused.is_empty() {
+            return Ok(());
+        }
+        lock(&self.refused).insert(r.clone(), refused.clone());
+        Err(Error::ChildrenRefused(refused))
+    }
+
+    /// Removes the host's ownerReference from every child of an owned kind
+    /// that `object` controls (matching the kind's label selector, as
+    /// pruning does), so the garbage collector leaves them once `object`
+    /// is gone; their other owners' references stay. A child being deleted
+    /// already is left to it. Returns the children the API server refused
+    /// that write for a reason a retry cannot fix; a child gone meanwhile
+    /// has nothing left to keep.
+    async fn orphan(
+        &self,
+        manifest: &Manifest,
+        r: &ObjectRef,
+        object: &Value,
+        report: &mut Report,
+    ) -> Result<Vec<ChildFailure>, Error> {
+        let Some(uid) = object::meta_str(object, "uid") else { return Ok(Vec::new()) };
+        let mut refused = Vec::new();
+        for owned in &manifest.owns {
+            for child in self.cluster.list_owned(&owned.kind, r.namespace.as_deref(), uid).await? {
+                let Some(child_ref) = ObjectRef::of(&child) else { continue };
+                let child_ref = ObjectRef { gvk: owned.kind.clone(), ..child_ref };
+                let selected = owned.selects(child.pointer("/metadata/labels"));
+                if !controlled_by(&child, uid) || !selected || object::is_deleting(&child) {
+                    continue;
+                }
+                match self.release(r, &child_ref, child, uid).await {
+                    Ok(true) => {
+                        lock(&self.applied).remove(&key_of(&child_ref));
+                        report.orphaned.push(child_ref);
+                    }
+                    Ok(false) => {}
+                    Err(e) => match refusal(&e) {
+                        Some((code, reason, message)) => {
+                            let message = cluster::bounded(&message, cluster::MAX_MESSAGE);
+                            refused.push(ChildFailure { child: child_ref, code, reason, message });
+                        }
+                        None => return Err(e.into()),
+                    },
+                }
+            }
+        }
+        Ok(refused)
+    }
+
+    /// Removes the ownerReference to `uid` from the child `child_ref`
+    /// (`child` as last read), written for the primary object `primary`,
+    /// by the JSON patch of [`release_patch`]. A patch whose `test` fails
+    /// (the list changed since `child` was read) is sent again on the
+    /// child as the API server has it now, up to three times in all.
+    /// Returns false when there was nothing to remove: the child is gone,
+    /// or names `uid` no more.
+    async fn release(
+        &self,
+        primary: &ObjectRef,
+        child_ref: &ObjectRef,
+        mut child: Value,
+        uid: &str,
+    ) -> Result<bool, cluster::Error> {
+        let mut attempts = 1;
+        loop {
+            let Some(ops) = release_patch(&child, uid) else { return Ok(false) };
+            let sending = self.sending(child_ref);
+            let result = self.cluster.patch(child_ref, Patch::Json(ops), Subresource::Main).await;
+            if let Ok(written) = &result {
+                self.note_write(primary, child_ref, object::meta_str(&child, "resourceVersion"), written);
+            }
+            drop(sending);
+            match result {
+                Ok(_) => return Ok(true),
+                Err(e) if e.is_not_found() => return Ok(false),
+                Err(cluster::Error::Invalid(_)) if attempts < 3 => {
+                    attempts += 1;
+                    child = match self.read_through(child_ref, Subresource::Main).await {
+                        Ok(fresh) => fresh,
+                        Err(e) if e.is_not_found() => return Ok(false),
+                        Err(e) => return Err(e),
+                    };
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Whether `child` exists, and whether an owner other than the object
@@ -1330,13 +1487,7 @@ impl Reconciler {
         for owned in &manifest.owns {
             let existing = self.cluster.list_owned(&owned.kind, r.namespace.as_deref(), uid).await?;
             for child in existing {
-                let controlled_by_us =
-                    child.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
-                        refs.iter().any(|o| {
-                            o.get("uid").and_then(Value::as_str) == Some(uid)
-                                && o.get("controller") == Some(&json!(true))
-                        })
-                    });
+                let controlled_by_us = controlled_by(&child, uid);
                 let Some(child_ref) = ObjectRef::of(&child) else { continue };
                 let child_ref = ObjectRef { gvk: owned.kind.clone(), ..child_ref };
                 let selected = owned.selects(child.pointer("/metadata/labels"));
@@ -1448,6 +1599,26 @@ pub fn prepare_children(
         prepared.push((child_ref, child));
     }
     Ok(prepared)
+}
+
+/// True if `object` names the object `uid` as its controller.
+fn controlled_by(object: &Value, uid: &str) -> bool {
+    object.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| {
+        refs.iter()
+            .any(|o| o.get("uid").and_then(Value::as_str) == Some(uid) && o.get("controller") == Some(&json!(true)))
+    })
+}
+
+/// The JSON patch (RFC 6902) that removes the ownerReference to `uid`
+/// from `child`; `None` when it names `uid` in none. Only that entry goes:
+/// the `test` of its uid makes the patch fail (422) rather than remove
+/// another entry when the list changed since `child` was read, and every
+/// other owner's reference stays.
+fn release_patch(child: &Value, uid: &str) -> Option<Value> {
+    let refs = child.pointer("/metadata/ownerReferences")?.as_array()?;
+    let i = refs.iter().position(|o| o.get("uid").and_then(Value::as_str) == Some(uid))?;
+    let entry = format!("/metadata/ownerReferences/{i}");
+    Some(json!([{"op": "test", "path": format!("{entry}/uid"), "value": uid}, {"op": "remove", "path": entry}]))
 }
 
 /// The note of the one `LogsDropped` Warning Event a reconcile records
@@ -1808,6 +1979,24 @@ mod tests {
     }
 
     #[test]
+    fn releasing_a_child_removes_the_owners_reference_alone_and_tests_it_first() {
+        let owner =
+            |uid: &str, controller: bool| json!({"kind": "Keeper", "name": uid, "uid": uid, "controller": controller});
+        let child = json!({"metadata": {"ownerReferences": [owner("other", false), owner("mine", true)]}});
+        assert_eq!(
+            release_patch(&child, "mine"),
+            Some(json!([
+                {"op": "test", "path": "/metadata/ownerReferences/1/uid", "value": "mine"},
+                {"op": "remove", "path": "/metadata/ownerReferences/1"},
+            ]))
+        );
+        assert!(controlled_by(&child, "mine") && !controlled_by(&child, "other"), "a plain reference controls nothing");
+        // Nothing to release.
+        assert_eq!(release_patch(&child, "gone"), None);
+        assert_eq!(release_patch(&json!({"metadata": {}}), "mine"), None);
+    }
+
+    #[test]
     fn messages_a_guest_hands_the_host_are_bounded() {
         let huge = "é".repeat(2 << 20);
         let c = HostCondition::new("TerminalError", &huge);
@@ -1838,6 +2027,7 @@ mod tests {
             applied: vec![],
             unchanged: vec![],
             pruned: vec![],
+            orphaned: vec![],
         };
         let conflict =
             cluster::Error::Conflict(cluster::Status { code: 409, reason: "Conflict".into(), message: "stale".into() });
