@@ -157,12 +157,45 @@ fn a_reader_that_goes_away_ends_a_command_quietly() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
+        .expect("capstan runs");
     drop(child.stdout.take());
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait_with_output().expect("capstan ends");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
     assert!(dir.join("closed-pipe/Cargo.toml").is_file(), "the project is made before the listing");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_python_template_builds_with_the_projects_own_virtualenv() {
+    // `capstan dev` runs `sh build.sh` without the project's `.venv` on PATH.
+    let dir = std::env::temp_dir().join(format!("capstan-cli-venv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let new = Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["new", "venv-check", "--lang", "python", "--dir"])
+        .arg(dir.join("p"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("capstan new runs");
+    assert!(new.status.success(), "{}", String::from_utf8_lossy(&new.stderr));
+    let project = dir.join("p");
+    let bin = project.join(".venv/bin");
+    std::fs::create_dir_all(&bin).expect("venv folder");
+    // A stand-in componentize-py that says it ran.
+    let tool = bin.join("componentize-py");
+    std::fs::write(&tool, "#!/bin/sh\necho \"stand-in componentize-py $*\" >&2\nexit 3\n").expect("written");
+    let mut permissions = std::fs::metadata(&tool).expect("written").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&tool, permissions).expect("executable");
+    let build = Command::new("sh")
+        .arg("build.sh")
+        .current_dir(&project)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("sh runs");
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    assert!(stderr.contains("stand-in componentize-py"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -133,7 +133,8 @@ fn gen_rbac_grants_the_greeter_what_it_needs_and_nothing_more() {
             // ConfigMaps serve no status subresource: no rule for one.
             ("/configmaps".to_owned(), all.clone()),
             ("apps/deployments".to_owned(), all),
-            ("apps/deployments/status".to_owned(), status.clone()),
+            // A child's status belongs to its own controller: read only.
+            ("apps/deployments/status".to_owned(), vec!["get".to_owned()]),
             (
                 "examples.capstan.dev/greetings".to_owned(),
                 ["get", "list", "watch", "update", "patch"].map(String::from).into()
@@ -356,6 +357,18 @@ fn gen_manifest_skip_deployment_omits_the_deployment_and_the_components() {
 }
 
 #[test]
+fn gen_manifest_warns_about_a_reference_to_a_registry_on_loopback() {
+    let given = format!("{}=oci://127.0.0.1:5000/capstan/greeter:v1", greeter());
+    let out = capstan(&["gen", "manifest", &given]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("registry on loopback"), "{stderr}");
+    let reachable = format!("{}=oci://registry.example/capstan/greeter:v1", greeter());
+    let out = capstan(&["gen", "manifest", &reachable]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("loopback"));
+}
+
+#[test]
 fn gen_rejects_names_kubernetes_would_reject() {
     let out = capstan(&["gen", "rbac", &greeter(), "--namespace", "Capstan_System"]);
     assert_eq!(out.status.code(), Some(2));
@@ -461,8 +474,8 @@ fn capstan_new_scaffolds_a_project_that_builds_into_a_component_and_passes_its_s
     // `Reconciled` and the controller's own conditions merge by `type`.
     let crd: Value = serde_yaml_ng::from_slice(&capstan(&["gen", "crd", wasm.to_str().expect("utf-8 path")]).stdout)
         .expect("gen crd prints YAML");
-    let conditions = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-        ["conditions"];
+    let conditions =
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
     assert_eq!(conditions["x-kubernetes-list-type"], "map", "{conditions}");
     assert_eq!(conditions["x-kubernetes-list-map-keys"], json!(["type"]), "{conditions}");
     std::fs::remove_dir_all(&dir).expect("cleaned up");

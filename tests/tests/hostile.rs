@@ -7,9 +7,11 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
+use capstan_host::cluster::MAX_MESSAGE;
 use capstan_host::control::reconciler::Error as ReconcileError;
 use capstan_host::metrics::metrics;
 use capstan_host::runtime::component::{CompileSource, Loader};
@@ -17,14 +19,18 @@ use capstan_host::runtime::engine::{Engine, EngineConfig};
 use capstan_host::runtime::imports::STDIO_CAPACITY;
 use capstan_host::runtime::invocation::{self as runtime, Runtime};
 use capstan_host::runtime::limits::Limits;
-use capstan_host::serve::host::HostBuilder;
+use capstan_host::serve::host::{Host, HostBuilder};
+use capstan_host::serve::server::Server;
+use capstan_host::serve::webhook::tls::Certs;
+use capstan_host::serve::webhook::{self, Endpoint, Install, Registry};
 use capstan_host::testing::{MockHost, Run, find_component};
 use capstan_tests::{
     ControlPlane, PrivateControlPlane, TestNamespace, capstan_binary, free_port, random_suffix, wait_for,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -421,5 +427,108 @@ async fn the_host_started_while_the_api_server_is_down_waits_for_it_and_reconcil
     child.kill().await?;
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(dir.with_extension("log"));
+    Ok(())
+}
+
+// Issue #29, item 6: every string a guest returns is bounded before it is
+// logged, stored or sent. The `loud` fixture converts and schedules with
+// huge messages.
+
+/// A host serving the `loud` fixture's conversion webhook in `ns` (on
+/// HTTPS at a free port, its CRD installed with that conversion).
+async fn converting_host(ns: &TestNamespace) -> Result<(Host, Server)> {
+    let port = free_port()?;
+    let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()])?);
+    let install = Install::new(Endpoint::Url(format!("https://127.0.0.1:{port}")), certs.ca_bundle());
+    let registry = Arc::new(Registry::new().installing(Some(install)));
+    let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry)).await?;
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .webhooks(Some(registry))
+        .component(component("loud"))
+        .start()
+        .await?;
+    Ok((host, server))
+}
+
+/// `message` is cut to the host's bound, with the mark of the cut.
+fn bounded(message: &str) -> Result<()> {
+    ensure!(message.len() <= 2 * MAX_MESSAGE, "{} bytes, not bounded", message.len());
+    ensure!(message.contains(" bytes cut)"), "no mark of the cut: {message}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conversion_error_of_two_mib_reaches_the_client_bounded() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-convert").await?;
+    let (host, server) = converting_host(&ns).await?;
+    let api = |version: &str| {
+        let gvk = GroupVersionKind::gvk("fixtures.capstan.dev", version, "Loud");
+        Api::<DynamicObject>::namespaced_with(ns.client(), ns.name(), &ApiResource::from_gvk_with_plural(&gvk, "louds"))
+    };
+    let loud: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "fixtures.capstan.dev/v1", "kind": "Loud", "metadata": {"name": "a"}, "spec": {},
+    }))?;
+    // Stored as v1: no conversion.
+    wait_for(TIMEOUT, || async { api("v1").create(&PostParams::default(), &loud).await.ok() })
+        .await
+        .context("the Loud was created")?;
+    // Read as v2: the API server calls the conversion, which fails.
+    let message = match api("v2").get("a").await {
+        Err(kube::Error::Api(status)) => status.message,
+        other => anyhow::bail!("expected the conversion to fail, got {other:?}"),
+    };
+    bounded(&message)?;
+    assert!(message.contains("cccc"), "the guest's message, cut: {message}");
+    host.shutdown().await;
+    server.shutdown().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(ns.client());
+    let _ = crds.delete("louds.fixtures.capstan.dev", &DeleteParams::default()).await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_twenty_mb_unschedulable_reason_is_written_bounded_into_the_pods_condition() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-schedule").await?;
+    // Without kube-controller-manager no one makes the default
+    // ServiceAccount that admission wants for a Pod.
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+    let _ = ns.api::<ServiceAccount>().create(&PostParams::default(), &account).await;
+    // Its scheduler only: no webhooks served, no CRD installed.
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .component(component("loud"))
+        .start()
+        .await?;
+    let pods: Api<Pod> = ns.api();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "nowhere"},
+        "spec": {"schedulerName": "loud", "containers": [{"name": "app", "image": "registry.example/app:1"}]},
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    // Before the bound, the API server refused the condition (413).
+    let message = wait_for(TIMEOUT, || async {
+        let pod = pods.get("nowhere").await.ok()?;
+        let condition = pod.status?.conditions?.into_iter().find(|c| c.type_ == "PodScheduled")?;
+        (condition.status == "False" && condition.reason.as_deref() == Some("Unschedulable"))
+            .then(|| condition.message.unwrap_or_default())
+    })
+    .await
+    .context("the PodScheduled condition was written")?;
+    bounded(&message)?;
+    assert!(message.starts_with("uuuu"), "the guest's reason, cut: {message}");
+    let events = ns.api::<Event>().list(&ListParams::default()).await?.items;
+    let note = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .and_then(|e| e.note.clone())
+        .context("a FailedScheduling Event")?;
+    bounded(&note)?;
+    host.shutdown().await;
+    ns.cleanup().await?;
     Ok(())
 }

@@ -60,9 +60,14 @@ async fn merge(api: &Api<DynamicObject>, name: &str, patch: Value) -> Result<()>
     Ok(())
 }
 
+/// Held by each test of this file: every host here reconciles the
+/// cluster-scoped Tenants of all of them, so they run one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_children_and_survives_restarts()
 -> Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let plane = ControlPlane::shared().await?;
     let client = plane.client()?;
     let vault = TestNamespace::new("tenant-vault").await?;
@@ -217,6 +222,7 @@ async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_ch
 // the host keeps running the others: the Tenant still provisions.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_component_that_could_write_no_child_is_refused_at_load_and_the_others_run() -> Result<()> {
+    let _serial = ONE_AT_A_TIME.lock().await;
     let plane = ControlPlane::shared().await?;
     let client = plane.client()?;
     let name = format!("upgrade-{}", random_suffix(6));

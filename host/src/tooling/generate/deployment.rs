@@ -83,6 +83,14 @@ pub(crate) fn components_config_map(components: &[Component], options: &Options)
             Some(reference) => {
                 let parsed: crate::serve::oci::Reference =
                     reference.parse().map_err(|error| Error::Reference { controller: controller.clone(), error })?;
+                if crate::serve::oci::is_loopback(parsed.registry()) {
+                    tracing::warn!(
+                        controller,
+                        reference = %parsed,
+                        "the reference names a registry on loopback: in the cluster that is the host's own Pod, \
+                         where no registry runs; push the component to a registry the cluster's nodes can reach"
+                    );
+                }
                 data.insert(format!("{controller}.oci"), format!("{parsed}\n"));
             }
             None => {
