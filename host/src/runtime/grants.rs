@@ -375,7 +375,10 @@ mod tests {
         let owned = Grants::from_manifest(&m);
         assert!(write(&owned, Verb::Patch).is_err(), "owning a kind does not reach its status");
         assert!(write(&owned, Verb::Update).is_err());
-        assert!(owned.check(Request::new(Verb::Get, &quota, Some("app")).status(), Some("app")).is_ok(), "reading it does");
+        assert!(
+            owned.check(Request::new(Verb::Get, &quota, Some("app")).status(), Some("app")).is_ok(),
+            "reading it does"
+        );
         m.permissions.push(Permission {
             group: String::new(),
             kind: "ResourceQuota".into(),
