@@ -52,6 +52,8 @@ build capstan-fixture-guests --features status-writer
 cp "$release/capstan_fixture_guests.wasm" "$out/status-writer.wasm"
 build capstan-fixture-guests --features keeper
 cp "$release/capstan_fixture_guests.wasm" "$out/keeper.wasm"
+build capstan-fixture-guests --features snooper
+cp "$release/capstan_fixture_guests.wasm" "$out/snooper.wasm"
 build capstan-fixture-guests --features unwritable
 cp "$release/capstan_fixture_guests.wasm" "$out/unwritable.wasm"
 build capstan-fixture-guests --features invalid-manifest

@@ -27,7 +27,7 @@ use capstan_host::testing::{MockHost, Run, find_component};
 use capstan_tests::{
     ControlPlane, PrivateControlPlane, TestNamespace, capstan_binary, free_port, random_suffix, wait_for,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -529,6 +529,76 @@ async fn a_twenty_mb_unschedulable_reason_is_written_bounded_into_the_pods_condi
         .context("a FailedScheduling Event")?;
     bounded(&note)?;
     host.shutdown().await;
+    ns.cleanup().await?;
+    Ok(())
+}
+
+// Issue #29, item 4: a scheduler touches only what binding needs. The
+// `snooper` fixture tries to read, change and delete Pods through the kube
+// import from inside `schedule()`.
+
+/// What the snooper reports when every call past binding is denied.
+const ALL_DENIED: &str = "get=denied list=denied list-all=denied patch=denied patch-status=denied delete=denied \
+                          patch-own=denied patch-own-status=denied";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scheduler_guest_touches_no_pod_and_still_binds_through_the_host() -> Result<()> {
+    let client = ControlPlane::shared().await?.client()?;
+    let ns = TestNamespace::new("hostile-snoop").await?;
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+    let _ = ns.api::<ServiceAccount>().create(&PostParams::default(), &account).await;
+    // A Node of this run to place on (a plain API object: no kubelet).
+    let run = random_suffix(6);
+    let node_name = format!("snoop-{run}");
+    let nodes: Api<Node> = Api::all(client);
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": node_name, "labels": {"snoop-run": run}}}))?;
+    nodes.create(&PostParams::default(), &node).await?;
+    let pods: Api<Pod> = ns.api();
+    let pod = |name: &str, scheduler: &str, annotations: Value| -> Result<Pod> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "victim"}, "annotations": annotations},
+            "spec": {"schedulerName": scheduler, "nodeSelector": {"snoop-run": run},
+                "containers": [{"name": "app", "image": "registry.example/app:1"}]},
+        }))?)
+    };
+    // Another scheduler's Pod, which no one schedules here.
+    let victim = pods.create(&PostParams::default(), &pod("victim", "someone-else", json!({}))?).await?;
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .component(component("snooper"))
+        .start()
+        .await?;
+    let snooped = json!({"fixtures.capstan.dev/victim": "victim"});
+    let report = json!({"fixtures.capstan.dev/victim": "victim", "fixtures.capstan.dev/report": "yes"});
+    pods.create(&PostParams::default(), &pod("report", "snooper", report)?).await?;
+    pods.create(&PostParams::default(), &pod("placed", "snooper", snooped)?).await?;
+    // What each call gave, as the guest saw it.
+    let seen = wait_for(TIMEOUT, || async {
+        let pod = pods.get("report").await.ok()?;
+        let condition = pod.status?.conditions?.into_iter().find(|c| c.type_ == "PodScheduled")?;
+        (condition.status == "False").then(|| condition.message.unwrap_or_default())
+    })
+    .await
+    .context("the report Pod's PodScheduled condition was written")?;
+    assert_eq!(seen, ALL_DENIED, "the calls the snooper made from schedule()");
+    // Binding still goes through the host.
+    let bound = wait_for(TIMEOUT, || async { pods.get("placed").await.ok()?.spec?.node_name })
+        .await
+        .context("the placed Pod was bound")?;
+    assert_eq!(bound, node_name);
+    // On the API server, nothing the guest tried happened.
+    let after = pods.get("victim").await.context("the victim is still there")?;
+    assert_eq!(after.metadata.uid, victim.metadata.uid, "the victim was not deleted and made again");
+    assert_eq!(after.metadata.resource_version, victim.metadata.resource_version, "the victim is unchanged");
+    for name in ["report", "placed"] {
+        let own = pods.get(name).await?;
+        let labels = own.metadata.labels.unwrap_or_default();
+        assert!(!labels.contains_key("snooped"), "{name} was labelled by the guest: {labels:?}");
+        let conditions = own.status.and_then(|s| s.conditions).unwrap_or_default();
+        assert!(conditions.iter().all(|c| c.type_ != "Snooped"), "{name}'s status was written: {conditions:?}");
+    }
+    host.shutdown().await;
+    let _ = nodes.delete(&node_name, &DeleteParams::default()).await;
     ns.cleanup().await?;
     Ok(())
 }
