@@ -4,14 +4,18 @@
 //! forged ownerReferences, and Events stay where the controller may look.
 //! The hostile behaviours live in the fixture guest (`tests/fixtures/guests`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use capstan_host::serve::host::HostBuilder;
+use capstan_host::serve::host::{Error as HostError, HOST_FIELD_MANAGER, HostBuilder, INSTALLED_BY};
+use capstan_host::serve::webhook::tls::Certs;
+use capstan_host::serve::webhook::{self, Endpoint, Install, Registry};
 use capstan_host::testing::find_component;
 use capstan_tests::{ControlPlane, TestNamespace, wait_for};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
@@ -105,9 +109,12 @@ async fn a_component_may_not_replace_a_crd_another_component_installed() -> Resu
     let plane = ControlPlane::shared().await?;
     let ns = TestNamespace::new("crd-owner").await?;
     let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
+    // On the shared cluster the CRD may exist unmarked (another suite
+    // applies it as kubectl would): the greeter's host takes it over.
     let host = HostBuilder::new(ns.client())
         .namespace(Some(ns.name().to_owned()))
         .install_crds(true)
+        .adopt_crds(["greetings.examples.capstan.dev"])
         .component(greeter)
         .start()
         .await?;
@@ -117,13 +124,105 @@ async fn a_component_may_not_replace_a_crd_another_component_installed() -> Resu
         matches!(&err, capstan_host::serve::host::Error::CrdOwned { owner, controller, .. } if owner == "greeter" && controller == "thief"),
         "{err}"
     );
-    let crds: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
-        kube::Api::all(plane.client()?);
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(plane.client()?);
     let crd = crds.get("greetings.examples.capstan.dev").await?;
     let schema = serde_json::to_value(&crd.spec.versions[0].schema)?;
     assert!(schema.pointer("/openAPIV3Schema/properties/spec").is_some(), "the greeter's schema stays: {schema}");
     host.shutdown().await;
     ns.cleanup().await?;
+    Ok(())
+}
+
+/// The CRD of `component`, as its manifest defines it.
+async fn crd_of(component: &std::path::Path) -> Result<serde_json::Value> {
+    let engine = capstan_host::runtime::engine::Engine::new(Default::default())?;
+    let runtime =
+        capstan_host::runtime::invocation::Runtime::new(&engine, capstan_host::runtime::limits::Limits::default())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let loaded = capstan_host::runtime::component::Loader::new(runtime, None).load(component).await?;
+    loaded.manifest.crds.first().cloned().context("the component defines a CRD")
+}
+
+/// Whether the CRD carries the host's marker and was written by the
+/// host's field manager.
+async fn taken_by_host(crds: &kube::Api<CustomResourceDefinition>, name: &str) -> Result<(Option<String>, bool)> {
+    let crd = crds.get(name).await?;
+    let marker = crd.metadata.annotations.unwrap_or_default().get(INSTALLED_BY).cloned();
+    let written = crd.metadata.managed_fields.unwrap_or_default().iter().any(|m| m.manager.as_deref() == Some(HOST_FIELD_MANAGER));
+    Ok((marker, written))
+}
+
+/// #29.3: a CRD that kubectl or Helm installed (no `capstan.dev/installed-by`)
+/// is neither overwritten nor locked to a component by `--install-crds`,
+/// nor given a conversion by `--install-webhooks`, unless the operator
+/// names it in `--adopt-crd`. A private control plane: the test owns
+/// the CRDs' history.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crd_someone_else_installed_is_taken_over_only_when_the_operator_says_so() -> Result<()> {
+    let private = capstan_tests::PrivateControlPlane::start(false).await?;
+    let client = private.plane().client()?;
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
+
+    // As Helm would install it: labelled, no marker.
+    let mut crd = crd_of(&greeter).await?;
+    crd["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "Helm"});
+    let name = crd["metadata"]["name"].as_str().context("a named CRD")?.to_owned();
+    capstan_tests::install_crd(&client, crd).await?;
+
+    let host = HostBuilder::new(client.clone()).install_crds(true).component(&greeter).start().await?;
+    wait_for(TIMEOUT, || async { (host.status()[0].state == "running").then_some(()) })
+        .await
+        .with_context(|| format!("the component runs with the CRD as it is: {:?}", host.status()))?;
+    assert_eq!(taken_by_host(&crds, &name).await?, (None, false), "left as Helm installed it");
+    host.shutdown().await;
+
+    // A component with a conversion on a CRD installed that way is
+    // refused, naming the way out; the CRD keeps no conversion.
+    let converter = find_component("greeter-webhooks").map_err(anyhow::Error::msg)?;
+    let mut converted = crd_of(&converter).await?;
+    let converted_name = converted["metadata"]["name"].as_str().context("a named CRD")?.to_owned();
+    converted["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "Helm"});
+    capstan_tests::install_crd(&client, converted).await?;
+    let webhooks = || async {
+        let port = capstan_tests::free_port()?;
+        let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()])?);
+        let install = Install::new(Endpoint::Url(format!("https://127.0.0.1:{port}")), certs.ca_bundle());
+        let registry = Arc::new(Registry::new().installing(Some(install)));
+        let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry)).await?;
+        anyhow::Ok((registry, server))
+    };
+    let (registry, server) = webhooks().await?;
+    let refused = HostBuilder::new(client.clone())
+        .webhooks(Some(Arc::clone(&registry)))
+        .component(&converter)
+        .start()
+        .await
+        .expect_err("its conversion is refused");
+    assert!(
+        matches!(&refused, HostError::Webhook { error: webhook::Error::ConversionUnowned { crd, .. }, .. } if *crd == converted_name),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains(&format!("--adopt-crd {converted_name}")), "names the way out: {refused}");
+    let strategy = crds.get(&converted_name).await?.spec.conversion.map(|c| c.strategy);
+    assert_ne!(strategy.as_deref(), Some("Webhook"), "no conversion was set");
+    server.shutdown().await;
+
+    // Named by the operator: taken over, marked, and converted.
+    let (registry, server) = webhooks().await?;
+    let host = HostBuilder::new(client.clone())
+        .install_crds(true)
+        .adopt_crds([name.clone(), converted_name.clone()])
+        .webhooks(Some(Arc::clone(&registry)))
+        .component(&greeter)
+        .component(&converter)
+        .start()
+        .await?;
+    assert_eq!(taken_by_host(&crds, &name).await?, (Some("greeter".to_owned()), true), "adopted");
+    let strategy = crds.get(&converted_name).await?.spec.conversion.map(|c| c.strategy);
+    assert_eq!(strategy.as_deref(), Some("Webhook"), "its conversion is set once adopted");
+    host.shutdown().await;
+    server.shutdown().await;
     Ok(())
 }
 

@@ -18,6 +18,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -211,6 +212,7 @@ pub struct HostBuilder {
     components_dir: Option<PathBuf>,
     namespaces: Vec<String>,
     install_crds: bool,
+    adopt_crds: BTreeSet<String>,
     check_permissions: bool,
     allow_wildcards: bool,
     limits: Limits,
@@ -250,6 +252,7 @@ impl HostBuilder {
             components_dir: None,
             namespaces: Vec::new(),
             install_crds: false,
+            adopt_crds: BTreeSet::new(),
             check_permissions: false,
             allow_wildcards: false,
             limits: Limits::default(),
@@ -336,8 +339,24 @@ impl HostBuilder {
     }
 
     /// Applies the CRDs components define, and waits until established.
+    /// A CRD is applied only where it is the component's own: new, or
+    /// marked [`INSTALLED_BY`] that component. One that someone else
+    /// installed without the marker (kubectl, Helm, a host older than the
+    /// marker) is left as it is, and the component runs with it, unless
+    /// the operator names it in [`adopt_crds`](Self::adopt_crds).
     pub fn install_crds(mut self, on: bool) -> Self {
         self.install_crds = on;
+        self
+    }
+
+    /// CRDs (by name, e.g. `greetings.examples.capstan.dev`) that exist
+    /// without the [`INSTALLED_BY`] marker and that the host may take
+    /// over (`--adopt-crd`): with [`install_crds`](Self::install_crds) it
+    /// applies the component's definition over one and marks it; with
+    /// webhooks installed it may set its conversion. A CRD another
+    /// component installed is never adopted.
+    pub fn adopt_crds(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.adopt_crds = names.into_iter().map(Into::into).collect();
         self
     }
 
@@ -476,6 +495,7 @@ impl HostBuilder {
             settings: self.settings,
             namespaces: self.namespaces,
             install_crds: self.install_crds,
+            adopt_crds: self.adopt_crds,
             check_permissions: self.check_permissions,
             allow_wildcards: self.allow_wildcards,
             canary: self.canary,
@@ -689,6 +709,7 @@ pub(crate) struct Shared {
     settings: Settings,
     namespaces: Vec<String>,
     install_crds: bool,
+    adopt_crds: BTreeSet<String>,
     check_permissions: bool,
     allow_wildcards: bool,
     canary: Option<u8>,
@@ -884,7 +905,7 @@ impl Shared {
         }
         if self.install_crds {
             for crd in &manifest.crds {
-                install_crd(&self.cluster, crd, &manifest.name).await?;
+                install_crd(&self.cluster, crd, &manifest.name, &self.adopt_crds).await?;
             }
         }
         if let Some(webhooks) = &self.webhooks
@@ -896,6 +917,7 @@ impl Shared {
                 install,
                 &self.namespaces,
                 webhooks.takes_over(),
+                &self.adopt_crds,
             )
             .await
             .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
@@ -1311,21 +1333,70 @@ impl Shared {
     }
 }
 
-/// Applies a CRD and waits until it is established.
-/// The annotation naming the controller whose component installed a CRD
-/// (`--install-crds`): the CRD belongs to it, and no other component may
-/// install it again.
+/// The annotation naming the controller whose component a CRD belongs to:
+/// set by the host that installed it (`--install-crds`), or written by
+/// `capstan gen` for CRDs applied another way. No other component may
+/// install it again or set its conversion.
 pub const INSTALLED_BY: &str = "capstan.dev/installed-by";
 
-async fn install_crd(cluster: &KubeCluster, crd: &Value, controller: &str) -> Result<(), Error> {
+/// Who else may have installed a CRD that carries no [`INSTALLED_BY`]: its
+/// `app.kubernetes.io/managed-by` label (Helm sets it) or its field
+/// managers (kubectl's is `kubectl-client-side-apply` or `kubectl`), for
+/// the message that says it was left alone.
+fn installed_by_someone_else(crd: &Value) -> String {
+    if let Some(by) = crd.pointer("/metadata/labels/app.kubernetes.io~1managed-by").and_then(Value::as_str) {
+        return format!("managed by {by}");
+    }
+    let managers: BTreeSet<&str> = crd
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("manager").and_then(Value::as_str))
+        .collect();
+    if managers.is_empty() {
+        "not installed by a Capstan component".to_owned()
+    } else {
+        format!("written by {}", managers.into_iter().collect::<Vec<_>>().join(", "))
+    }
+}
+
+/// Applies a CRD of `controller`'s component and waits until it is
+/// established, when the CRD is its own: new, or marked [`INSTALLED_BY`]
+/// `controller`, or unmarked and named in `adopt`. An unmarked CRD not in
+/// `adopt` is left as it is (someone else installed it) and said so in
+/// the log; the component runs with it.
+async fn install_crd(
+    cluster: &KubeCluster,
+    crd: &Value,
+    controller: &str,
+    adopt: &BTreeSet<String>,
+) -> Result<(), Error> {
     let name = crate::object::meta_str(crd, "name").unwrap_or_default().to_owned();
     let r = ObjectRef::new(Gvk::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition"), None, name.clone());
     match cluster.get(&r).await {
         Ok(existing) => {
             let owner =
                 existing.pointer("/metadata/annotations").and_then(|a| a.get(INSTALLED_BY)).and_then(Value::as_str);
-            if let Some(owner) = owner.filter(|o| *o != controller) {
-                return Err(Error::CrdOwned { name, owner: owner.to_owned(), controller: controller.to_owned() });
+            match owner {
+                Some(owner) if owner != controller => {
+                    return Err(Error::CrdOwned { name, owner: owner.to_owned(), controller: controller.to_owned() });
+                }
+                Some(_) => {}
+                None if adopt.contains(&name) => {
+                    let by = installed_by_someone_else(&existing);
+                    tracing::warn!(crd = %name, controller, previously = %by, "adopting a CRD someone else installed (--adopt-crd)");
+                }
+                None => {
+                    let by = installed_by_someone_else(&existing);
+                    tracing::warn!(
+                        crd = %name,
+                        controller,
+                        "CRD {name} exists and has no {INSTALLED_BY} annotation ({by}): left as it is, and the component runs with it; \
+                         pass --adopt-crd {name} to let the host apply the component's definition over it"
+                    );
+                    return Ok(());
+                }
             }
         }
         Err(e) if e.is_not_found() => {}

@@ -118,6 +118,21 @@ pub enum Error {
         /// The component that declared its conversion.
         component: String,
     },
+    /// The CRD whose conversion the component declares belongs to no
+    /// component (no `capstan.dev/installed-by` annotation: kubectl, Helm
+    /// or an older host installed it) and the operator did not name it in
+    /// `--adopt-crd`.
+    #[error(
+        "CRD {crd} was not installed by a Capstan component (no capstan.dev/installed-by annotation), so component {component} \
+         may not set its conversion: annotate it capstan.dev/installed-by={component} (as `capstan gen` writes it), or run with \
+         --adopt-crd {crd}"
+    )]
+    ConversionUnowned {
+        /// The CRD.
+        crd: String,
+        /// The component that declared its conversion.
+        component: String,
+    },
     /// `--webhook-failure-policy` gives one target both policies.
     #[error("--webhook-failure-policy {0} is given both Ignore and Fail")]
     PolicyTwice(String),
@@ -157,6 +172,7 @@ impl Error {
             | Error::Install { .. }
             | Error::Owned { .. }
             | Error::ConversionOwned { .. }
+            | Error::ConversionUnowned { .. }
             | Error::PolicyTwice(_)
             | Error::PolicyUnmatched { .. }
             | Error::PolicyComponent { .. } => StatusCode::INTERNAL_SERVER_ERROR,

@@ -163,6 +163,15 @@ pub struct RunArgs {
     /// until they are established.
     #[arg(long)]
     pub install_crds: bool,
+    /// A CRD (by name, e.g. `greetings.example.com`) that exists without
+    /// the `capstan.dev/installed-by` annotation (kubectl, Helm or an older
+    /// host installed it) and that the host may take over: with
+    /// `--install-crds` it applies the component's definition over it;
+    /// with `--install-webhooks` it may set its conversion. Repeat the
+    /// option or separate names with commas. Without it such a CRD is left
+    /// as it is. A CRD another component installed is never taken over.
+    #[arg(long = "adopt-crd", value_name = "CRD", value_delimiter = ',', env = "CAPSTAN_ADOPT_CRDS")]
+    pub adopt_crds: Vec<String>,
     /// Serve the components' admission and conversion webhooks over HTTPS
     /// on this address, e.g. `0.0.0.0:9443`. Default: not served.
     #[arg(long, value_name = "ADDR")]
@@ -850,6 +859,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
             let mut builder = crate::serve::host::HostBuilder::new(client.clone())
                 .namespaces(args.namespaces.clone())
                 .install_crds(args.install_crds)
+                .adopt_crds(args.adopt_crds.clone())
                 .check_permissions(!args.skip_permission_check)
                 .allow_wildcard_permissions(args.allow_wildcard_permissions)
                 .canary(args.canary)

@@ -493,10 +493,20 @@ fn check_components(components: &[Component]) -> Result<BTreeMap<String, Value>>
             }
         }
     }
-    Ok(crds.into_iter().map(|(name, (crd, _))| (name, crd)).collect())
+    Ok(crds
+        .into_iter()
+        .map(|(name, (mut crd, controller))| {
+            crd["metadata"]["annotations"][crate::serve::host::INSTALLED_BY] = Value::from(controller);
+            (name, crd)
+        })
+        .collect())
 }
 
-/// The CRDs the components define, each once, sorted by name.
+/// The CRDs the components define, each once, sorted by name, each
+/// marked as the first defining component's
+/// ([`INSTALLED_BY`](crate::serve::host::INSTALLED_BY)), so that a host
+/// sets the conversion of, or installs over, a CRD applied from this
+/// output only for that component.
 ///
 /// # Errors
 ///
@@ -932,7 +942,13 @@ mod tests {
     fn a_crd_defined_twice_alike_is_generated_once_and_differently_is_an_error() {
         let same =
             [component("a", vec![crd("greetings", "Greeting")]), component("b", vec![crd("greetings", "Greeting")])];
-        assert_eq!(crds(&same).expect("identical").len(), 1);
+        let generated = crds(&same).expect("identical");
+        assert_eq!(generated.len(), 1);
+        assert_eq!(
+            generated[0]["metadata"]["annotations"][crate::serve::host::INSTALLED_BY],
+            json!("a"),
+            "marked as the first defining component's, so a host applies over or converts it only for that one"
+        );
         let mut other = crd("greetings", "Greeting");
         other["spec"]["scope"] = json!("Cluster");
         let clash = [component("a", vec![crd("greetings", "Greeting")]), component("b", vec![other])];

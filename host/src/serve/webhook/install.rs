@@ -19,8 +19,9 @@
 //! otherwise the component is rejected with [`Error::Owned`] and the
 //! object stays as it is, unless the operator passes
 //! `--take-over-webhooks`. A CRD's conversion is set only by the component
-//! that installed the CRD (its `capstan.dev/installed-by` annotation, when
-//! it has one). [`uninstall`] removes only what the caller owns.
+//! the CRD belongs to (its `capstan.dev/installed-by` annotation); one
+//! without the annotation only when the operator names it in
+//! `--adopt-crd`. [`uninstall`] removes only what the caller owns.
 //!
 //! # Caveats
 //!
@@ -237,6 +238,8 @@ pub fn objects(
 /// declare (nothing is applied), [`Error::Owned`] for an object another
 /// host installed and still serves (unless `take_over`),
 /// [`Error::ConversionOwned`] for a CRD another component installed,
+/// [`Error::ConversionUnowned`] for one no component installed that is
+/// not in `adopt` (`--adopt-crd`),
 /// [`Error::Install`] naming the object that could not be read or applied,
 /// or the kind whose resource discovery does not know.
 pub async fn install(
@@ -245,6 +248,7 @@ pub async fn install(
     install: &Install,
     namespaces: &[String],
     take_over: bool,
+    adopt: &std::collections::BTreeSet<String>,
 ) -> Result<(), Error> {
     install.failure_policies.check(manifest)?;
     let plurals = plurals(cluster, manifest).await?;
@@ -257,12 +261,19 @@ pub async fn install(
                 .pointer("/metadata/annotations")
                 .and_then(|a| a.get(crate::serve::host::INSTALLED_BY))
                 .and_then(Value::as_str);
-            if let Some(other) = installed_by.filter(|c| *c != manifest.name) {
-                return Err(Error::ConversionOwned {
-                    crd: r.name.clone(),
-                    owner: other.to_owned(),
-                    component: manifest.name.clone(),
-                });
+            match installed_by {
+                Some(other) if other != manifest.name => {
+                    return Err(Error::ConversionOwned {
+                        crd: r.name.clone(),
+                        owner: other.to_owned(),
+                        component: manifest.name.clone(),
+                    });
+                }
+                Some(_) => {}
+                None if adopt.contains(&r.name) => {
+                    tracing::warn!(crd = %r.name, component = %manifest.name, "setting the conversion of a CRD no component installed (--adopt-crd)");
+                }
+                None => return Err(Error::ConversionUnowned { crd: r.name.clone(), component: manifest.name.clone() }),
             }
         }
         if let Some(current) = existing.as_ref().and_then(owner_of).filter(|o| *o != owner) {
