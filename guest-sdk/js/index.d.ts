@@ -517,12 +517,28 @@ export interface AdmissionRequest<T extends KubeObject = KubeObject> {
   namespace?: string;
   /** The object as it would be stored; undefined on delete. */
   object?: T;
-  /** The object as it is stored; undefined on create. */
+  /**
+   * The object as it is stored; undefined on create, and when it does not
+   * decode (then `undecodableOldObject` holds it).
+   */
   oldObject?: T;
+  /**
+   * The stored object when it does not decode: the request still goes to
+   * the handler (a delete, an update to an object that decodes).
+   */
+  undecodableOldObject?: Undecodable;
   subResource?: string;
   userInfo: { username: string; uid: string; groups: string[] };
   dryRun: boolean;
   uid: string;
+}
+
+/** An object of a request that does not decode: what came, and why. */
+export interface Undecodable {
+  /** The object as it came (its bytes, as text). */
+  raw: string;
+  /** Why it does not decode. */
+  error: string;
 }
 
 /** The answer to an admission request. */
@@ -548,6 +564,11 @@ export class Admission<T extends KubeObject = KubeObject> extends Component {
   mutate(request: AdmissionRequest<T>, obj: T): Verdict;
   /** A mutating webhook's request without an object (a delete). */
   mutateWithoutObject(request: AdmissionRequest<T>): Verdict;
+  /**
+   * Called instead of the methods above when the object to store does not
+   * decode; the default denies with 400 and the reason.
+   */
+  undecodable(request: AdmissionRequest<T>, obj: Undecodable): Verdict;
 }
 
 /** Converts objects of one CRD between its versions; throw to fail the request. */

@@ -149,6 +149,26 @@ impl Webhook {
     }
 }
 
+/// An object of a request that does not decode as the webhook's type: the
+/// JSON the API server sent, and why it does not decode.
+///
+/// ```
+/// use capstan_guest::admission::Undecodable;
+///
+/// let stored = Undecodable {
+///     raw: serde_json::json!({"spec": {"message": "hi"}}),
+///     error: "missing field `size`".to_owned(),
+/// };
+/// assert_eq!(stored.raw["spec"]["message"], "hi");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Undecodable {
+    /// The object as the API server sent it.
+    pub raw: serde_json::Value,
+    /// Why it does not decode as the webhook's type (serde's message).
+    pub error: String,
+}
+
 /// Who makes a request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UserInfo {
@@ -173,10 +193,18 @@ pub struct Request<K> {
     pub namespace: Option<String>,
     /// The subresource, if any.
     pub sub_resource: Option<String>,
-    /// The object as it would be stored; `None` on delete.
+    /// The object as it would be stored; `None` on delete, and in
+    /// [`Admission::undecodable`] (which gets it raw).
     pub object: Option<K>,
-    /// The object as it is stored; `None` on create.
+    /// The object as it is stored; `None` on create, and when it does not
+    /// decode as `K` (an object stored before the type changed): then
+    /// [`undecodable_old_object`](Self::undecodable_old_object) holds it.
     pub old_object: Option<K>,
+    /// The object as it is stored, raw, when it does not decode as `K`
+    /// (e.g. stored before the type gained a required field). Such a
+    /// request is not refused for it: a delete, or an update to an object
+    /// that decodes, goes to the handler like any other.
+    pub undecodable_old_object: Option<Undecodable>,
     /// Who makes the request.
     pub user_info: UserInfo,
     /// Nothing will be stored.
@@ -274,38 +302,65 @@ pub trait Admission: Default + 'static {
         let _ = request;
         Verdict::allow()
     }
+
+    /// Called, by validating and mutating webhooks alike, instead of the
+    /// methods above when the object to store does not decode as
+    /// [`Resource`](Self::Resource) (`request.object` is `None`; `object`
+    /// holds it raw). The default denies with 400 and serde's message,
+    /// prefixed `object does not match the webhook's type: `. Nothing
+    /// can be changed here: a mutating webhook's answer carries no patch.
+    ///
+    /// An old object that does not decode never lands here: see
+    /// [`Request::undecodable_old_object`].
+    fn undecodable(&self, request: &Request<Self::Resource>, object: &Undecodable) -> Verdict {
+        let _ = request;
+        Verdict::deny(format!("object does not match the webhook's type: {}", object.error)).code(400)
+    }
 }
 
-fn typed<K: serde::de::DeserializeOwned>(bytes: Option<&[u8]>) -> Result<Option<K>, String> {
-    bytes
-        .map(|b| serde_json::from_slice(b).map_err(|e| format!("object does not match the webhook's type: {e}")))
-        .transpose()
+/// `bytes` decoded as `K`, or raw with the reason when they do not decode.
+fn typed<K: serde::de::DeserializeOwned>(bytes: Option<&[u8]>) -> (Option<K>, Option<Undecodable>) {
+    let Some(bytes) = bytes else { return (None, None) };
+    match serde_json::from_slice(bytes) {
+        Ok(k) => (Some(k), None),
+        Err(e) => {
+            // The host sends the API server's JSON; anything else is kept
+            // as a string so that the handler still sees what came.
+            let raw = serde_json::from_slice(bytes)
+                .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(bytes).into_owned()));
+            (None, Some(Undecodable { raw, error: e.to_string() }))
+        }
+    }
 }
 
 /// Answers one request through `A` (used by [`export!`](crate::export)).
+///
+/// An old object that does not decode goes to the handler raw
+/// ([`Request::undecodable_old_object`]); an object to store that does not
+/// decode goes to [`Admission::undecodable`].
 pub(crate) fn review<A: Admission>(request: wit::AdmissionRequest) -> wit::AdmissionResponse {
-    let decode = || -> Result<Request<A::Resource>, String> {
-        Ok(Request {
-            webhook: request.webhook.clone(),
-            operation: request.operation.into(),
-            name: request.name.clone(),
-            namespace: request.namespace.clone(),
-            sub_resource: request.sub_resource.clone(),
-            object: typed(request.object.as_deref())?,
-            old_object: typed(request.old_object.as_deref())?,
-            user_info: UserInfo {
-                username: request.user_info.username.clone(),
-                uid: request.user_info.uid.clone(),
-                groups: request.user_info.groups.clone(),
-            },
-            dry_run: request.dry_run,
-        })
-    };
-    let typed_request = match decode() {
-        Ok(r) => r,
-        Err(message) => return Verdict::deny(message).code(400).into_wit(None),
+    let (object, undecodable_object) = typed(request.object.as_deref());
+    let (old_object, undecodable_old_object) = typed(request.old_object.as_deref());
+    let typed_request = Request {
+        webhook: request.webhook,
+        operation: request.operation.into(),
+        name: request.name,
+        namespace: request.namespace,
+        sub_resource: request.sub_resource,
+        object,
+        old_object,
+        undecodable_old_object,
+        user_info: UserInfo {
+            username: request.user_info.username,
+            uid: request.user_info.uid,
+            groups: request.user_info.groups,
+        },
+        dry_run: request.dry_run,
     };
     let admission = A::default();
+    if let Some(undecodable) = &undecodable_object {
+        return admission.undecodable(&typed_request, undecodable).into_wit(None);
+    }
     match request.webhook_type {
         wit::WebhookType::Validating => admission.validate(&typed_request).into_wit(None),
         wit::WebhookType::Mutating => {
@@ -316,5 +371,175 @@ pub(crate) fn review<A: Admission>(request: wit::AdmissionRequest) -> wit::Admis
             let patched = serde_json::to_vec(&object).expect("a resource serializes to JSON");
             verdict.into_wit(Some(patched))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use serde::{Deserialize, Serialize};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A kind whose `spec.size` became required after objects were stored
+    /// without it.
+    #[derive(Clone, Debug, Deserialize, Serialize)]
+    struct Sized {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        spec: SizedSpec,
+    }
+
+    #[derive(Clone, Debug, Deserialize, Serialize)]
+    struct SizedSpec {
+        size: u32,
+    }
+
+    impl Resource for Sized {
+        type DynamicType = ();
+        type Scope = kube::core::NamespaceResourceScope;
+
+        fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+            "Sized".into()
+        }
+        fn group(_: &()) -> std::borrow::Cow<'_, str> {
+            "example.com".into()
+        }
+        fn version(_: &()) -> std::borrow::Cow<'_, str> {
+            "v1".into()
+        }
+        fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+            "sizeds".into()
+        }
+        fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+
+    /// Denies sizes above 10 and growing; defaults nothing; says what it
+    /// saw of an undecodable old object in a warning.
+    #[derive(Default)]
+    struct Strict;
+
+    impl Admission for Strict {
+        type Resource = Sized;
+
+        fn validate(&self, request: &Request<Sized>) -> Verdict {
+            let Some(new) = &request.object else { return Verdict::allow() };
+            if new.spec.size > 10 {
+                return Verdict::deny("too big").code(422);
+            }
+            match (&request.old_object, &request.undecodable_old_object) {
+                (Some(old), _) if old.spec.size < new.spec.size => Verdict::deny("cannot grow"),
+                (None, Some(raw)) => Verdict::allow().warn(format!("old message {}", raw.raw["spec"]["message"])),
+                _ => Verdict::allow(),
+            }
+        }
+    }
+
+    fn request(
+        webhook_type: wit::WebhookType,
+        operation: wit::Operation,
+        object: Option<Value>,
+        old: Option<Value>,
+    ) -> wit::AdmissionRequest {
+        wit::AdmissionRequest {
+            webhook: "validate.sizeds.example.com".into(),
+            webhook_type,
+            uid: "u".into(),
+            kind: wit::GroupVersionKind { group: "example.com".into(), version: "v1".into(), kind: "Sized".into() },
+            sub_resource: None,
+            name: "s".into(),
+            namespace: Some("default".into()),
+            operation,
+            object: object.map(|o| serde_json::to_vec(&o).expect("json")),
+            old_object: old.map(|o| serde_json::to_vec(&o).expect("json")),
+            user_info: wit::UserInfo { username: "someone".into(), uid: String::new(), groups: Vec::new() },
+            dry_run: false,
+        }
+    }
+
+    fn sized(size: Option<u32>) -> Value {
+        let mut spec = json!({"message": "hi"});
+        if let Some(size) = size {
+            spec["size"] = json!(size);
+        }
+        json!({"apiVersion": "example.com/v1", "kind": "Sized", "metadata": {"name": "s"}, "spec": spec})
+    }
+
+    #[test]
+    fn a_delete_of_an_old_object_that_does_not_decode_is_allowed() {
+        for webhook_type in [wit::WebhookType::Validating, wit::WebhookType::Mutating] {
+            let answer = review::<Strict>(request(webhook_type, wit::Operation::Delete, None, Some(sized(None))));
+            assert!(answer.allowed, "{webhook_type:?}: {:?}", answer.message);
+            assert_eq!(answer.patched, None);
+        }
+    }
+
+    #[test]
+    fn an_update_from_an_undecodable_old_object_reaches_the_handler_with_it_raw() {
+        let valid =
+            request(wit::WebhookType::Validating, wit::Operation::Update, Some(sized(Some(3))), Some(sized(None)));
+        let answer = review::<Strict>(valid);
+        assert!(answer.allowed, "{:?}", answer.message);
+        assert_eq!(answer.warnings, ["old message \"hi\""]);
+        // The typed new object is still checked.
+        let big =
+            request(wit::WebhookType::Validating, wit::Operation::Update, Some(sized(Some(11))), Some(sized(None)));
+        let answer = review::<Strict>(big);
+        assert!(!answer.allowed);
+        assert_eq!((answer.message.as_deref(), answer.code), (Some("too big"), Some(422)));
+    }
+
+    #[test]
+    fn a_mutation_from_an_undecodable_old_object_patches_the_new_one() {
+        let update =
+            request(wit::WebhookType::Mutating, wit::Operation::Update, Some(sized(Some(3))), Some(sized(None)));
+        let answer = review::<Strict>(update);
+        assert!(answer.allowed, "{:?}", answer.message);
+        let patched: Value = serde_json::from_slice(&answer.patched.expect("a mutating answer")).expect("json");
+        assert_eq!(patched["spec"]["size"], json!(3));
+    }
+
+    #[test]
+    fn an_object_to_store_that_does_not_decode_is_refused_naming_the_error() {
+        for operation in [wit::Operation::Create, wit::Operation::Update] {
+            let old = (operation == wit::Operation::Update).then(|| sized(Some(1)));
+            let answer = review::<Strict>(request(wit::WebhookType::Mutating, operation, Some(sized(None)), old));
+            assert!(!answer.allowed);
+            assert_eq!(answer.code, Some(400));
+            assert_eq!(answer.patched, None);
+            let message = answer.message.expect("a message");
+            assert!(message.starts_with("object does not match the webhook's type: missing field `size`"), "{message}");
+        }
+    }
+
+    /// Lets an undecodable object through, for the one change it knows.
+    #[derive(Default)]
+    struct Lenient;
+
+    impl Admission for Lenient {
+        type Resource = ConfigMap;
+
+        fn undecodable(&self, request: &Request<ConfigMap>, object: &Undecodable) -> Verdict {
+            assert!(request.object.is_none());
+            if object.raw["data"]["legacy"] == json!(true) {
+                Verdict::allow()
+            } else {
+                Verdict::deny(object.error.clone())
+            }
+        }
+    }
+
+    #[test]
+    fn an_author_may_answer_for_an_object_to_store_that_does_not_decode() {
+        let legacy =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"legacy": true}});
+        let answer =
+            review::<Lenient>(request(wit::WebhookType::Validating, wit::Operation::Create, Some(legacy), None));
+        assert!(answer.allowed, "{:?}", answer.message);
     }
 }

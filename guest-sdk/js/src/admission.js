@@ -202,7 +202,31 @@ export class Admission extends Component {
   mutateWithoutObject(request) {
     return Verdict.allow();
   }
+
+  /**
+   * Called, by validating and mutating webhooks alike, instead of the
+   * methods above when the object to store does not decode
+   * (`request.object` is undefined). The default denies with 400 and the
+   * reason. An old object that does not decode never lands here: see
+   * `request.undecodableOldObject`.
+   * @param {AdmissionRequest} request
+   * @param {Undecodable} obj
+   * @returns {Verdict}
+   */
+  undecodable(request, obj) {
+    return Verdict.deny(obj.error).code(400);
+  }
 }
+
+/**
+ * An object of a request that does not decode to a plain object: what
+ * came, and why. The host passes on the API server's JSON, so this is
+ * rare; it has the same place as in the Rust SDK, where it holds objects
+ * that do not match the webhook's type.
+ * @typedef {object} Undecodable
+ * @property {string} raw the object as it came (its bytes, as text)
+ * @property {string} error why it does not decode
+ */
 
 /**
  * @typedef {object} AdmissionRequest
@@ -211,57 +235,68 @@ export class Admission extends Component {
  * @property {string} name the object's name
  * @property {string | undefined} namespace the object's namespace
  * @property {any} object the object as it would be stored; undefined on delete
- * @property {any} oldObject the object as it is stored; undefined on create
+ * @property {any} oldObject the object as it is stored; undefined on create,
+ *   and when it does not decode (then `undecodableOldObject` holds it)
+ * @property {Undecodable | undefined} undecodableOldObject the stored object
+ *   when it does not decode: the request still goes to the handler (a
+ *   delete, an update to an object that decodes)
  * @property {string | undefined} subResource the subresource, if any
  * @property {{username: string, uid: string, groups: string[]}} userInfo who makes the request
  * @property {boolean} dryRun nothing will be stored
  * @property {string} uid the request's UID
  */
 
-/** @param {Uint8Array | undefined} bytes @param {string} what */
+/**
+ * The object in `bytes`, or why it does not decode.
+ * @param {Uint8Array | undefined} bytes @param {string} what
+ * @returns {[any, Undecodable | undefined]}
+ */
 function decode(bytes, what) {
-  if (bytes === undefined || bytes === null) return undefined;
+  if (bytes === undefined || bytes === null) return [undefined, undefined];
+  const raw = () => new TextDecoder().decode(bytes);
   let obj;
   try {
     obj = fromBytes(bytes);
   } catch (e) {
-    throw new RangeError(`${what} is not valid JSON: ${e instanceof Error ? e.message : e}`);
+    return [undefined, { raw: raw(), error: `${what} is not valid JSON: ${e instanceof Error ? e.message : e}` }];
   }
-  if (obj === null || typeof obj !== "object" || Array.isArray(obj)) throw new RangeError(`${what} is not a JSON object`);
-  return obj;
+  if (obj === null || typeof obj !== "object" || Array.isArray(obj)) {
+    return [undefined, { raw: raw(), error: `${what} is not a JSON object` }];
+  }
+  return [obj, undefined];
 }
 
 /**
- * Decodes the request, calls `validate` or `mutate` and converts the
- * verdict; a request that does not decode is denied with 400, an exception
- * is logged and thrown on (the call traps).
+ * Decodes the request, calls `validate` or `mutate` (or `undecodable` when
+ * the object to store does not decode) and converts the verdict; an
+ * exception is logged and thrown on (the call traps).
  * @param {new () => Admission} AdmissionClass
  * @param {any} request the WIT `admission-request`
  */
 export function runReview(AdmissionClass, request) {
+  const [object, undecodable] = decode(request.object, "object");
+  const [oldObject, undecodableOldObject] = decode(request.oldObject, "old object");
   /** @type {AdmissionRequest} */
-  let typed;
-  try {
-    typed = {
-      webhook: request.webhook,
-      operation: String(request.operation).toUpperCase(),
-      name: request.name,
-      namespace: request.namespace ?? undefined,
-      object: decode(request.object, "object"),
-      oldObject: decode(request.oldObject, "old object"),
-      subResource: request.subResource ?? undefined,
-      userInfo: { ...request.userInfo, groups: [...(request.userInfo?.groups ?? [])] },
-      dryRun: request.dryRun,
-      uid: request.uid,
-    };
-  } catch (e) {
-    return Verdict.deny(e instanceof Error ? e.message : String(e)).code(400).wit();
-  }
+  const typed = {
+    webhook: request.webhook,
+    operation: String(request.operation).toUpperCase(),
+    name: request.name,
+    namespace: request.namespace ?? undefined,
+    object,
+    oldObject,
+    undecodableOldObject,
+    subResource: request.subResource ?? undefined,
+    userInfo: { ...request.userInfo, groups: [...(request.userInfo?.groups ?? [])] },
+    dryRun: request.dryRun,
+    uid: request.uid,
+  };
   const admission = new AdmissionClass();
   let verdict;
   let patched;
   try {
-    if (request.webhookType === "validating") {
+    if (undecodable !== undefined) {
+      verdict = admission.undecodable(typed, undecodable);
+    } else if (request.webhookType === "validating") {
       verdict = admission.validate(typed);
     } else if (typed.object === undefined) {
       verdict = admission.mutateWithoutObject(typed);

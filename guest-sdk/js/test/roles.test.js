@@ -55,7 +55,7 @@ const admissionRequest = (webhookType, object, operation = "create", oldObject =
   namespace: "demo",
   operation,
   object: object === undefined ? undefined : object instanceof Uint8Array ? object : toBytes(object),
-  oldObject: oldObject === undefined ? undefined : toBytes(oldObject),
+  oldObject: oldObject === undefined ? undefined : oldObject instanceof Uint8Array ? oldObject : toBytes(oldObject),
   userInfo: { username: "ada", uid: "1", groups: ["devs"] },
   dryRun: false,
 });
@@ -185,6 +185,41 @@ test("a request that does not decode is denied 400 and an exception fails the ca
   // Thrown on (the guest traps), so that the failure policy decides.
   assert.throws(() => review(admissionRequest("mutating", greeting("boom"))), /a bug/);
   assert.ok(calls.some(([name, , message]) => name === "log.log" && message === "unhandled exception in admission"));
+});
+
+test("an old object that does not decode goes to the handler raw", () => {
+  const seen = [];
+  class Seeing extends Admission {
+    validate(request) {
+      seen.push(request);
+      return Verdict.allow();
+    }
+  }
+  const { review } = exportComponent({ admission: Seeing }).admission;
+  for (const webhookType of ["validating", "mutating"]) {
+    const deleted = review(admissionRequest(webhookType, undefined, "delete", toBytes([1])));
+    assert.ok(deleted.allowed, deleted.message);
+  }
+  const updated = review(admissionRequest("validating", greeting(2), "update", new TextEncoder().encode("not json")));
+  assert.ok(updated.allowed, updated.message);
+  const last = seen.at(-1);
+  assert.deepEqual([last.operation, last.oldObject, last.undecodableOldObject.raw], ["UPDATE", undefined, "not json"]);
+  assert.match(last.undecodableOldObject.error, /^old object is not valid JSON/);
+  // The object to store must decode, unless the author says otherwise.
+  const refused = review(admissionRequest("mutating", toBytes([1]), "update", greeting()));
+  assert.deepEqual([refused.allowed, refused.code, refused.message], [false, 400, "object is not a JSON object"]);
+});
+
+test("an author may answer for an object to store that does not decode", () => {
+  class Lenient extends Admission {
+    undecodable(request, obj) {
+      assert.equal(request.object, undefined);
+      return Verdict.allow().warn(`let through: ${obj.raw}`);
+    }
+  }
+  const { review } = exportComponent({ admission: Lenient }).admission;
+  const response = review(admissionRequest("mutating", toBytes([1])));
+  assert.deepEqual([response.allowed, response.warnings, response.patched], [true, ["let through: [1]"], undefined]);
 });
 
 const up = (obj) => ({ ...obj, spec: { greeting: obj.spec.message } });

@@ -47,7 +47,7 @@ CRD between versions (:class:`Conversion`, :func:`between`, declared with
 
 from . import _plain  # noqa: F401 - first: the WIT bindings, also under plain CPython
 
-from .admission import Admission, AdmissionRequest, Operation, UserInfo, Verdict, Webhook
+from .admission import Admission, AdmissionRequest, Operation, Undecodable, UserInfo, Verdict, Webhook
 from .api import Api, PatchType, Propagation
 from .component import Component
 from .conditions import Condition, find_condition, is_condition_true, remove_condition, set_condition
@@ -121,6 +121,7 @@ __all__ = [
     "Terminal",
     "Transient",
     "Unavailable",
+    "Undecodable",
     "Unschedulable",
     "UserInfo",
     "Verb",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any, Dict, Iterable, List, Optional, Type
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Type
 
 from wit_world.imports import types as _wit
 
@@ -142,8 +142,23 @@ class UserInfo:
         """Groups the user belongs to."""
 
 
+class Undecodable:
+    """An object of a request that does not decode to a dict: what came,
+    and why. The host passes on the API server's JSON, so this is rare; it
+    has the same place as in the Rust SDK, where it holds objects that do
+    not match the webhook's type."""
+
+    def __init__(self, raw: str, error: str) -> None:
+        self.raw = raw
+        """The object as it came (its bytes, as text)."""
+        self.error = error
+        """Why it does not decode."""
+
+
 class AdmissionRequest:
-    """One admission request, with its objects decoded to dicts."""
+    """One admission request, with its objects decoded to dicts. They are
+    plain dicts, never checked against a type: an object stored before the
+    kind gained a field simply lacks it (read fields with ``.get``)."""
 
     def __init__(
         self,
@@ -157,6 +172,7 @@ class AdmissionRequest:
         user_info: Optional[UserInfo] = None,
         dry_run: bool = False,
         uid: str = "",
+        undecodable_old_object: Optional[Undecodable] = None,
     ) -> None:
         self.webhook = webhook
         """The declared webhook this request is for."""
@@ -169,7 +185,11 @@ class AdmissionRequest:
         self.object = object
         """The object as it would be stored; ``None`` on delete."""
         self.old_object = old_object
-        """The object as it is stored; ``None`` on create."""
+        """The object as it is stored; ``None`` on create, and when it does
+        not decode (then :attr:`undecodable_old_object` holds it)."""
+        self.undecodable_old_object = undecodable_old_object
+        """The stored object when it does not decode: the request still goes
+        to the handler (a delete, an update to an object that decodes)."""
         self.sub_resource = sub_resource
         """The subresource, if any."""
         self.user_info = user_info or UserInfo()
@@ -250,42 +270,54 @@ class Admission(Component):
         delete): nothing to change, only allow or deny."""
         return Verdict.allow()
 
+    def undecodable(self, request: AdmissionRequest, obj: Undecodable) -> Verdict:
+        """Called, by validating and mutating webhooks alike, instead of the
+        methods above when the object to store does not decode
+        (``request.object`` is ``None``). The default denies with 400 and
+        the reason. An old object that does not decode never lands here:
+        see :attr:`AdmissionRequest.undecodable_old_object`."""
+        return Verdict.deny(obj.error).code(400)
 
-def _decode(data: Optional[bytes], what: str) -> Optional[Dict[str, Any]]:
+
+def _decode(data: Optional[bytes], what: str) -> Tuple[Optional[Dict[str, Any]], Optional[Undecodable]]:
     if data is None:
-        return None
+        return None, None
+    raw = bytes(data).decode("utf-8", errors="replace")
     try:
         obj = json.loads(data)
     except ValueError as e:
-        raise ValueError(f"{what} is not valid JSON: {e}") from None
+        return None, Undecodable(raw, f"{what} is not valid JSON: {e}")
     if not isinstance(obj, dict):
-        raise ValueError(f"{what} is not a JSON object")
-    return obj
+        return None, Undecodable(raw, f"{what} is not a JSON object")
+    return obj, None
 
 
 def run_review(admission: Type[Admission], request: _wit.AdmissionRequest) -> _wit.AdmissionResponse:
-    """Decodes the request, calls ``validate`` or ``mutate`` and converts
-    the verdict; a request that does not decode is denied with 400, an
-    exception is logged and raised again (the call traps)."""
-    try:
-        typed = AdmissionRequest(
-            webhook=request.webhook,
-            operation=Operation._from_wit(request.operation),
-            name=request.name,
-            namespace=request.namespace,
-            object=_decode(request.object, "object"),
-            old_object=_decode(request.old_object, "old object"),
-            sub_resource=request.sub_resource,
-            user_info=UserInfo(request.user_info.username, request.user_info.uid, request.user_info.groups),
-            dry_run=request.dry_run,
-            uid=request.uid,
-        )
-    except ValueError as e:
-        return Verdict.deny(str(e)).code(400)._into_wit()
+    """Decodes the request, calls ``validate`` or ``mutate`` (or
+    ``undecodable`` when the object to store does not decode) and converts
+    the verdict; an exception is logged and raised again (the call
+    traps)."""
+    obj, undecodable = _decode(request.object, "object")
+    old_object, undecodable_old_object = _decode(request.old_object, "old object")
+    typed = AdmissionRequest(
+        webhook=request.webhook,
+        operation=Operation._from_wit(request.operation),
+        name=request.name,
+        namespace=request.namespace,
+        object=obj,
+        old_object=old_object,
+        sub_resource=request.sub_resource,
+        user_info=UserInfo(request.user_info.username, request.user_info.uid, request.user_info.groups),
+        dry_run=request.dry_run,
+        uid=request.uid,
+        undecodable_old_object=undecodable_old_object,
+    )
     instance = admission()
     patched: Optional[bytes] = None
     try:
-        if request.webhook_type == _wit.WebhookType.VALIDATING:
+        if undecodable is not None:
+            verdict = instance.undecodable(typed, undecodable)
+        elif request.webhook_type == _wit.WebhookType.VALIDATING:
             verdict = instance.validate(typed)
         elif typed.object is None:
             verdict = instance.mutate_without_object(typed)

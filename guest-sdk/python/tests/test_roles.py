@@ -36,7 +36,7 @@ def _admission_request(webhook_type: str, obj: Any, operation: str = "CREATE", o
         namespace="demo",
         operation=types.Operation[operation],
         object=None if obj is None else (obj if isinstance(obj, bytes) else json.dumps(obj).encode()),
-        old_object=None if old is None else json.dumps(old).encode(),
+        old_object=None if old is None else (old if isinstance(old, bytes) else json.dumps(old).encode()),
         user_info=types.UserInfo(username="ada", uid="1", groups=["devs"]),
         dry_run=False,
     )
@@ -190,6 +190,53 @@ def test_a_request_that_does_not_decode_is_denied_400_and_an_exception_fails_the
     with pytest.raises(RuntimeError, match="a bug"):
         review(_admission_request("MUTATING", _greeting("boom")))
     assert any(call[0] == "log.log" and "unhandled exception in admission" in call for call in host.calls)
+
+
+def test_an_old_object_that_does_not_decode_goes_to_the_handler_raw(host: Any) -> None:
+    import capstan_guest as capstan
+
+    seen: List[Any] = []
+
+    class Hooks(capstan.Admission):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("hooks").webhook(
+                capstan.Webhook.validating("check.greetings.example.com").kind("example.com/v1", "Greeting")
+            )
+
+        def validate(self, request: capstan.AdmissionRequest) -> capstan.Verdict:
+            seen.append((request.operation, request.old_object, request.undecodable_old_object))
+            return capstan.Verdict.allow()
+
+    review = capstan.export(admission=Hooks).Admission().review
+    for webhook_type in ("VALIDATING", "MUTATING"):
+        deleted = review(_admission_request(webhook_type, None, operation="DELETE", old=b"[1]"))
+        assert deleted.allowed, deleted.message
+    updated = review(_admission_request("VALIDATING", _greeting(2), operation="UPDATE", old=b"not json"))
+    assert updated.allowed, updated.message
+    operation, old, undecodable = seen[-1]
+    assert (operation, old) == (capstan.Operation.UPDATE, None)
+    assert undecodable.raw == "not json" and undecodable.error.startswith("old object is not valid JSON")
+    # The object to store must decode, unless the author says otherwise.
+    refused = review(_admission_request("MUTATING", b"[1]", operation="UPDATE", old=_greeting()))
+    assert (refused.allowed, refused.code, refused.message) == (False, 400, "object is not a JSON object")
+
+
+def test_an_author_may_answer_for_an_object_to_store_that_does_not_decode(host: Any) -> None:
+    import capstan_guest as capstan
+
+    class Hooks(capstan.Admission):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("hooks").webhook(
+                capstan.Webhook.validating("check.greetings.example.com").kind("example.com/v1", "Greeting")
+            )
+
+        def undecodable(self, request: capstan.AdmissionRequest, obj: capstan.Undecodable) -> capstan.Verdict:
+            assert request.object is None
+            return capstan.Verdict.allow().warn(f"let through: {obj.raw}")
+
+    review = capstan.export(admission=Hooks).Admission().review
+    response = review(_admission_request("MUTATING", b"[1]"))
+    assert (response.allowed, response.warnings, response.patched) == (True, ["let through: [1]"], None)
 
 
 def _up(obj: Dict[str, Any]) -> Dict[str, Any]:
