@@ -123,7 +123,7 @@ fn greeter_webhooks() -> PathBuf {
 async fn webhook_scenarios_deny_default_and_convert_on_the_mock_host() {
     let dir = repo().join("examples/greeter-webhooks/scenarios");
     let results = scenario::run_all(&greeter_webhooks(), &dir).await.expect("runs");
-    assert_eq!(results.len(), 7, "every case ran");
+    assert_eq!(results.len(), 9, "every case ran");
     for case in &results {
         assert!(case.passed(), "{}: {:#?}", case.name, case.mismatches);
     }

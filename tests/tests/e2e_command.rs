@@ -38,7 +38,7 @@ async fn the_examples_scenarios_hold_on_the_api_server_too() -> Result<()> {
     for (component, scenarios, cases) in [
         ("greeter", "examples/greeter/scenarios", 2),
         ("tenant", "examples/tenant/scenarios", 1),
-        ("greeter-webhooks", "examples/greeter-webhooks/scenarios", 7),
+        ("greeter-webhooks", "examples/greeter-webhooks/scenarios", 9),
     ] {
         // A step holds as soon as it does; 90 s leaves room for the
         // namespace controller's backoff when the tenant's Namespace goes.

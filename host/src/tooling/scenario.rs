@@ -38,7 +38,7 @@ use serde_json::Value;
 
 use crate::cluster::{self, Cluster, Patch, Propagation, Subresource};
 use crate::manifest::Operation;
-use crate::object::ObjectRef;
+use crate::object::{Gvk, ObjectRef};
 use crate::tooling::testing::{self, Admission, MockHost, Run};
 
 /// Why a scenario could not be run at all (as opposed to failing).
@@ -221,11 +221,21 @@ enum Start {
 
 /// Creates `object`, or merges it into the existing one (spec and
 /// metadata; status through the status subresource), after the admission
-/// webhooks: a denial is added to `denials` and nothing is written.
+/// webhooks: a denial is added to `denials` and nothing is written. A kind
+/// a loaded component converts is stored at its CRD's storage version, as
+/// the API server stores it: the existing object is converted to the
+/// file's version, merged and reviewed there, and the result converted
+/// back through the component.
 async fn apply(host: &MockHost, object: Value, from: Start, denials: &mut Vec<String>) -> Result<(), cluster::Error> {
     let cluster = host.cluster();
     let r = ObjectRef::of(&object).ok_or_else(|| cluster::Error::BadRequest("object lacks identity".into()))?;
-    let existing = match cluster.get(&r).await {
+    let storage = host
+        .storage_version(&r.gvk.group, &r.gvk.kind)
+        .filter(|v| *v != r.gvk.version && host.converts(&r.gvk.group, &r.gvk.kind))
+        .map(|v| ObjectRef { gvk: Gvk::new(r.gvk.group.as_str(), v.as_str(), r.gvk.kind.as_str()), ..r.clone() });
+    let conversion = |e: String| cluster::Error::BadRequest(format!("{r}: {e}"));
+    let existing = match cluster.get(storage.as_ref().unwrap_or(&r)).await {
+        Ok(existing) if storage.is_some() => Some(host.convert_to(existing, &r.gvk).await.map_err(conversion)?),
         Ok(existing) => Some(existing),
         Err(e) if e.is_not_found() => None,
         Err(e) => return Err(e),
@@ -246,6 +256,11 @@ async fn apply(host: &MockHost, object: Value, from: Start, denials: &mut Vec<St
         Ok(Admission::Allowed { object, .. }) => object,
         Err(e) => return Err(cluster::Error::BadRequest(e.to_string())),
     };
+    if let Some(stored) = storage {
+        let whole = admitted.unwrap_or(merged);
+        let converted = host.convert_to(whole, &stored.gvk).await.map_err(conversion)?;
+        return store(cluster, &stored, converted, existing.is_some(), from).await;
+    }
     // What a mutating webhook changed is stored; otherwise the file's
     // object is merged as before (so that `null` still removes a field).
     let object = match (admitted, &existing) {
@@ -263,19 +278,37 @@ async fn apply(host: &MockHost, object: Value, from: Start, denials: &mut Vec<St
             }
             Ok(())
         }
-        None if from == Start::Given => cluster.seed(object).map(drop),
-        None => {
-            // Created, then its status written, as a client would.
-            let status = object.get("status").cloned();
-            cluster.create(object).await?;
-            match status {
-                Some(status) => {
-                    let patch = Patch::Merge(serde_json::json!({"status": status}));
-                    cluster.patch(&r, patch, Subresource::Status).await.map(drop)
-                }
-                None => Ok(()),
-            }
+        None => store(cluster, &r, object, false, from).await,
+    }
+}
+
+/// Writes the whole of `object`: replaced (and its status) when it
+/// `exists`, else seeded (`given.yaml`) or created with its status written
+/// after, as a client would.
+async fn store(
+    cluster: &cluster::mock::MockCluster,
+    r: &ObjectRef,
+    object: Value,
+    exists: bool,
+    from: Start,
+) -> Result<(), cluster::Error> {
+    if exists {
+        cluster.replace(object.clone(), Subresource::Main).await?;
+        if object.get("status").is_some() {
+            cluster.replace(object, Subresource::Status).await?;
         }
+        return Ok(());
+    }
+    if from == Start::Given {
+        return cluster.seed(object).map(drop);
+    }
+    let status = object.get("status").cloned();
+    cluster.create(object).await?;
+    match status {
+        Some(status) => {
+            cluster.patch(r, Patch::Merge(serde_json::json!({"status": status})), Subresource::Status).await.map(drop)
+        }
+        None => Ok(()),
     }
 }
 
@@ -331,6 +364,19 @@ async fn check_conversion(host: &MockHost, case: &Path, mismatches: &mut Vec<Str
     Ok(())
 }
 
+/// The object `r` names, at `r`'s version: a kind a loaded component
+/// converts is read at its storage version and converted, as the API
+/// server reads it.
+async fn read_at(host: &MockHost, r: &ObjectRef) -> Result<Value, String> {
+    let storage = host
+        .storage_version(&r.gvk.group, &r.gvk.kind)
+        .filter(|v| *v != r.gvk.version && host.converts(&r.gvk.group, &r.gvk.kind));
+    let Some(version) = storage else { return host.cluster().get(r).await.map_err(|e| e.to_string()) };
+    let stored = ObjectRef { gvk: Gvk::new(r.gvk.group.as_str(), version.as_str(), r.gvk.kind.as_str()), ..r.clone() };
+    let object = host.cluster().get(&stored).await.map_err(|e| e.to_string())?;
+    host.convert_to(object, &r.gvk).await.map_err(|e| format!("converting to {}: {e}", r.gvk.api_version()))
+}
+
 async fn check(
     host: &MockHost,
     dir: &Path,
@@ -365,7 +411,7 @@ async fn check(
             mismatches.push(format!("{label}expect.yaml: an entry lacks apiVersion, kind or metadata.name"));
             continue;
         };
-        match host.cluster().get(&r).await {
+        match read_at(host, &r).await {
             Ok(actual) => {
                 let mut diffs = Vec::new();
                 subset_diff(&expected, &actual, String::new(), &mut diffs);

@@ -2,6 +2,13 @@
 //! the writes a test makes, in the API server's order (every matching
 //! mutating webhook, then every matching validating one on the result),
 //! and conversion requests go to the component that converts the kind.
+//!
+//! Webhooks match as the installed configurations do (`matchPolicy:
+//! Equivalent`): a webhook declared for one version of a kind reviews a
+//! write at another version too, with the objects converted to its
+//! version (through the component that converts the kind), and a mutation
+//! converted back. [`MockHost::convert_to`] converts one object as the API
+//! server would, for the scenario runner's storage at the storage version.
 
 use serde_json::Value;
 
@@ -66,10 +73,25 @@ pub fn label_selector_matches(selector: Option<&Value>, labels: Option<&Value>) 
     })
 }
 
-fn applies(webhook: &AdmissionWebhook, gvk: &Gvk, operation: Operation, object: &Value) -> bool {
-    webhook.kinds.contains(gvk)
-        && webhook.operations.contains(&operation)
-        && label_selector_matches(webhook.object_selector.as_ref(), object.pointer("/metadata/labels"))
+/// The version of the kind of `gvk` at which `webhook` reviews a write at
+/// `gvk`: that version if declared, else (`matchPolicy: Equivalent`) the
+/// first declared version of the same group and kind; `None` when the
+/// webhook does not review the kind, the operation or the object.
+fn applies(webhook: &AdmissionWebhook, gvk: &Gvk, operation: Operation, object: &Value) -> Option<Gvk> {
+    let same_kind = |k: &&Gvk| k.group == gvk.group && k.kind == gvk.kind;
+    let at = webhook.kinds.iter().find(|k| *k == gvk).or_else(|| webhook.kinds.iter().find(same_kind))?;
+    (webhook.operations.contains(&operation)
+        && label_selector_matches(webhook.object_selector.as_ref(), object.pointer("/metadata/labels")))
+    .then(|| at.clone())
+}
+
+/// `object` with its `apiVersion` replaced: what the API server does for a
+/// kind no webhook converts (strategy `None`).
+fn relabelled(mut object: Value, api_version: &str) -> Value {
+    if let Some(map) = object.as_object_mut() {
+        map.insert("apiVersion".to_owned(), Value::from(api_version));
+    }
+    object
 }
 
 impl MockHost {
@@ -99,24 +121,43 @@ impl MockHost {
         for mutating in [true, false] {
             for controller in &self.controllers {
                 for webhook in controller.manifest.roles.admission.iter().filter(|w| w.mutating == mutating) {
-                    if !applies(webhook, &gvk, operation, object.as_ref().unwrap_or(&subject)) {
+                    let Some(at) = applies(webhook, &gvk, operation, object.as_ref().unwrap_or(&subject)) else {
                         continue;
-                    }
+                    };
+                    // Objects at the webhook's version, as the API server
+                    // sends them under `matchPolicy: Equivalent`.
+                    let (reviewed, reviewed_old) = match (
+                        self.convert_option(object.clone(), &at).await,
+                        self.convert_option(old.clone(), &at).await,
+                    ) {
+                        (Ok(o), Ok(old)) => (o, old),
+                        (Err(e), _) | (_, Err(e)) => {
+                            return Ok(Admission::Denied {
+                                webhook: webhook.name.clone(),
+                                message: format!(
+                                    "conversion to {} for webhook {:?} failed: {e}",
+                                    at.api_version(),
+                                    webhook.name
+                                ),
+                                code: 500,
+                            });
+                        }
+                    };
                     let request = wit::AdmissionRequest {
                         webhook: webhook.name.clone(),
                         webhook_type: if mutating { wit::WebhookType::Mutating } else { wit::WebhookType::Validating },
                         uid: format!("mock-{}", self.now.as_nanos()),
                         kind: wit::GroupVersionKind {
-                            group: gvk.group.clone(),
-                            version: gvk.version.clone(),
-                            kind: gvk.kind.clone(),
+                            group: at.group.clone(),
+                            version: at.version.clone(),
+                            kind: at.kind.clone(),
                         },
                         sub_resource: None,
                         name: object::meta_str(&subject, "name").unwrap_or_default().to_owned(),
                         namespace: object::meta_str(&subject, "namespace").map(str::to_owned),
                         operation: operation.into(),
-                        object: object.as_ref().map(|o| serde_json::to_vec(o).expect("JSON serializes")),
-                        old_object: old.as_ref().map(|o| serde_json::to_vec(o).expect("JSON serializes")),
+                        object: reviewed.as_ref().map(|o| serde_json::to_vec(o).expect("JSON serializes")),
+                        old_object: reviewed_old.as_ref().map(|o| serde_json::to_vec(o).expect("JSON serializes")),
                         user_info: wit::UserInfo {
                             username: "capstan-test".into(),
                             uid: String::new(),
@@ -152,7 +193,21 @@ impl MockHost {
                     }
                     if mutating && let Some(bytes) = response.patched {
                         match serde_json::from_slice::<Value>(&bytes) {
-                            Ok(patched) => object = Some(patched),
+                            // Back at the version of the write.
+                            Ok(patched) => match self.convert_to(patched, &gvk).await {
+                                Ok(patched) => object = Some(patched),
+                                Err(e) => {
+                                    return Ok(Admission::Denied {
+                                        webhook: webhook.name.clone(),
+                                        message: format!(
+                                            "conversion of webhook {:?}'s object to {} failed: {e}",
+                                            webhook.name,
+                                            gvk.api_version()
+                                        ),
+                                        code: 500,
+                                    });
+                                }
+                            },
                             Err(e) => {
                                 return Ok(Admission::Denied {
                                     webhook: webhook.name.clone(),
@@ -169,6 +224,63 @@ impl MockHost {
             }
         }
         Ok(Admission::Allowed { object, warnings })
+    }
+
+    /// Whether a loaded component converts `group`/`kind`.
+    pub fn converts(&self, group: &str, kind: &str) -> bool {
+        self.controllers
+            .iter()
+            .any(|c| c.manifest.roles.conversion.iter().any(|gk| gk.group == group && gk.kind == kind))
+    }
+
+    /// The version a loaded component's CRD stores `group`/`kind` at
+    /// (`storage: true`), if a loaded component defines the kind.
+    pub fn storage_version(&self, group: &str, kind: &str) -> Option<String> {
+        self.controllers
+            .iter()
+            .flat_map(|c| &c.manifest.crds)
+            .filter(|crd| {
+                crd.pointer("/spec/group").and_then(Value::as_str) == Some(group)
+                    && crd.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
+            })
+            .flat_map(|crd| crd.pointer("/spec/versions").and_then(Value::as_array).into_iter().flatten())
+            .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+            .and_then(|v| v.get("name").and_then(Value::as_str))
+            .map(str::to_owned)
+    }
+
+    /// Converts one object to the version of `to`, as the API server
+    /// would: unchanged at its own version, through the component that
+    /// converts its kind, else by its `apiVersion` alone (a kind without a
+    /// conversion webhook).
+    ///
+    /// # Errors
+    ///
+    /// The guest's failure, or an object that names no kind.
+    pub async fn convert_to(&self, object: Value, to: &Gvk) -> Result<Value, String> {
+        let from = Gvk::of(&object).ok_or("the object lacks apiVersion or kind")?;
+        if from.version == to.version {
+            return Ok(object);
+        }
+        if !self.converts(&to.group, &to.kind) {
+            return Ok(relabelled(object, &to.api_version()));
+        }
+        let mut converted = self
+            .convert(&to.api_version(), vec![object])
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("the conversion webhook failed: {e}"))?;
+        match (converted.pop(), converted.is_empty()) {
+            (Some(object), true) => Ok(object),
+            _ => Err("the conversion webhook returned other than one object".to_owned()),
+        }
+    }
+
+    async fn convert_option(&self, object: Option<Value>, to: &Gvk) -> Result<Option<Value>, String> {
+        match object {
+            Some(object) => self.convert_to(object, to).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Converts `objects` to `desired_api_version` through the component
