@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { Context, Controller, Event, Outcome, Terminal, NotFound, AlreadyExists } from "../src/index.js";
-import { FakeHost, reconcile } from "../testing/index.js";
+import { FakeHost, node, nodeInfos, reconcile, schedule } from "../testing/index.js";
+import { Scheduler, Unschedulable, podRequests } from "../src/index.js";
 
 const greeting = {
   apiVersion: "example.com/v1",
@@ -93,4 +94,32 @@ test("the default delete lets the children follow and an override may keep them"
     }
   }
   assert.equal(reconcile(Archive, greeting, { host: new FakeHost(), event: "deleted" }).keepChildren, true);
+});
+
+class LeastLoaded extends Scheduler {
+  schedule(pod, nodes) {
+    const needed = podRequests(pod);
+    const fitting = nodes.filter((n) => n.ready() && !n.unschedulable() && n.fits(needed));
+    if (fitting.length === 0) return new Unschedulable(`0/${nodes.length} nodes are available`);
+    return fitting.reduce((best, n) => (n.pods < best.pods ? n : best)).name;
+  }
+}
+
+test("schedule hands the policy the Nodes and bound Pods as the host does", () => {
+  const nodes = [node("b1", { cpu: "2" }), node("a1", { cpu: "2" }), node("c1", { ready: false })];
+  const busy = { spec: { nodeName: "a1", containers: [{ resources: { requests: { cpu: "500m" } } }] } };
+  const infos = nodeInfos(nodes, [busy]);
+  assert.deepEqual(infos.map((i) => i.name), ["a1", "b1", "c1"], "in name order, as the host hands them");
+  assert.equal(infos[0].allocatable.cpu, 2000);
+  assert.equal(infos[0].requested.cpu, 500);
+  assert.equal(infos[0].pods, 1);
+  assert.deepEqual(infos[1].requested, {});
+  assert.ok(!infos[2].ready());
+  const pending = { metadata: { name: "web" }, spec: { containers: [{ resources: { requests: { cpu: "1" } } }] } };
+  assert.equal(schedule(LeastLoaded, pending, nodes, { pods: [busy] }), "b1");
+  const huge = { spec: { containers: [{ resources: { requests: { cpu: "3" } } }] } };
+  assert.throws(() => schedule(LeastLoaded, huge, nodes), /0\/3 nodes are available/);
+  const cordoned = nodeInfos([node("x", { unschedulable: true, taints: [{ key: "k", effect: "NoSchedule" }] })])[0];
+  assert.ok(cordoned.unschedulable());
+  assert.deepEqual(cordoned.taints(), [{ key: "k", effect: "NoSchedule" }]);
 });

@@ -6,8 +6,14 @@
 //   import { reconcile } from "capstan-guest/testing";
 //   const done = reconcile(Greeter, greeting);
 //   assert.deepEqual(done.status, { observedGeneration: 1 });
+//
+// `schedule` calls a scheduler's policy as the host does at one attempt:
+//
+//   import { node, schedule } from "capstan-guest/testing";
+//   const nodes = [node("a1", { labels: { zone: "a" }, cpu: "2" }), node("b1", { labels: { zone: "b" } })];
+//   assert.equal(schedule(ZoneSpread, pendingPod, nodes, { pods: boundPods }), "b1");
 
-import { Context, Outcome } from "../src/index.js";
+import { Context, NodeInfo, Outcome, Unschedulable, parseQuantity, podRequests } from "../src/index.js";
 import { fromBytes } from "../src/json.js";
 import { FakeHost, plainEvent } from "./host.js";
 
@@ -61,4 +67,90 @@ export function reconcile(ControllerClass, obj, { event = "added", host, failedC
   if (outcome === undefined || outcome === null) return reconciled(new Outcome());
   if (!(outcome instanceof Outcome)) throw new TypeError("reconcile returned something other than an Outcome");
   return reconciled(outcome);
+}
+
+/**
+ * A `v1` Node as the host hands it to a scheduler: `allocatable` (and
+ * `capacity`) `cpu`, `memory` and `pods`, a `Ready` condition, and
+ * `spec.unschedulable` and `spec.taints` when given.
+ * @param {string} name
+ * @param {{labels?: Record<string, string>, cpu?: string, memory?: string, pods?: string,
+ *   ready?: boolean, unschedulable?: boolean, taints?: any[]}} [options]
+ */
+export function node(
+  name,
+  { labels = {}, cpu = "4", memory = "16Gi", pods = "110", ready = true, unschedulable = false, taints = [] } = {},
+) {
+  /** @type {Record<string, any>} */
+  const spec = {};
+  if (unschedulable) spec.unschedulable = true;
+  if (taints.length > 0) spec.taints = structuredClone(taints);
+  const resources = { cpu, memory, pods };
+  return {
+    apiVersion: "v1",
+    kind: "Node",
+    metadata: { name, labels: { ...labels } },
+    spec,
+    status: {
+      capacity: { ...resources },
+      allocatable: { ...resources },
+      conditions: [{ type: "Ready", status: ready ? "True" : "False" }],
+    },
+  };
+}
+
+/**
+ * What the host hands a scheduler for these Nodes: one `NodeInfo` per
+ * Node, in name order, with its allocatable resources (milli-units) and
+ * what the `pods` bound to it (`spec.nodeName`) request, as the host's
+ * account counts them.
+ * @param {any[]} nodes
+ * @param {any[]} [pods]
+ * @returns {NodeInfo[]}
+ */
+export function nodeInfos(nodes, pods = []) {
+  /** @type {Map<string, Record<string, number>>} */
+  const requested = new Map();
+  /** @type {Map<string, number>} */
+  const counts = new Map();
+  for (const pod of pods) {
+    const at = pod?.spec?.nodeName;
+    if (!at) continue;
+    counts.set(at, (counts.get(at) ?? 0) + 1);
+    const total = requested.get(at) ?? {};
+    for (const [resource, amount] of Object.entries(podRequests(pod))) total[resource] = (total[resource] ?? 0) + amount;
+    requested.set(at, total);
+  }
+  const name = (/** @type {any} */ n) => n?.metadata?.name ?? "";
+  return [...nodes]
+    .sort((a, b) => (name(a) < name(b) ? -1 : name(a) > name(b) ? 1 : 0))
+    .map((n) => {
+      /** @type {Record<string, number>} */
+      const allocatable = {};
+      for (const [resource, q] of Object.entries(n?.status?.allocatable ?? {})) {
+        allocatable[resource] = parseQuantity(String(q)) ?? 0;
+      }
+      return new NodeInfo(name(n), structuredClone(n), allocatable, requested.get(name(n)) ?? {}, counts.get(name(n)) ?? 0);
+    });
+}
+
+/**
+ * Calls `SchedulerClass`'s `schedule` on a copy of `pod` with `nodeInfos`
+ * of `nodes` and the bound `pods`, as the host does at one attempt, and
+ * returns the Node it picked. A Pod that fits nowhere throws
+ * `Unschedulable` (returned or thrown by the policy), so
+ * `assert.throws(..., /reason/)` checks the reasons. The name is not
+ * checked against the Nodes: the host reports a Node that does not exist
+ * as a failed attempt; assert on it.
+ * @param {new () => any} SchedulerClass
+ * @param {any} pod
+ * @param {any[]} nodes
+ * @param {{pods?: any[]}} [options]
+ * @returns {string}
+ */
+export function schedule(SchedulerClass, pod, nodes, { pods = [] } = {}) {
+  const picked = new SchedulerClass().schedule(structuredClone(pod), nodeInfos(nodes, pods));
+  if (picked instanceof Unschedulable) throw picked;
+  if (typeof picked !== "string") throw new TypeError("schedule returned something other than a Node name");
+  return picked;
 }

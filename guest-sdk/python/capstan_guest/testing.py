@@ -29,6 +29,16 @@ once (see :mod:`capstan_guest._plain`). The fake answers ``get``, ``list``
 what is stored) and their status variants; the host's grant checks,
 server-side apply field ownership and admission are not faked: the
 scenarios (``capstan test``) and ``capstan e2e`` cover those.
+
+:func:`schedule` calls a scheduler's policy the way the host does, with the
+Nodes given as plain Node objects and the Pods already bound to them::
+
+    from capstan_guest.testing import node, schedule
+
+    def test_spreads_over_zones():
+        nodes = [node("a1", labels={"zone": "a"}, cpu="2"), node("b1", labels={"zone": "b"}, cpu="2")]
+        bound = [{"spec": {"nodeName": "a1", "containers": [{"resources": {"requests": {"cpu": "1"}}}]}}]
+        assert schedule(ZoneSpread, pending_pod, nodes, pods=bound) == "b1"
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from wit_world.imports import log as _log
 from .context import Context, EventKind, FailedChild
 from .controller import Controller, callback_for
 from .outcome import Outcome
+from .scheduler import NodeInfo, Resources, Scheduler, Unschedulable, parse_quantity, pod_requests
 
 Key = Tuple[str, str, Optional[str], str]
 """``(apiVersion, kind, namespace, name)`` of a stored object."""
@@ -309,3 +320,84 @@ def reconcile(
     if not isinstance(outcome, Outcome):
         raise TypeError(f"reconcile returned {type(outcome).__name__}, not an Outcome")
     return Reconciled.of(outcome)
+
+
+def node(
+    name: str,
+    *,
+    labels: Optional[Mapping[str, str]] = None,
+    cpu: str = "4",
+    memory: str = "16Gi",
+    pods: str = "110",
+    ready: bool = True,
+    unschedulable: bool = False,
+    taints: Iterable[Mapping[str, Any]] = (),
+) -> Dict[str, Any]:
+    """A ``v1`` Node as the host hands it to a scheduler: ``allocatable``
+    (and ``capacity``) ``cpu``, ``memory`` and ``pods``, a ``Ready``
+    condition, and ``spec.unschedulable`` and ``spec.taints`` when given."""
+    spec: Dict[str, Any] = {}
+    if unschedulable:
+        spec["unschedulable"] = True
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    resources = {"cpu": cpu, "memory": memory, "pods": pods}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": spec,
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def node_infos(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]] = ()) -> List[NodeInfo]:
+    """What the host hands a scheduler for these Nodes: one
+    :class:`~capstan_guest.NodeInfo` per Node, in name order, with its
+    allocatable resources (milli-units) and what the ``pods`` bound to it
+    (``spec.nodeName``) request, as the host's account counts them."""
+    requested: Dict[str, Resources] = {}
+    counts: Dict[str, int] = {}
+    for pod in pods:
+        at = (pod.get("spec") or {}).get("nodeName")
+        if not at:
+            continue
+        counts[at] = counts.get(at, 0) + 1
+        total = requested.setdefault(at, {})
+        for resource, amount in pod_requests(dict(pod)).items():
+            total[resource] = total.get(resource, 0) + amount
+    infos = []
+    for n in sorted(nodes, key=lambda n: (n.get("metadata") or {}).get("name") or ""):
+        name = (n.get("metadata") or {}).get("name") or ""
+        allocatable = {
+            resource: parse_quantity(q) or 0 for resource, q in ((n.get("status") or {}).get("allocatable") or {}).items()
+        }
+        infos.append(NodeInfo(name, copy.deepcopy(dict(n)), allocatable, requested.get(name, {}), counts.get(name, 0)))
+    return infos
+
+
+def schedule(
+    scheduler: Type[Scheduler],
+    pod: Mapping[str, Any],
+    nodes: Iterable[Mapping[str, Any]],
+    *,
+    pods: Iterable[Mapping[str, Any]] = (),
+) -> str:
+    """Calls ``scheduler``'s :meth:`~capstan_guest.Scheduler.schedule` on a
+    copy of ``pod`` with :func:`node_infos` of ``nodes`` and the bound
+    ``pods``, as the host does at one attempt, and returns the Node it
+    picked. A Pod that fits nowhere raises
+    :class:`~capstan_guest.Unschedulable` (returned or raised by the
+    policy), so ``pytest.raises(capstan.Unschedulable, match=...)`` checks
+    the reasons. The name is not checked against the Nodes: the host
+    reports a Node that does not exist as a failed attempt; assert on it."""
+    picked = scheduler().schedule(copy.deepcopy(dict(pod)), node_infos(nodes, pods))
+    if isinstance(picked, Unschedulable):
+        raise picked
+    if not isinstance(picked, str):
+        raise TypeError(f"schedule returned {type(picked).__name__}, not a Node name")
+    return picked

@@ -144,3 +144,41 @@ def test_the_default_delete_lets_the_children_follow_and_an_override_may_keep_th
             return capstan.Outcome().keep_children()
 
     assert reconcile(Archive, GREETING, host=FakeHost(), event="deleted").keep_children
+
+
+def _zone_scheduler() -> Any:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "zone-scheduler-python" / "zone_scheduler.py"
+    spec = importlib.util.spec_from_file_location("zone_scheduler_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ZoneSpread
+
+
+def test_schedule_hands_the_policy_the_nodes_and_bound_pods_as_the_host_does() -> None:
+    import capstan_guest as capstan
+    from capstan_guest.testing import node, node_infos, schedule
+
+    zone = "topology.kubernetes.io/zone"
+    nodes = [node("b1", labels={zone: "b"}, cpu="2"), node("a1", labels={zone: "a"}, cpu="2")]
+    busy = {"spec": {"nodeName": "a1", "containers": [{"resources": {"requests": {"cpu": "500m"}}}]}}
+    infos = node_infos(nodes, [busy])
+    assert [i.name for i in infos] == ["a1", "b1"], "in name order, as the host hands them"
+    assert infos[0].allocatable["cpu"] == 2000 and infos[0].requested["cpu"] == 500 and infos[0].pods == 1
+    assert infos[1].requested == {} and infos[1].pods == 0
+
+    pending = {"metadata": {"name": "web", "namespace": "demo"},
+               "spec": {"schedulerName": "zone-spread", "containers": [{"resources": {"requests": {"cpu": "1"}}}]}}
+    spread = _zone_scheduler()
+    assert schedule(spread, pending, nodes, pods=[busy]) == "b1", "the zone with fewer Pods"
+    # Nothing fits: the reasons reach the test.
+    with pytest.raises(capstan.Unschedulable, match="0/2 nodes are available: 2 Insufficient cpu"):
+        schedule(spread, {**pending, "spec": {**pending["spec"], "containers": [
+            {"resources": {"requests": {"cpu": "3"}}}]}}, nodes)
+    # A cordoned, a NotReady and a tainted Node as the helper describes them.
+    assert infos[0].ready() and not node("x", ready=False)["status"]["conditions"][0]["status"] == "True"
+    cordoned = node_infos([node("c", unschedulable=True, taints=[{"key": "k", "effect": "NoSchedule"}])])[0]
+    assert cordoned.unschedulable() and cordoned.taints() == [{"key": "k", "effect": "NoSchedule"}]
