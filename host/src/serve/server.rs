@@ -256,7 +256,8 @@ pub async fn serve(addrs: &[SocketAddr], probes: Arc<Probes>, options: Options) 
         listeners.push(TcpListener::bind(addr).await?);
     }
     let app = router(Routes { probes, status_from_anywhere: options.status_from_anywhere });
-    let server = spawn(listeners, options.limits, app, |tcp| std::future::ready(Some(tcp)))?;
+    let server =
+        spawn(listeners, options.limits, app, |tcp| std::future::ready(Some((tcp, axum::http::Extensions::new()))))?;
     tracing::info!(
         addresses = ?server.local_addrs(),
         status_from_anywhere = options.status_from_anywhere,
@@ -278,7 +279,8 @@ fn router(routes: Routes) -> Router {
 
 /// Serves `app` on `listeners` in a background task, within `limits`:
 /// each connection accepted (while fewer than the limit are open) goes
-/// through `handshake` (TLS for the webhook server), then HTTP/1.1.
+/// through `handshake` (TLS for the webhook server), then HTTP/1.1; every
+/// request on it carries the extensions the handshake gave.
 ///
 /// # Errors
 ///
@@ -291,7 +293,7 @@ pub(crate) fn spawn<H, F, I>(
 ) -> std::io::Result<Server>
 where
     H: Fn(TcpStream) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Option<I>> + Send + 'static,
+    F: Future<Output = Option<(I, axum::http::Extensions)>> + Send + 'static,
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let local_addrs = listeners.iter().map(TcpListener::local_addr).collect::<std::io::Result<Vec<_>>>()?;
@@ -326,7 +328,7 @@ async fn accept<H, F, I>(
     mut stop: watch::Receiver<bool>,
 ) where
     H: Fn(TcpStream) -> F + Send + 'static,
-    F: Future<Output = Option<I>> + Send + 'static,
+    F: Future<Output = Option<(I, axum::http::Extensions)>> + Send + 'static,
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     loop {
@@ -349,8 +351,8 @@ async fn accept<H, F, I>(
         let (handshake, app, stop) = (handshake(tcp), app.clone(), stop.clone());
         tokio::spawn(async move {
             let _slot = slot;
-            if let Some(io) = handshake.await {
-                connection(io, peer, app, limits, stop).await;
+            if let Some((io, extensions)) = handshake.await {
+                connection(io, peer, extensions, app, limits, stop).await;
             }
         });
     }
@@ -358,12 +360,19 @@ async fn accept<H, F, I>(
 
 /// Serves HTTP/1.1 on one connection until the peer closes it, it breaks
 /// a limit, or the server stops (a request in flight is answered first).
-async fn connection<I>(io: I, peer: SocketAddr, app: Router, limits: Limits, mut stop: watch::Receiver<bool>)
-where
+async fn connection<I>(
+    io: I,
+    peer: SocketAddr,
+    extensions: axum::http::Extensions,
+    app: Router,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let app = hyper_util::service::TowerToHyperService::new(app);
     let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().extend(extensions.clone());
         request.extensions_mut().insert(ConnectInfo(peer));
         let answer = hyper::service::Service::call(&app, request);
         async move {

@@ -23,10 +23,26 @@
 //! failure: `failurePolicy` does not apply to it. Conversion has no
 //! failure policy: every failure is a `Failure` result with the message.
 //!
-//! # Certificates
+//! # Budget
+//!
+//! Each component has its own budget of calls in flight at once
+//! ([`Registry::budget`], default [`DEFAULT_BUDGET`]), admission and
+//! conversion together: a slow or flooded component holds at most that
+//! many guest instances, so it cannot take the instances other
+//! components' webhooks and the reconcile loops need. A call past the
+//! budget waits up to [`BUDGET_WAIT`] for a place, then is answered HTTP
+//! 429 (a failed call: the webhook's `failurePolicy` applies), counted in
+//! `capstan_webhook_requests_total` with `code="429"`.
+//!
+//! # Certificates and callers
 //!
 //! See [`tls`]: files from a directory, reloaded when they change, or a CA
-//! and serving certificate the host makes at start.
+//! and serving certificate the host makes at start. With
+//! [`tls::ClientAuth`] (`--webhook-client-ca`), admission calls must come
+//! with a client certificate of that CA (the API server presents one
+//! when its admission configuration names a `kubeConfigFile`); others get
+//! HTTP 401. Conversion calls are not asked for one: the API server
+//! presents no client certificate to conversion webhooks.
 
 pub mod admission;
 pub mod conversion;
@@ -58,6 +74,12 @@ use crate::sync::lock;
 /// Largest request body served, like the API server's own limit (3 MiB);
 /// larger ones get 413.
 pub const MAX_BODY: usize = 3 << 20;
+/// Calls in flight at once per component, unless set otherwise
+/// ([`Registry::budget`]): an eighth of the engine's default instance pool.
+pub const DEFAULT_BUDGET: usize = 8;
+/// Longest a call waits for a place in its component's budget before it
+/// is answered HTTP 429.
+pub const BUDGET_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Longest a TLS handshake may take.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = Limits::webhooks().handshake_timeout();
 
@@ -81,6 +103,19 @@ pub enum Error {
     /// The guest invocation failed (trap, deadline, memory).
     #[error(transparent)]
     Guest(#[from] runtime::Error),
+    /// The component's budget of calls in flight is taken, and no place
+    /// came free within [`BUDGET_WAIT`].
+    #[error("component {component} already serves {budget} webhook calls, its budget; try again")]
+    Busy {
+        /// The component.
+        component: String,
+        /// Its budget.
+        budget: usize,
+    },
+    /// An admission call came without a client certificate while
+    /// `--webhook-client-ca` asks for one.
+    #[error("admission calls need a client certificate of the API server (--webhook-client-ca)")]
+    Unauthenticated,
     /// The guest answered something the host refuses to pass on.
     #[error("invalid answer from the guest: {0}")]
     Answer(String),
@@ -166,6 +201,8 @@ impl Error {
         match self {
             Error::BadReview(_) => StatusCode::BAD_REQUEST,
             Error::NoComponent(_) | Error::NoWebhook { .. } => StatusCode::NOT_FOUND,
+            Error::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Error::Unauthenticated => StatusCode::UNAUTHORIZED,
             Error::Guest(_)
             | Error::Answer(_)
             | Error::Certs(_)
@@ -348,11 +385,28 @@ impl std::str::FromStr for ServiceRef {
 
 /// The components that serve webhooks, by name: the host publishes each
 /// version it runs, and withdraws it when the component goes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
     served: Mutex<HashMap<String, Served>>,
     install: Option<Install>,
     take_over: bool,
+    /// Calls in flight per component.
+    budget: usize,
+    /// The places of each component's budget, by name: kept across
+    /// versions, so a hot swap does not double them.
+    budgets: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            served: Mutex::default(),
+            install: None,
+            take_over: false,
+            budget: DEFAULT_BUDGET,
+            budgets: Mutex::default(),
+        }
+    }
 }
 
 impl Registry {
@@ -387,6 +441,35 @@ impl Registry {
     /// What [`taking_over`](Self::taking_over) set.
     pub fn takes_over(&self) -> bool {
         self.take_over
+    }
+
+    /// Most calls in flight at once for one component (admission and
+    /// conversion together; at least 1): see [the module docs](self#budget).
+    /// Default: [`DEFAULT_BUDGET`]. Keep the sum over the components that
+    /// serve webhooks, plus their reconciles, below the engine's instance
+    /// pool.
+    #[must_use]
+    pub fn budget(mut self, calls: usize) -> Self {
+        self.budget = calls.max(1);
+        self
+    }
+
+    /// A place in the budget of component `name`, waiting up to
+    /// [`BUDGET_WAIT`]; given back when dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when none came free.
+    pub async fn enter(&self, name: &str) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+        let places = Arc::clone(
+            lock(&self.budgets)
+                .entry(name.to_owned())
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.budget))),
+        );
+        match tokio::time::timeout(BUDGET_WAIT, places.acquire_owned()).await {
+            Ok(Ok(place)) => Ok(place),
+            _ => Err(Error::Busy { component: name.to_owned(), budget: self.budget }),
+        }
     }
 
     /// Makes `component` the version that serves its name's webhooks:
@@ -458,27 +541,33 @@ fn answered(result: Result<Value, Error>, labels: (String, String), started: std
 async fn review(
     State(registry): State<Arc<Registry>>,
     Path((component, webhook)): Path<(String, String)>,
+    caller: Option<axum::Extension<tls::Peer>>,
     body: Bytes,
 ) -> Response {
     let started = std::time::Instant::now();
     let served = registry.get(&component);
     let labels = labels(served.as_ref().ok(), Some(&webhook));
-    let result = match served {
-        Ok(served) => admission::handle(&served, &webhook, &body).await,
-        Err(e) => Err(e),
+    let result = async {
+        if caller.is_some_and(|axum::Extension(peer)| peer == tls::Peer::Unverified) {
+            return Err(Error::Unauthenticated);
+        }
+        let served = served?;
+        let _place = registry.enter(&component).await?;
+        admission::handle(&served, &webhook, &body).await
     };
-    answered(result, labels, started)
+    answered(result.await, labels, started)
 }
 
 async fn convert(State(registry): State<Arc<Registry>>, Path(component): Path<String>, body: Bytes) -> Response {
     let started = std::time::Instant::now();
     let served = registry.get(&component);
     let labels = labels(served.as_ref().ok(), None);
-    let result = match served {
-        Ok(served) => conversion::handle(&served, &body).await,
-        Err(e) => Err(e),
+    let result = async {
+        let served = served?;
+        let _place = registry.enter(&component).await?;
+        conversion::handle(&served, &body).await
     };
-    answered(result, labels, started)
+    answered(result.await, labels, started)
 }
 
 /// Binds `addr` and serves the webhooks of `registry` over HTTPS with the
@@ -507,13 +596,23 @@ pub async fn serve_within(
     limits: Limits,
 ) -> std::io::Result<Server> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let acceptor = TlsAcceptor::from(Arc::new(certs.server_config()));
+    let config = certs.server_config().map_err(std::io::Error::other)?;
+    let acceptor = TlsAcceptor::from(Arc::new(config));
     let handshake = move |tcp: tokio::net::TcpStream| {
         let accepting = acceptor.accept(tcp);
+        let certs = Arc::clone(&certs);
         async move {
             let peer = accepting.get_ref().and_then(|tcp| tcp.peer_addr().ok());
             match tokio::time::timeout(limits.handshake_timeout(), accepting).await {
-                Ok(Ok(tls)) => Some(tls),
+                Ok(Ok(tls)) => {
+                    let Some(caller) = certs.peer(tls.get_ref().1) else {
+                        tracing::debug!(peer = ?peer, "webhook client certificate carries none of the names asked for");
+                        return None;
+                    };
+                    let mut extensions = axum::http::Extensions::new();
+                    extensions.insert(caller);
+                    Some((tls, extensions))
+                }
                 Ok(Err(e)) => {
                     tracing::debug!(peer = ?peer, error = %e, "webhook tls handshake failed");
                     None
@@ -578,6 +677,19 @@ mod tests {
         server.shutdown().await;
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_component_past_its_budget_waits_then_is_busy_and_others_keep_theirs() {
+        let registry = Registry::new().budget(2);
+        let held = [registry.enter("slow").await.expect("a place"), registry.enter("slow").await.expect("a place")];
+        let started = tokio::time::Instant::now();
+        let busy = registry.enter("slow").await.expect_err("the budget is taken");
+        assert!(matches!(busy, Error::Busy { budget: 2, .. }), "{busy}");
+        assert_eq!(started.elapsed(), BUDGET_WAIT, "it waited for a place first");
+        let _other = registry.enter("other").await.expect("another component has its own budget");
+        drop(held);
+        let _again = registry.enter("slow").await.expect("places come back");
+    }
+
     #[test]
     fn error_messages_read_right() {
         assert_eq!(Error::BadReview("no request".into()).to_string(), "bad review: no request");
@@ -589,6 +701,14 @@ mod tests {
         assert_eq!(e.to_string(), "guest trapped: unreachable");
         assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(Error::Answer("code 200".into()).to_string(), "invalid answer from the guest: code 200");
+        let e = Error::Busy { component: "greeter".into(), budget: 8 };
+        assert_eq!(e.to_string(), "component greeter already serves 8 webhook calls, its budget; try again");
+        assert_eq!(e.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            Error::Unauthenticated.to_string(),
+            "admission calls need a client certificate of the API server (--webhook-client-ca)"
+        );
+        assert_eq!(Error::Unauthenticated.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(
             Error::PolicyTwice("greeter".into()).to_string(),
             "--webhook-failure-policy greeter is given both Ignore and Fail"

@@ -193,6 +193,39 @@ pub struct RunArgs {
     /// `NAME.NAMESPACE.svc`. `capstan gen manifest` sets this.
     #[arg(long, value_name = "NAMESPACE/NAME[:PORT]", requires = "webhook_listen", conflicts_with = "webhook_url")]
     pub webhook_service: Option<crate::serve::webhook::ServiceRef>,
+    /// Accept admission calls only from clients with a certificate of the
+    /// CA in this PEM file: the API server, configured to present one
+    /// (an AdmissionConfiguration with a `kubeConfigFile`; `capstan
+    /// cluster up` sets this up, see docs/webhooks.md). A certificate of
+    /// another CA fails the handshake; an admission call without one gets
+    /// 401. Conversion calls are not asked for one (the API server
+    /// presents none to conversion webhooks). Default: any caller that
+    /// reaches the port (keep it private with a NetworkPolicy).
+    #[arg(long, value_name = "FILE", requires = "webhook_listen", env = "CAPSTAN_WEBHOOK_CLIENT_CA")]
+    pub webhook_client_ca: Option<PathBuf>,
+    /// With `--webhook-client-ca`: accept only client certificates that
+    /// carry this name (a DNS name or IP address subjectAltName). Repeat
+    /// the option or separate with commas. Default: any name.
+    #[arg(
+        long = "webhook-client-name",
+        value_name = "NAME",
+        value_delimiter = ',',
+        requires = "webhook_client_ca",
+        env = "CAPSTAN_WEBHOOK_CLIENT_NAMES"
+    )]
+    pub webhook_client_names: Vec<String>,
+    /// Most webhook calls (admission and conversion) one component serves
+    /// at once; a call past it waits up to a second, then gets HTTP 429 (a
+    /// failed call). Each component has its own, so a slow or flooded one
+    /// cannot take the guest instances the others need.
+    #[arg(
+        long,
+        value_name = "CALLS",
+        default_value_t = crate::serve::webhook::DEFAULT_BUDGET,
+        value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..), usize::from),
+        env = "CAPSTAN_WEBHOOK_CONCURRENCY"
+    )]
+    pub webhook_concurrency: usize,
     /// Apply a Validating- and MutatingWebhookConfiguration per component
     /// that declares webhooks, and the conversion stanza of the CRDs it
     /// converts, with the caBundle of the serving certificate.
@@ -924,7 +957,8 @@ struct Webhooks {
 /// Starts serving webhooks if `--webhook-listen` asks, before the host
 /// starts (so that configurations it installs point at a server).
 async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
-    use crate::serve::webhook::{Endpoint, Install, Registry, policy::FailurePolicies, tls::Certs};
+    use crate::serve::webhook::tls::{Certs, ClientAuth};
+    use crate::serve::webhook::{Endpoint, Install, Registry, policy::FailurePolicies};
     let Some(listen) = args.webhook_listen else { return Ok(None) };
     let endpoint = match (&args.webhook_service, &args.webhook_url) {
         (Some(service), _) => Endpoint::Service(service.clone()),
@@ -950,12 +984,24 @@ async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
             Certs::self_managed(&names)?
         }
     };
-    let certs = std::sync::Arc::new(certs);
+    let clients = match &args.webhook_client_ca {
+        Some(ca) => Some(ClientAuth::from_file(ca)?.names(args.webhook_client_names.iter().cloned())),
+        None => {
+            tracing::warn!(
+                "webhook callers are not verified: anyone who reaches --webhook-listen may call the webhooks \
+                 (pass --webhook-client-ca, or keep the port private with a NetworkPolicy)"
+            );
+            None
+        }
+    };
+    let certs = std::sync::Arc::new(certs.verifying(clients));
     let watch = certs.watch()?;
     let failure_policies = FailurePolicies::new(args.webhook_failure_policies.iter().cloned())?;
     let install =
         args.install_webhooks.then(|| Install { failure_policies, ..Install::new(endpoint, certs.ca_bundle()) });
-    let registry = std::sync::Arc::new(Registry::new().installing(install).taking_over(args.take_over_webhooks));
+    let registry = std::sync::Arc::new(
+        Registry::new().installing(install).taking_over(args.take_over_webhooks).budget(args.webhook_concurrency),
+    );
     let server = crate::serve::webhook::serve(listen, std::sync::Arc::clone(&certs), std::sync::Arc::clone(&registry))
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

@@ -11,6 +11,16 @@
 //! - **self-managed** ([`Certs::self_managed`]): a CA and a serving
 //!   certificate for the given names, made at start and kept in memory;
 //!   the CA goes into the configurations the host installs.
+//!
+//! # Callers
+//!
+//! By default any client that reaches the port may call. With a
+//! [`ClientAuth`] (`--webhook-client-ca`) the server asks every client for
+//! a certificate: one that does not chain to that CA (or, with names,
+//! carries none of them) fails the handshake; a connection without one
+//! is [`Peer::Unverified`], which admission routes refuse (conversion
+//! routes do not: the API server presents no client certificate to
+//! conversion webhooks, kubernetes/kubernetes#131810).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +29,7 @@ use std::sync::{Arc, RwLock};
 use notify_debouncer_mini::notify::{self, RecommendedWatcher, RecursiveMode, Watcher as _};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 
 use super::Error;
@@ -32,6 +42,91 @@ pub struct Certs {
     dir: Option<PathBuf>,
     /// How often the directory was read again.
     reloads: AtomicU64,
+    /// Whom the server asks for a client certificate.
+    clients: Option<ClientAuth>,
+}
+
+/// The callers the webhook server accepts: clients with a certificate of
+/// these CAs (`--webhook-client-ca`), and if names are given only one that
+/// carries one of them as a subjectAltName (`--webhook-client-name`).
+///
+/// ```
+/// # fn example(ca_pem: &[u8]) -> Result<(), capstan_host::serve::webhook::Error> {
+/// use capstan_host::serve::webhook::tls::ClientAuth;
+///
+/// let clients = ClientAuth::from_pem(ca_pem)?.names(["kube-apiserver-webhook-client".to_owned()]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ClientAuth {
+    roots: Arc<rustls::RootCertStore>,
+    names: Vec<String>,
+}
+
+impl ClientAuth {
+    /// Clients with a certificate of a CA in `pem` (one or more
+    /// certificates), any name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Certs`] when `pem` holds no CA certificate.
+    pub fn from_pem(pem: &[u8]) -> Result<Self, Error> {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| Error::Certs(format!("client CA: {e}")))?;
+            roots.add(cert).map_err(|e| Error::Certs(format!("client CA: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(Error::Certs("client CA: no certificate".into()));
+        }
+        Ok(Self { roots: Arc::new(roots), names: Vec::new() })
+    }
+
+    /// [`from_pem`](Self::from_pem) of the file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Certs`] when it cannot be read or holds no certificate.
+    pub fn from_file(path: &Path) -> Result<Self, Error> {
+        let pem = std::fs::read(path).map_err(|e| Error::Certs(format!("{}: {e}", path.display())))?;
+        Self::from_pem(&pem).map_err(|e| Error::Certs(format!("{}: {e}", path.display())))
+    }
+
+    /// Only clients whose certificate carries one of `names` (DNS names
+    /// or IP addresses, as subjectAltNames; a name that is neither
+    /// matches no certificate). Default: any name.
+    pub fn names(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.names.extend(names);
+        self
+    }
+
+    /// Whether `leaf` (already verified against the CA) carries one of
+    /// the names, or no names are asked for.
+    fn admits(&self, leaf: &CertificateDer<'_>) -> bool {
+        if self.names.is_empty() {
+            return true;
+        }
+        let Ok(cert) = webpki::EndEntityCert::try_from(leaf) else { return false };
+        self.names.iter().any(|name| {
+            rustls::pki_types::ServerName::try_from(name.as_str())
+                .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
+        })
+    }
+}
+
+/// What the handshake of a connection learnt about its client, for each
+/// request on it (an extension of the request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// No [`ClientAuth`]: callers are not asked who they are.
+    Unchecked,
+    /// A client certificate of the [`ClientAuth`]'s CA, with one of its
+    /// names.
+    Verified,
+    /// [`ClientAuth`] is set and the client presented no certificate.
+    Unverified,
 }
 
 fn certified(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, Error> {
@@ -72,6 +167,7 @@ impl Certs {
             ca_bundle: RwLock::new(ca),
             dir: Some(dir),
             reloads: AtomicU64::new(0),
+            clients: None,
         })
     }
 
@@ -104,7 +200,28 @@ impl Certs {
             ca_bundle: RwLock::new(ca_cert.pem().into_bytes()),
             dir: None,
             reloads: AtomicU64::new(0),
+            clients: None,
         })
+    }
+
+    /// Asks every client for a certificate of `clients` (see [the module
+    /// docs](self#callers)). Default: no client is asked.
+    #[must_use]
+    pub fn verifying(mut self, clients: Option<ClientAuth>) -> Self {
+        self.clients = clients;
+        self
+    }
+
+    /// What the handshake of `connection` says about its client: a
+    /// certificate there is one the verifier accepted; `None` when it
+    /// carries none of the [`ClientAuth`]'s names (the connection is to
+    /// be closed).
+    pub fn peer(&self, connection: &rustls::ServerConnection) -> Option<Peer> {
+        let Some(clients) = &self.clients else { return Some(Peer::Unchecked) };
+        match connection.peer_certificates().and_then(|chain| chain.first()) {
+            None => Some(Peer::Unverified),
+            Some(leaf) => clients.admits(leaf).then_some(Peer::Verified),
+        }
     }
 
     /// The PEM CA bundle the API server should trust.
@@ -186,15 +303,33 @@ impl Certs {
 
     /// A rustls server configuration that serves [`current`](Self::current)
     /// at every handshake.
-    pub fn server_config(self: &Arc<Self>) -> rustls::ServerConfig {
-        let mut config =
-            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .expect("ring supports the default protocol versions")
-                .with_no_client_auth()
-                .with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
+    /// With [`verifying`](Self::verifying), the client is asked for a
+    /// certificate; one that does not chain to the CA fails the
+    /// handshake.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Certs`] when the client CA cannot make a verifier.
+    pub fn server_config(self: &Arc<Self>) -> Result<rustls::ServerConfig, Error> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions");
+        let builder = match &self.clients {
+            None => builder.with_no_client_auth(),
+            Some(clients) => {
+                // Conversion calls come without a certificate: the request
+                // decides (see `Peer`).
+                let verifier = WebPkiClientVerifier::builder_with_provider(Arc::clone(&clients.roots), provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| Error::Certs(format!("client CA: {e}")))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_cert_resolver(Arc::clone(self) as Arc<dyn ResolvesServerCert>);
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        config
+        Ok(config)
     }
 }
 
@@ -258,6 +393,28 @@ mod tests {
         verifier
             .verify_server_cert(&leaf, &[], &name, &[], rustls::pki_types::UnixTime::now())
             .expect("the CA vouches for the serving certificate");
+    }
+
+    #[test]
+    fn client_names_admit_only_certificates_that_carry_one() {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().expect("a key");
+        let ca_pem = ca.self_signed(&ca_key).expect("a CA").pem();
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf = |name: &str| {
+            let key = KeyPair::generate().expect("a key");
+            let cert = CertificateParams::new(vec![name.to_owned()]).expect("params").signed_by(&key, &issuer);
+            cert.expect("a cert").der().clone()
+        };
+        let any = ClientAuth::from_pem(ca_pem.as_bytes()).expect("a CA");
+        assert!(any.admits(&leaf("someone")), "no names: any certificate of the CA");
+        let named = any.names(["kube-apiserver-webhook-client".to_owned()]);
+        assert!(named.admits(&leaf("kube-apiserver-webhook-client")));
+        assert!(!named.admits(&leaf("admin")));
+        let err = ClientAuth::from_pem(b"not a certificate").expect_err("no CA");
+        assert_eq!(err.to_string(), "webhook certificates: client CA: no certificate");
     }
 
     #[test]
