@@ -207,6 +207,50 @@ impl Cluster {
         self.dir.join("pki")
     }
 
+    /// The AdmissionConfiguration the API server starts with: it presents
+    /// the webhook client certificate to every admission webhook.
+    fn admission_config(&self) -> PathBuf {
+        self.dir.join("admission.yaml")
+    }
+
+    /// The CA of the client certificate the API server presents to
+    /// admission webhooks (for a host's `--webhook-client-ca`), if this
+    /// cluster was started with one.
+    pub fn webhook_client_ca(&self) -> Option<PathBuf> {
+        let ca = self.pki().join("webhook-client-ca.crt");
+        (self.admission_config().is_file() && ca.is_file()).then_some(ca)
+    }
+
+    /// Writes the AdmissionConfiguration and the kubeconfig it names: the
+    /// webhook client certificate for every webhook (`*`).
+    fn write_admission_config(&self) -> anyhow::Result<()> {
+        let pki = self.pki();
+        let kubeconfig = self.dir.join("webhook-client.kubeconfig");
+        let users = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "users": [{"name": "*", "user": {
+                "client-certificate": pki.join("webhook-client.crt"),
+                "client-key": pki.join("webhook-client.key"),
+            }}],
+        });
+        self.write("webhook-client.kubeconfig", &users)?;
+        let plugin = |name: &str| {
+            serde_json::json!({"name": name, "configuration": {
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "WebhookAdmissionConfiguration",
+                "kubeConfigFile": kubeconfig,
+            }})
+        };
+        let config = serde_json::json!({
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [plugin("ValidatingAdmissionWebhook"), plugin("MutatingAdmissionWebhook")],
+        });
+        // JSON is YAML: the API server reads either.
+        self.write("admission.yaml", &config)
+    }
+
     /// The recorded processes, in start order.
     pub fn recorded(&self) -> Vec<(&'static str, u32)> {
         BINARIES
@@ -611,6 +655,10 @@ fn apiserver_args(cluster: &Cluster, port: u16, etcd: u16, controller_manager: b
         format!("--service-account-key-file={}", p("sa.pub")),
         format!("--service-account-signing-key-file={}", p("sa.key")),
     ];
+    if cluster.admission_config().is_file() {
+        // Absent in a cluster made before it: no client certificate then.
+        args.push(format!("--admission-control-config-file={}", cluster.admission_config().display()));
+    }
     if !controller_manager {
         // Nothing would create the `default` ServiceAccounts.
         args.push("--disable-admission-plugins=ServiceAccount".to_owned());
@@ -720,6 +768,14 @@ async fn up(args: UpArgs) -> anyhow::Result<PathBuf> {
         cluster.dir.join("logs").display(),
         cluster.name_flag()
     );
+    if let Some(ca) = cluster.webhook_client_ca() {
+        eprintln!(
+            "cluster: the API server presents a client certificate to admission webhooks; verify it with: \
+             --webhook-client-ca {} --webhook-client-name {}",
+            ca.display(),
+            pki::WEBHOOK_CLIENT_NAME
+        );
+    }
     Ok(cluster.kubeconfig())
 }
 
@@ -731,6 +787,7 @@ async fn start_all(cluster: &Cluster, args: &UpArgs, started: &Started, t0: Inst
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     pki::ensure(&cluster.pki()).context("step pki")?;
+    cluster.write_admission_config().context("step pki")?;
     let starter = Starter { cluster, started, bin_dir: &bin_dir, timeout };
 
     // etcd

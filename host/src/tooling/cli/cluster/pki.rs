@@ -1,6 +1,7 @@
 //! The throw-away PKI of a local cluster: a CA, the API server's serving
 //! certificate, the admin client certificate and the service-account
-//! signing key, all ECDSA P-256 made with rcgen.
+//! signing key, and a CA of its own for the client certificate the API
+//! server presents to admission webhooks, all ECDSA P-256 made with rcgen.
 
 use std::path::Path;
 
@@ -13,18 +14,35 @@ use rcgen::{
 pub const FILES: [&str; 8] =
     ["ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub"];
 
+/// The files [`ensure`] writes for the webhook client certificate: its CA
+/// (what a host's `--webhook-client-ca` names), the certificate the API
+/// server presents and its key.
+pub const WEBHOOK_CLIENT_FILES: [&str; 3] = ["webhook-client-ca.crt", "webhook-client.crt", "webhook-client.key"];
+
+/// The name (DNS subjectAltName) the webhook client certificate carries,
+/// for a host's `--webhook-client-name`.
+pub const WEBHOOK_CLIENT_NAME: &str = "kube-apiserver-webhook-client";
+
 /// Writes the PKI into `dir` unless it is complete there already (a cluster
-/// keeps its PKI across `down` and `up`).
+/// keeps its PKI across `down` and `up`; one made before the webhook
+/// client certificate gets it added).
 ///
 /// # Errors
 ///
 /// When a file cannot be written.
 pub fn ensure(dir: &Path) -> anyhow::Result<()> {
-    if FILES.iter().all(|f| dir.join(f).is_file()) {
-        return Ok(());
-    }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let files = make().context("cannot make the cluster's certificates")?;
+    if !FILES.iter().all(|f| dir.join(f).is_file()) {
+        write(dir, make().context("cannot make the cluster's certificates")?)?;
+    }
+    if !WEBHOOK_CLIENT_FILES.iter().all(|f| dir.join(f).is_file()) {
+        write(dir, webhook_client().context("cannot make the webhook client certificate")?)?;
+    }
+    Ok(())
+}
+
+/// Writes `files` into `dir`, each through a temporary file.
+fn write(dir: &Path, files: Vec<(&'static str, String)>) -> anyhow::Result<()> {
     for (name, content) in files {
         let path = dir.join(name);
         let tmp = dir.join(format!("{name}.tmp"));
@@ -42,16 +60,39 @@ pub fn write_private(path: &Path, content: &str) -> std::io::Result<()> {
     file.write_all(content.as_bytes())
 }
 
-fn make() -> Result<Vec<(&'static str, String)>, rcgen::Error> {
+/// A new CA named `name`: its certificate, its key's PEM and the issuer
+/// that signs with it.
+fn ca(name: &str) -> Result<(rcgen::Certificate, String, Issuer<'static, KeyPair>), rcgen::Error> {
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "capstan-cluster-ca");
+    ca.distinguished_name.push(DnType::CommonName, name);
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     ca.not_after = rcgen::date_time_ymd(2036, 1, 1);
     let ca_cert = ca.self_signed(&ca_key)?;
     let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca, ca_key);
+    Ok((ca_cert, ca_key_pem, Issuer::new(ca, ca_key)))
+}
+
+/// The webhook client CA (its key is not kept: nothing else is signed
+/// with it) and the certificate it signs for [`WEBHOOK_CLIENT_NAME`].
+fn webhook_client() -> Result<Vec<(&'static str, String)>, rcgen::Error> {
+    let (ca_cert, _, issuer) = ca("capstan-webhook-client-ca")?;
+    let (cert, key) = leaf(
+        &issuer,
+        vec![WEBHOOK_CLIENT_NAME.to_owned()],
+        &[(DnType::CommonName, WEBHOOK_CLIENT_NAME)],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    )?;
+    Ok(vec![
+        ("webhook-client-ca.crt", ca_cert.pem()),
+        ("webhook-client.crt", cert.pem()),
+        ("webhook-client.key", key.serialize_pem()),
+    ])
+}
+
+fn make() -> Result<Vec<(&'static str, String)>, rcgen::Error> {
+    let (ca_cert, ca_key_pem, issuer) = ca("capstan-cluster-ca")?;
 
     let (server_cert, server_key) = leaf(
         &issuer,
@@ -106,7 +147,7 @@ mod tests {
     fn pki_is_made_once_and_kept() {
         let dir = std::env::temp_dir().join(format!("capstan-pki-{}", std::process::id()));
         ensure(&dir).expect("pki");
-        for f in FILES {
+        for f in FILES.iter().chain(&WEBHOOK_CLIENT_FILES) {
             assert!(dir.join(f).is_file(), "{f}");
         }
         let ca = std::fs::read_to_string(dir.join("ca.crt")).expect("ca");
@@ -114,6 +155,13 @@ mod tests {
         assert!(std::fs::read_to_string(dir.join("sa.pub")).expect("sa.pub").contains("PUBLIC KEY"));
         ensure(&dir).expect("again");
         assert_eq!(std::fs::read_to_string(dir.join("ca.crt")).expect("ca"), ca, "an existing PKI is kept");
+        // A PKI made before the webhook client certificate gets one.
+        for f in WEBHOOK_CLIENT_FILES {
+            std::fs::remove_file(dir.join(f)).expect("remove");
+        }
+        ensure(&dir).expect("again");
+        assert_eq!(std::fs::read_to_string(dir.join("ca.crt")).expect("ca"), ca, "the cluster CA is kept");
+        assert!(dir.join("webhook-client.key").is_file());
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }
