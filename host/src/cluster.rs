@@ -218,4 +218,9 @@ pub trait Cluster: Send + Sync + 'static {
     async fn delete(&self, object: &ObjectRef, propagation: Propagation) -> Result<()>;
     /// Records an Event.
     async fn record_event(&self, event: EventRecord) -> Result<()>;
+    /// The user this backend's requests are made as, when it can tell
+    /// (learned once, then kept). Default: `None`.
+    async fn user(&self) -> Option<String> {
+        None
+    }
 }

@@ -59,6 +59,8 @@ pub struct KubeCluster {
     caches: Arc<RwLock<HashMap<GroupKind, Cache>>>,
     recorders: Arc<Mutex<HashMap<String, Arc<Recorder>>>>,
     instance: Option<String>,
+    /// Whom the API server authenticates `client` as, once learned.
+    user: Arc<tokio::sync::OnceCell<String>>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -71,7 +73,14 @@ impl KubeCluster {
     /// A backend on `client`. `instance` names this host replica in Events
     /// (`reportingInstance`), e.g. the pod name.
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        Self { client, kinds: Arc::default(), caches: Arc::default(), recorders: Arc::default(), instance }
+        Self {
+            client,
+            kinds: Arc::default(),
+            caches: Arc::default(),
+            recorders: Arc::default(),
+            instance,
+            user: Arc::default(),
+        }
     }
 
     /// The kube-rs client.
@@ -199,6 +208,29 @@ fn from_value(value: Value) -> Result<DynamicObject> {
 
 #[async_trait]
 impl Cluster for KubeCluster {
+    /// Asks the API server with a `SelfSubjectReview` (no RBAC needed) the
+    /// first time; a failure is logged and asked again next time.
+    async fn user(&self) -> Option<String> {
+        use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+        let learned = self
+            .user
+            .get_or_try_init(|| async {
+                let reviews: Api<SelfSubjectReview> = Api::all(self.client.clone());
+                let answer = reviews.create(&PostParams::default(), &SelfSubjectReview::default()).await;
+                let answer = answer.map_err(|e| e.to_string())?;
+                let user = answer.status.and_then(|s| s.user_info).and_then(|u| u.username);
+                user.filter(|u| !u.is_empty()).ok_or_else(|| "the API server names no user".to_owned())
+            })
+            .await;
+        match learned {
+            Ok(user) => Some(user.clone()),
+            Err(error) => {
+                tracing::warn!(%error, "cannot learn the user the host's requests are made as");
+                None
+            }
+        }
+    }
+
     async fn get(&self, object: &ObjectRef) -> Result<Value> {
         if let Some(cache) = self.cache(&object.gvk, object.namespace.as_deref()) {
             // A version the server does not serve is not found, cached or not.

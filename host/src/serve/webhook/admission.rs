@@ -19,6 +19,21 @@
 //! An answer that breaks these is a failed call ([`Error::Answer`]); its
 //! log line, like the `Status` the API server gets, is cut to
 //! [`cluster::MAX_MESSAGE`] bytes.
+//!
+//! # The host's own writes
+//!
+//! The host's bookkeeping must not depend on the component's webhooks: a
+//! webhook that cannot decode a stored object (one written before its
+//! type gained a required field) would otherwise refuse the host's
+//! removal of its finalizer, and the object could never go. So an
+//! `UPDATE` made as the host's own user (learned with a
+//! `SelfSubjectReview` at the first update, see
+//! [`Cluster::user`](crate::cluster::Cluster::user)) whose
+//! object differs from its old object only in [`HOST_METADATA`] is
+//! allowed without calling the guest. Anything else the host writes (a
+//! child, a spec), and the same change made by anyone else, is reviewed as
+//! usual. Status writes never reach a webhook: the installed rules name
+//! the resource, not its `status` subresource.
 
 use base64::Engine as _;
 use serde::Deserialize;
@@ -85,6 +100,8 @@ pub struct Parsed {
     pub uid: String,
     /// The request's object, the base of a mutation's patch.
     pub object: Option<Value>,
+    /// The request's old object.
+    pub old_object: Option<Value>,
     /// The guest's request.
     pub request: wit::AdmissionRequest,
 }
@@ -119,7 +136,39 @@ pub fn parse(webhook: &AdmissionWebhook, body: &[u8]) -> Result<Parsed, Error> {
         user_info: wit::UserInfo { username: r.user_info.username, uid: r.user_info.uid, groups: r.user_info.groups },
         dry_run: r.dry_run.unwrap_or(false),
     };
-    Ok(Parsed { uid: r.uid, object, request })
+    Ok(Parsed { uid: r.uid, object, old_object, request })
+}
+
+/// The metadata the host maintains on the objects it reconciles, and the
+/// fields the API server changes with any write: a change of these alone,
+/// made as the host's user, is the host's bookkeeping.
+pub const HOST_METADATA: [&str; 4] = ["finalizers", "ownerReferences", "managedFields", "resourceVersion"];
+
+/// `object` without [`HOST_METADATA`].
+fn without_host_metadata(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in HOST_METADATA {
+            meta.remove(field);
+        }
+    }
+    object
+}
+
+/// Whether `parsed` is the host's own bookkeeping (see the module docs):
+/// an update by `host_user` that changes nothing but [`HOST_METADATA`].
+pub fn is_host_bookkeeping(parsed: &Parsed, host_user: &str) -> bool {
+    let request = &parsed.request;
+    if !matches!(request.operation, wit::Operation::Update)
+        || request.user_info.username != host_user
+        || request.sub_resource.is_some()
+    {
+        return false;
+    }
+    match (&parsed.object, &parsed.old_object) {
+        (Some(new), Some(old)) => without_host_metadata(new) == without_host_metadata(old),
+        _ => false,
+    }
 }
 
 /// The fields a mutation may not change.
@@ -182,7 +231,9 @@ pub fn answer(webhook: &AdmissionWebhook, parsed: &Parsed, answer: wit::Admissio
     Ok(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}))
 }
 
-/// Serves one review for the webhook named `webhook` of `served`.
+/// Serves one review for the webhook named `webhook` of `served`; the
+/// host's own bookkeeping (see the module docs) is allowed without calling
+/// the guest.
 ///
 /// # Errors
 ///
@@ -197,6 +248,19 @@ pub async fn handle(served: &Served, webhook: &str, body: &[u8]) -> Result<Value
         .find(|w| w.name == webhook)
         .ok_or_else(|| Error::NoWebhook { component: manifest.name.clone(), webhook: webhook.to_owned() })?;
     let parsed = parse(declared, body)?;
+    // Only an update can be bookkeeping: the host's user is asked for no
+    // other request.
+    if matches!(parsed.request.operation, wit::Operation::Update)
+        && let Some(user) = served.caller.cluster.user().await
+        && is_host_bookkeeping(&parsed, &user)
+    {
+        tracing::debug!(component = %manifest.name, webhook, uid = %parsed.uid, "the host's own metadata write, allowed");
+        return answer(
+            declared,
+            &parsed,
+            wit::AdmissionResponse { allowed: true, message: None, code: None, warnings: Vec::new(), patched: None },
+        );
+    }
     let deadline = declared.deadline(served.runtime.limits().deadline);
     let invocation =
         served.runtime.review(&served.component.pre, served.caller.clone(), parsed.request.clone(), deadline).await;
@@ -286,6 +350,47 @@ mod tests {
         assert_eq!(r.user_info.groups, ["system:masters"]);
         let object: Value = serde_json::from_slice(&r.object.expect("an object")).expect("JSON");
         assert_eq!(object, greeting(None));
+    }
+
+    fn update(user: &str, sub_resource: Option<&str>, old: &Value, new: &Value) -> Vec<u8> {
+        to_bytes(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f6", "kind": {"group": "example.com", "version": "v1", "kind": "Greeting"},
+                "name": "hello", "namespace": "default", "operation": "UPDATE", "subResource": sub_resource,
+                "userInfo": {"username": user}, "object": new, "oldObject": old,
+            }
+        }))
+    }
+
+    #[test]
+    fn only_the_hosts_own_change_of_its_metadata_is_bookkeeping() {
+        let mut old = greeting(None);
+        old["metadata"]["finalizers"] = json!(["example.com/cleanup", "other.example.com/keep"]);
+        old["metadata"]["resourceVersion"] = json!("7");
+        let mut released = old.clone();
+        released["metadata"]["finalizers"] = json!(["other.example.com/keep"]);
+        released["metadata"]["resourceVersion"] = json!("8");
+        released["metadata"]["managedFields"] = json!([{"manager": "capstan"}]);
+        let mut orphaned = old.clone();
+        orphaned["metadata"]["ownerReferences"] = json!([]);
+        let mut relabelled = released.clone();
+        relabelled["metadata"]["labels"] = json!({"a": "b"});
+        let mut respecced = released.clone();
+        respecced["spec"]["message"] = json!("bye");
+        let parsed = |user, sub, new: &Value| parse(&webhook(false), &update(user, sub, &old, new)).expect("a review");
+        assert!(is_host_bookkeeping(&parsed("host", None, &released), "host"));
+        assert!(is_host_bookkeeping(&parsed("host", None, &orphaned), "host"));
+        assert!(!is_host_bookkeeping(&parsed("someone", None, &released), "host"), "another user's edit is reviewed");
+        assert!(!is_host_bookkeeping(&parsed("host", None, &relabelled), "host"), "labels are not the host's");
+        assert!(!is_host_bookkeeping(&parsed("host", None, &respecced), "host"), "a spec is not the host's");
+        assert!(!is_host_bookkeeping(&parsed("host", Some("scale"), &released), "host"));
+        let delete = to_bytes(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"version": "v1", "kind": "Greeting"}, "operation": "DELETE",
+                "userInfo": {"username": "host"}, "oldObject": old},
+        }));
+        assert!(!is_host_bookkeeping(&parse(&webhook(false), &delete).expect("a review"), "host"));
     }
 
     #[test]
