@@ -40,6 +40,8 @@ build fixture-future-contract
 cp "$release/fixture_future_contract.wasm" "$out/future-contract.wasm"
 build fixture-noop
 cp "$release/fixture_noop.wasm" "$out/noop.wasm"
+build fixture-strict-webhooks
+cp "$release/fixture_strict_webhooks.wasm" "$out/strict-webhooks.wasm"
 build capstan-fixture-guests --features loud
 cp "$release/capstan_fixture_guests.wasm" "$out/loud.wasm"
 build capstan-fixture-guests --features crd-thief

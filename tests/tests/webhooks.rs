@@ -95,28 +95,45 @@ async fn point_validating_at(api: &Api<ValidatingWebhookConfiguration>, url: &st
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert() -> Result<()> {
-    ControlPlane::shared().await?;
-    let ns = TestNamespace::new("webhooks").await?;
+/// A webhook server on a free loopback port with a CA of its own, and its
+/// registry, which installs configurations pointing at it.
+async fn webhook_server() -> Result<(u16, Arc<Registry>, capstan_host::serve::server::Server)> {
     let port = free_port()?;
     let certs = Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()])?);
     let install = Install::new(Endpoint::Url(format!("https://127.0.0.1:{port}")), certs.ca_bundle());
     let registry = Arc::new(Registry::new().installing(Some(install)));
     let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, Arc::clone(&registry)).await?;
+    Ok((port, registry, server))
+}
+
+/// A host in `ns` running `component`, installing its CRDs, serving its
+/// webhooks through `webhooks` if given.
+async fn start_host(
+    ns: &TestNamespace,
+    component: &std::path::Path,
+    webhooks: Option<Arc<Registry>>,
+) -> Result<capstan_host::serve::host::Host> {
+    Ok(HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .webhooks(webhooks)
+        .component(component)
+        .start()
+        .await?)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("webhooks").await?;
+    let (port, registry, server) = webhook_server().await?;
     let built = find_component("greeter-webhooks").map_err(anyhow::Error::msg)?;
     // A copy of its own, which the swap below rewrites.
     let dir = std::env::temp_dir().join(format!("capstan-webhooks-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let component = dir.join("greeter-webhooks.wasm");
     std::fs::copy(&built, &component)?;
-    let host = HostBuilder::new(ns.client())
-        .namespace(Some(ns.name().to_owned()))
-        .install_crds(true)
-        .webhooks(Some(Arc::clone(&registry)))
-        .component(&component)
-        .start()
-        .await?;
+    let host = start_host(&ns, &component, Some(Arc::clone(&registry))).await?;
     let status = host.status();
     ensure!(status[0].state == "serving", "a webhook-only component runs no controller: {status:?}");
     let v1alpha1 = greetings(&ns, "v1alpha1");
@@ -335,5 +352,119 @@ async fn the_api_server_calls_guest_webhooks_that_validate_default_and_convert()
     host.shutdown().await;
     server.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+    ns.cleanup().await
+}
+
+/// A `Vault` of the `strict-webhooks` fixture with `spec`.
+fn vault(name: &str, spec: Value) -> Result<DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "fixtures.capstan.dev/v1", "kind": "Vault",
+        "metadata": {"name": name}, "spec": spec,
+    }))?)
+}
+
+/// Objects stored before the webhooks' type required `spec.size` (written
+/// by a host of the component that served no webhooks yet): with the
+/// webhooks installed, the stored ones do not decode as their type. They
+/// can still be updated to a valid form and deleted, the host removing
+/// its finalizer through them; an update that leaves one undecodable is
+/// refused, naming why.
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_the_webhooks_cannot_decode_can_still_be_fixed_and_deleted() -> Result<()> {
+    const FINALIZER: &str = "fixtures.capstan.dev/vault";
+    const CONFIGURATION: &str = "capstan-strict-webhooks";
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("undecodable").await?;
+    let component = find_component("strict-webhooks").map_err(anyhow::Error::msg)?;
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("fixtures.capstan.dev", "v1", "Vault"), "vaults");
+    let vaults: Api<DynamicObject> = Api::namespaced_with(ns.client(), ns.name(), &resource);
+    let post = PostParams::default();
+    let finalized = |name: &'static str| {
+        let vaults = vaults.clone();
+        async move {
+            wait_for(Duration::from_secs(30), || async {
+                let v = vaults.get(name).await.ok()?;
+                v.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == FINALIZER)).then_some(())
+            })
+            .await
+            .with_context(|| format!("the host's finalizer on {name}"))
+        }
+    };
+
+    // Before: the component's controller runs, no webhooks are served.
+    let before = start_host(&ns, &component, None).await?;
+    for name in ["fix-me", "delete-me", "still-broken"] {
+        let stored = wait_for(Duration::from_secs(30), || async {
+            vaults.create(&post, &vault(name, json!({"message": "no size"})).ok()?).await.ok()
+        })
+        .await?;
+        ensure!(stored.data["spec"].get("size").is_none(), "{:?}", stored.data);
+    }
+    for name in ["fix-me", "delete-me", "still-broken"] {
+        finalized(name).await?;
+    }
+    before.shutdown().await;
+
+    // After: the same component, now serving its webhooks.
+    let (_, registry, server) = webhook_server().await?;
+    let host = start_host(&ns, &component, Some(Arc::clone(&registry))).await?;
+    let message = wait_for(Duration::from_secs(30), || async {
+        match vaults.create(&post, &vault("big", json!({"size": 11})).ok()?).await {
+            Err(kube::Error::Api(s)) if s.message.contains("spec.size must be at most 10") => Some(s.message),
+            Ok(_) => {
+                let _ = vaults.delete("big", &DeleteParams::default()).await;
+                None
+            }
+            Err(_) => None,
+        }
+    })
+    .await
+    .context("the webhooks did not start refusing")?;
+    assert!(message.contains("spec.size must be at most 10, not 11"), "{message}");
+
+    // An update to a valid form passes both webhooks, the mutating one
+    // changing the typed new object.
+    let fixed = vaults.patch("fix-me", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 3}}))).await?;
+    assert_eq!(fixed.data["spec"]["size"], json!(3));
+    assert_eq!(
+        fixed.metadata.annotations.as_ref().and_then(|a| a.get("fixtures.capstan.dev/checked")).map(String::as_str),
+        Some("true")
+    );
+    // ... still checked: the typed new object is validated.
+    let message =
+        refusal(vaults.patch("fix-me", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 12}}))).await)?;
+    assert!(message.contains("spec.size must be at most 10, not 12"), "{message}");
+
+    // An update that leaves the object undecodable is refused, naming why.
+    let relabel = json!({"metadata": {"labels": {"touched": "yes"}}});
+    let message = refusal(vaults.patch("still-broken", &PatchParams::default(), &Patch::Merge(&relabel)).await)?;
+    assert!(message.contains("object does not match the webhook's type: missing field `size`"), "{message}");
+
+    // A delete is allowed, and the host's removal of its finalizer passes
+    // the webhooks: the object goes.
+    vaults.delete("delete-me", &DeleteParams::default()).await?;
+    wait_for(Duration::from_secs(30), || async {
+        matches!(vaults.get("delete-me").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await
+    .context("delete-me is still there: its finalizer was not removed")?;
+
+    for name in ["fix-me", "still-broken"] {
+        vaults.delete(name, &DeleteParams::default()).await?;
+    }
+    wait_for(Duration::from_secs(30), || async {
+        vaults.list(&Default::default()).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
+    })
+    .await
+    .context("the vaults did not go")?;
+    let client = ns.client();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone()).delete(CONFIGURATION, &DeleteParams::default()).await?;
+    Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(CONFIGURATION, &DeleteParams::default()).await?;
+    Api::<CustomResourceDefinition>::all(client)
+        .delete("vaults.fixtures.capstan.dev", &DeleteParams::default())
+        .await?;
+    host.shutdown().await;
+    server.shutdown().await;
     ns.cleanup().await
 }
