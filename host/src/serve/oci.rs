@@ -262,6 +262,11 @@ impl FromStr for Reference {
             return Err(invalid("empty, or has whitespace".to_owned()));
         }
         let parsed = oci_client::Reference::try_from(rest).map_err(|e| invalid(e.to_string()))?;
+        // What it stands for must parse as itself: `Bad/0` is read as
+        // `docker.io/Bad/0`, which is not a valid reference.
+        if oci_client::Reference::try_from(parsed.whole().as_str()).is_err() {
+            return Err(invalid(format!("{} is not a valid reference", bounded_text(&parsed.whole()))));
+        }
         if let Some(digest) = parsed.digest()
             && !digest.strip_prefix("sha256:").is_some_and(is_sha256_hex)
         {
@@ -824,6 +829,17 @@ mod tests {
         assert_eq!(e.to_string(), "oci://r/g:v1: not a Wasm component artifact: 2 layers, expected one");
         let e = Error::Unavailable { reference: "oci://r/g:v1".into(), reason: "connection refused".into() };
         assert!(e.is_unavailable() && e.to_string() == "oci://r/g:v1: registry unavailable: connection refused");
+    }
+
+    #[test]
+    fn a_reference_that_does_not_read_back_as_itself_is_refused() {
+        // Read as `docker.io/Bad/0:latest`, whose upper-case repository
+        // does not parse.
+        let err = "oci://Bad/0".parse::<Reference>().expect_err("refused");
+        assert_eq!(err.reason(), "reference", "{err}");
+        assert!(err.to_string().contains("docker.io/Bad/0:latest is not a valid reference"), "{err}");
+        let r: Reference = "oci://ghcr.io/capstan/greeter".parse().expect("parses");
+        assert_eq!(r.to_string().parse::<Reference>().expect("parses again"), r);
     }
 
     #[test]
