@@ -601,48 +601,7 @@ impl Registry {
         let at = reference.digest().or(reference.tag()).unwrap_or("latest");
         let (manifest, manifest_digest) =
             self.manifest(reference, &format!("manifests/{at}"), authorization.as_deref()).await?;
-        if let Some(expected) = reference.digest()
-            && expected != manifest_digest
-        {
-            return Err(Error::Digest {
-                reference: reference.to_string(),
-                expected: expected.to_owned(),
-                actual: manifest_digest,
-            });
-        }
-        let not_component = |reason: String| Error::NotComponent { reference: reference.to_string(), reason };
-        let manifest: OciManifest =
-            serde_json::from_slice(&manifest).map_err(|e| not_component(format!("manifest does not parse: {e}")))?;
-        let manifest = match manifest {
-            OciManifest::Image(m) => m,
-            OciManifest::ImageIndex(_) => return Err(not_component("an image index, not an image manifest".into())),
-        };
-        if manifest.config.media_type != CONFIG_MEDIA_TYPE {
-            return Err(not_component(format!(
-                "config media type {}, expected {CONFIG_MEDIA_TYPE}",
-                bounded_text(&manifest.config.media_type)
-            )));
-        }
-        let [layer] = manifest.layers.as_slice() else {
-            return Err(not_component(format!("{} layers, expected one", manifest.layers.len())));
-        };
-        if layer.media_type != LAYER_MEDIA_TYPE {
-            return Err(not_component(format!(
-                "layer media type {}, expected {LAYER_MEDIA_TYPE}",
-                bounded_text(&layer.media_type)
-            )));
-        }
-        let declared = u64::try_from(layer.size).map_err(|_| not_component(format!("layer size {}", layer.size)))?;
-        if declared > MAX_COMPONENT_SIZE {
-            return Err(not_component(format!(
-                "layer of {declared} bytes, the most a component may have is {MAX_COMPONENT_SIZE}"
-            )));
-        }
-        let layer_digest = layer.digest.clone();
-        if !layer_digest.strip_prefix("sha256:").is_some_and(is_sha256_hex) {
-            return Err(not_component(format!("layer digest {} is not sha256", bounded_text(&layer_digest))));
-        }
-        let summary = Summary::from_annotations(manifest.annotations.as_ref());
+        let Layer { digest: layer_digest, size: declared, summary } = component_layer(reference, &manifest)?;
         let cache = self.blob_path(&layer_digest);
         if let Some(bytes) = cache.as_deref().and_then(read_cached(&layer_digest)) {
             return Ok(Pulled {
@@ -728,6 +687,82 @@ impl Registry {
     }
 }
 
+/// The component layer an image manifest names, as [`component_layer`]
+/// found and checked it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layer {
+    /// Its `sha256:` digest (64 lower-case hex digits).
+    pub digest: String,
+    /// Its size as the manifest declares it, at most [`MAX_COMPONENT_SIZE`].
+    pub size: u64,
+    /// What the manifest's annotations say, if it has them.
+    pub summary: Option<Summary>,
+}
+
+/// The component layer of `manifest`, the bytes a registry sent for
+/// `reference`: the manifest matches the digest `reference` names (if it
+/// names one), is an image manifest (not an index) whose config has media
+/// type [`CONFIG_MEDIA_TYPE`] and whose one layer has media type
+/// [`LAYER_MEDIA_TYPE`], a `sha256:` digest, and a size of at most
+/// [`MAX_COMPONENT_SIZE`].
+///
+/// ```
+/// use capstan_host::serve::oci::{Reference, component_layer};
+///
+/// let reference: Reference = "oci://127.0.0.1:5000/greeter:v1".parse()?;
+/// let err = component_layer(&reference, b"{}").unwrap_err();
+/// assert_eq!(err.reason(), "not_component");
+/// # Ok::<(), capstan_host::serve::oci::Error>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::Digest`] for a manifest that does not match the reference's
+/// digest, [`Error::NotComponent`] for anything else above. Text taken
+/// from the manifest is cut with [`bounded_text`].
+pub fn component_layer(reference: &Reference, manifest: &[u8]) -> Result<Layer> {
+    if let Some(expected) = reference.digest() {
+        let actual = sha256(manifest);
+        if expected != actual {
+            return Err(Error::Digest { reference: reference.to_string(), expected: expected.to_owned(), actual });
+        }
+    }
+    let not_component = |reason: String| Error::NotComponent { reference: reference.to_string(), reason };
+    let manifest: OciManifest =
+        serde_json::from_slice(manifest).map_err(|e| not_component(format!("manifest does not parse: {e}")))?;
+    let manifest = match manifest {
+        OciManifest::Image(m) => m,
+        OciManifest::ImageIndex(_) => return Err(not_component("an image index, not an image manifest".into())),
+    };
+    if manifest.config.media_type != CONFIG_MEDIA_TYPE {
+        return Err(not_component(format!(
+            "config media type {}, expected {CONFIG_MEDIA_TYPE}",
+            bounded_text(&manifest.config.media_type)
+        )));
+    }
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(not_component(format!("{} layers, expected one", manifest.layers.len())));
+    };
+    if layer.media_type != LAYER_MEDIA_TYPE {
+        return Err(not_component(format!(
+            "layer media type {}, expected {LAYER_MEDIA_TYPE}",
+            bounded_text(&layer.media_type)
+        )));
+    }
+    let declared = u64::try_from(layer.size).map_err(|_| not_component(format!("layer size {}", layer.size)))?;
+    if declared > MAX_COMPONENT_SIZE {
+        return Err(not_component(format!(
+            "layer of {declared} bytes, the most a component may have is {MAX_COMPONENT_SIZE}"
+        )));
+    }
+    let layer_digest = layer.digest.clone();
+    if !layer_digest.strip_prefix("sha256:").is_some_and(is_sha256_hex) {
+        return Err(not_component(format!("layer digest {} is not sha256", bounded_text(&layer_digest))));
+    }
+    let summary = Summary::from_annotations(manifest.annotations.as_ref());
+    Ok(Layer { digest: layer_digest, size: declared, summary })
+}
+
 /// Reads a cached blob, if it is there and still matches `digest`.
 fn read_cached(digest: &str) -> impl Fn(&Path) -> Option<Vec<u8>> + '_ {
     move |path| {
@@ -795,6 +830,17 @@ mod tests {
     }
 
     #[test]
+    fn a_reference_that_does_not_read_back_as_itself_is_refused() {
+        // Read as `docker.io/Bad/0:latest`, whose upper-case repository
+        // does not parse.
+        let err = "oci://Bad/0".parse::<Reference>().expect_err("refused");
+        assert_eq!(err.reason(), "reference", "{err}");
+        assert!(err.to_string().contains("docker.io/Bad/0:latest is not a valid reference"), "{err}");
+        let r: Reference = "oci://ghcr.io/capstan/greeter".parse().expect("parses");
+        assert_eq!(r.to_string().parse::<Reference>().expect("parses again"), r);
+    }
+
+    #[test]
     fn loopback_registries_speak_plain_http_and_others_https_unless_named() {
         for loopback in ["localhost:5000", "127.0.0.1:5000", "127.3.2.1", "[::1]:5000", "localhost"] {
             assert!(is_loopback(loopback), "{loopback}");
@@ -829,17 +875,6 @@ mod tests {
         assert_eq!(e.to_string(), "oci://r/g:v1: not a Wasm component artifact: 2 layers, expected one");
         let e = Error::Unavailable { reference: "oci://r/g:v1".into(), reason: "connection refused".into() };
         assert!(e.is_unavailable() && e.to_string() == "oci://r/g:v1: registry unavailable: connection refused");
-    }
-
-    #[test]
-    fn a_reference_that_does_not_read_back_as_itself_is_refused() {
-        // Read as `docker.io/Bad/0:latest`, whose upper-case repository
-        // does not parse.
-        let err = "oci://Bad/0".parse::<Reference>().expect_err("refused");
-        assert_eq!(err.reason(), "reference", "{err}");
-        assert!(err.to_string().contains("docker.io/Bad/0:latest is not a valid reference"), "{err}");
-        let r: Reference = "oci://ghcr.io/capstan/greeter".parse().expect("parses");
-        assert_eq!(r.to_string().parse::<Reference>().expect("parses again"), r);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 
 use super::{Error, Served};
 use crate::cluster;
+use crate::manifest::Manifest;
 use crate::object::Gvk;
 use crate::runtime::bindings::capstan::operator::types as wit;
 
@@ -30,6 +31,72 @@ struct Request {
     desired_api_version: String,
     #[serde(default)]
     objects: Vec<Value>,
+}
+
+/// A parsed `ConversionReview`: what the guest gets, and what its answer
+/// is checked against.
+#[derive(Debug)]
+pub struct Parsed {
+    /// The request's UID, echoed in the answer.
+    pub uid: String,
+    /// The `apiVersion` to convert to, e.g. `example.com/v1`.
+    pub desired_api_version: String,
+    /// The objects to convert, in order.
+    pub objects: Vec<Value>,
+}
+
+/// Parses a `ConversionReview`.
+///
+/// # Errors
+///
+/// [`Error::BadReview`] when `body` is not a v1 `ConversionReview` with a
+/// request.
+pub fn parse(body: &[u8]) -> Result<Parsed, Error> {
+    let r: Request = super::request_of(body, "apiextensions.k8s.io/v1", "ConversionReview")?;
+    Ok(Parsed { uid: r.uid, desired_api_version: r.desired_api_version, objects: r.objects })
+}
+
+impl Parsed {
+    /// The guest's request for the component of `manifest`.
+    ///
+    /// # Errors
+    ///
+    /// The message of the `Failure` to answer when an object is not of a
+    /// group and kind `manifest` declares in `roles.conversion`, in the
+    /// group of the desired `apiVersion`.
+    pub fn request(&self, manifest: &Manifest) -> Result<wit::ConversionRequest, String> {
+        let desired_group = Gvk::from_api_version(&self.desired_api_version, "").group;
+        for object in &self.objects {
+            let declared = Gvk::of(object)
+                .filter(|g| g.group == desired_group)
+                .is_some_and(|g| manifest.roles.conversion.iter().any(|c| c.group == g.group && c.kind == g.kind));
+            if !declared {
+                return Err(format!(
+                    "component {} does not convert this object to {}",
+                    manifest.name, self.desired_api_version
+                ));
+            }
+        }
+        Ok(wit::ConversionRequest {
+            desired_api_version: self.desired_api_version.clone(),
+            objects: self.objects.iter().map(|o| serde_json::to_vec(o).expect("a JSON value serializes")).collect(),
+        })
+    }
+
+    /// The `ConversionReview` answer: `Success` with the `converted`
+    /// objects (checked with [`check`]), or `Failure` with the message, cut
+    /// to [`cluster::MAX_MESSAGE`] bytes.
+    pub fn answer(&self, converted: Result<Vec<Value>, &str>) -> Value {
+        let response = match converted {
+            Ok(objects) => json!({"uid": self.uid, "convertedObjects": objects, "result": {"status": "Success"}}),
+            Err(message) => json!({
+                "uid": self.uid,
+                "convertedObjects": [],
+                "result": {"status": "Failure", "message": cluster::bounded(message, cluster::MAX_MESSAGE)},
+            }),
+        };
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": response})
+    }
 }
 
 /// The fields a conversion must keep, besides `kind`.
@@ -60,14 +127,6 @@ pub fn check(desired: &str, objects: &[Value], converted: &[wit::Json]) -> Resul
     Ok(out)
 }
 
-fn failure(uid: &str, message: &str) -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "ConversionReview",
-        "response": {"uid": uid, "convertedObjects": [], "result": {"status": "Failure", "message": message}},
-    })
-}
-
 /// Serves one conversion review for `served`.
 ///
 /// # Errors
@@ -75,44 +134,29 @@ fn failure(uid: &str, message: &str) -> Value {
 /// [`Error::BadReview`] when `body` is not a v1 `ConversionReview` with a
 /// request; every other failure is in the returned review.
 pub async fn handle(served: &Served, body: &[u8]) -> Result<Value, Error> {
-    let r: Request = super::request_of(body, "apiextensions.k8s.io/v1", "ConversionReview")?;
+    let parsed = parse(body)?;
     let manifest = &served.component.manifest;
-    let desired_group = Gvk::from_api_version(&r.desired_api_version, "").group;
-    for object in &r.objects {
-        let declared = Gvk::of(object)
-            .filter(|g| g.group == desired_group)
-            .is_some_and(|g| manifest.roles.conversion.iter().any(|c| c.group == g.group && c.kind == g.kind));
-        if !declared {
-            let message =
-                format!("component {} does not convert this object to {}", manifest.name, r.desired_api_version);
-            return Ok(failure(&r.uid, &message));
-        }
-    }
-    let request = wit::ConversionRequest {
-        desired_api_version: r.desired_api_version.clone(),
-        objects: r.objects.iter().map(|o| serde_json::to_vec(o).expect("a JSON value serializes")).collect(),
+    let request = match parsed.request(manifest) {
+        Ok(request) => request,
+        Err(message) => return Ok(parsed.answer(Err(&message))),
     };
     let deadline = served.runtime.limits().deadline;
     let invocation = served.runtime.convert(&served.component.pre, served.caller.clone(), request, deadline).await;
     let converted = match invocation.result {
-        Ok(Ok(converted)) => check(&r.desired_api_version, &r.objects, &converted),
+        Ok(Ok(converted)) => check(&parsed.desired_api_version, &parsed.objects, &converted),
         Ok(Err(message)) => Err(Error::Answer(message)),
         Err(e) => Err(Error::Guest(e)),
     };
     Ok(match converted {
-        Ok(objects) => json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "ConversionReview",
-            "response": {"uid": r.uid, "convertedObjects": objects, "result": {"status": "Success"}},
-        }),
+        Ok(objects) => parsed.answer(Ok(objects)),
         Err(e) => {
             let error = cluster::bounded(&e.to_string(), cluster::MAX_MESSAGE);
-            tracing::warn!(component = %manifest.name, uid = %r.uid, error = %error, "conversion failed");
-            let message = match e {
-                Error::Answer(m) if !m.starts_with("converted") => cluster::bounded(&m, cluster::MAX_MESSAGE),
-                _ => error,
-            };
-            failure(&r.uid, &message)
+            tracing::warn!(component = %manifest.name, uid = %parsed.uid, error = %error, "conversion failed");
+            match e {
+                // The guest's own message, as it gave it.
+                Error::Answer(m) if !m.starts_with("converted") => parsed.answer(Err(&m)),
+                _ => parsed.answer(Err(&error)),
+            }
         }
     })
 }
