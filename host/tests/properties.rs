@@ -1,6 +1,8 @@
-//! Property tests of what a component or a test author can feed the host
-//! (issue #15, fuzzing): manifests, outcome children, import arguments,
-//! scenario YAML and the mock cluster's patches never make it panic, and
+//! Property tests of what a component, a test author, a webhook caller or
+//! a registry can feed the host (issues #15 and #29, fuzzing): manifests,
+//! outcome children, import arguments, scenario YAML, the mock cluster's
+//! patches, admission and conversion reviews and the guest's answers to
+//! them, component references and OCI manifests never make it panic, and
 //! what it accepts keeps its promises.
 //!
 //! Each property runs proptest's default 256 cases (a few seconds in all);
@@ -10,14 +12,19 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use base64::Engine as _;
+use capstan_host::cluster::MAX_MESSAGE;
 use capstan_host::cluster::mock::MockCluster;
 use capstan_host::cluster::{Cluster, ListParams, Patch, Subresource};
 use capstan_host::control::reconciler::{self, prepare_children};
-use capstan_host::manifest::{self, FieldRef, Manifest, Mapping, Scope, Verb};
+use capstan_host::manifest::{self, AdmissionWebhook, FieldRef, GroupKind, Manifest, Mapping, Operation, Scope, Verb};
 use capstan_host::object::{Gvk, ObjectRef};
 use capstan_host::runtime::bindings::capstan::operator::types as wit;
+use capstan_host::runtime::component::MAX_COMPONENT_SIZE;
 use capstan_host::runtime::grants::Grants;
 use capstan_host::runtime::imports::validate;
+use capstan_host::serve::oci::{self, Reference};
+use capstan_host::serve::webhook::{self, admission, conversion};
 use capstan_host::tooling::scenario;
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -732,6 +739,517 @@ fn rand_name(text: &str) -> u64 {
     h.finish()
 }
 
+// ------------------------------------------------------- admission reviews
+
+/// The webhook the admission properties review for.
+fn admission_webhook(mutating: bool) -> AdmissionWebhook {
+    AdmissionWebhook {
+        name: "check.greetings.example.com".into(),
+        mutating,
+        kinds: vec![Gvk::new("example.com", "v1", "Greeting")],
+        operations: vec![Operation::Create, Operation::Update],
+        ignore_failures: false,
+        timeout: Duration::from_secs(10),
+        side_effects_on_dry_run: false,
+        namespace_selector: None,
+        object_selector: None,
+    }
+}
+
+/// A Greeting with junk here and there, as the reviewed object.
+fn reviewed_object() -> impl Strategy<Value = Value> {
+    (name(), prop::option::of(name()), prop::option::of(json_value())).prop_map(|(name, namespace, spec)| {
+        let mut o = json!({"apiVersion": "example.com/v1", "kind": "Greeting", "metadata": {"name": name}});
+        if let Some(ns) = namespace {
+            o["metadata"]["namespace"] = json!(ns);
+        }
+        if let Some(spec) = spec {
+            o["spec"] = spec;
+        }
+        o
+    })
+}
+
+/// Any text: short, multi-byte, or long enough to be cut.
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => ".{0,40}",
+        1 => ("[aé😀\n]{1,3}", 1usize..6000).prop_map(|(unit, n)| unit.repeat(n)),
+    ]
+}
+
+/// A value nested `depth` arrays deep: deeper than the JSON reader goes.
+fn nested(depth: usize) -> Vec<u8> {
+    format!("{}{}", "[".repeat(depth), "]".repeat(depth)).into_bytes()
+}
+
+/// An `AdmissionReview` as anyone who reaches the webhook port may send
+/// it: a valid review of `object`, a near miss, any JSON, any bytes, a
+/// huge or deeply nested one.
+fn admission_review(object: Value) -> impl Strategy<Value = Vec<u8>> {
+    let request = (
+        prop_oneof![4 => name(), 1 => text()],
+        prop_oneof![8 => select(&["CREATE", "UPDATE", "DELETE", "CONNECT"][..]).prop_map(str::to_owned), 1 => text()],
+        prop::option::of(json_value()),
+        prop::option::of(prop::collection::vec(text(), 0..4)),
+        any::<bool>(),
+        0u8..12,
+    )
+        .prop_map(move |(uid, operation, old_object, groups, dry_run, miss)| {
+            let mut request = json!({
+                "uid": uid, "kind": {"group": "example.com", "version": "v1", "kind": "Greeting"},
+                "resource": {"group": "example.com", "version": "v1", "resource": "greetings"},
+                "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
+                "operation": operation, "object": object, "oldObject": old_object, "dryRun": dry_run,
+            });
+            if let Some(groups) = groups {
+                request["userInfo"] = json!({"username": "someone", "groups": groups});
+            }
+            let mut review =
+                json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+            match miss {
+                0 => review["apiVersion"] = json!("admission.k8s.io/v1beta1"),
+                1 => review["request"]["uid"] = json!(7),
+                2 => review["request"] = Value::Null,
+                3 => review["request"]["kind"] = json!("Greeting"),
+                _ => {}
+            }
+            serde_json::to_vec(&review).expect("JSON")
+        });
+    prop_oneof![
+        12 => request,
+        1 => json_value().prop_map(|v| serde_json::to_vec(&v).expect("JSON")),
+        1 => prop::collection::vec(any::<u8>(), 0..64),
+        1 => (100usize..100_000).prop_map(nested),
+    ]
+}
+
+/// What a guest may answer about `object`: allowed or not, any code, any
+/// message and warnings, and as its changed object the same one, one
+/// changed in a field it may change or in one it must keep, any JSON or
+/// any bytes.
+fn admission_answer(object: Value) -> impl Strategy<Value = wit::AdmissionResponse> {
+    let patched =
+        (0u8..8, json_value(), prop::collection::vec(any::<u8>(), 0..16)).prop_map(move |(change, value, bytes)| {
+            let mut changed = object.clone();
+            match change {
+                0 => return None,
+                1 => {}
+                2 => changed["spec"] = value,
+                3 => changed["metadata"]["labels"] = json!({"set": "by-guest"}),
+                4 => changed["metadata"]["name"] = json!("renamed"),
+                5 => changed["kind"] = json!("Secret"),
+                6 => return Some(bytes),
+                _ => changed = value,
+            }
+            Some(serde_json::to_vec(&changed).expect("JSON"))
+        });
+    (
+        prop_oneof![3 => Just(true), 1 => Just(false)],
+        prop::option::of(text()),
+        prop::option::of(prop_oneof![3 => 400u16..600, 1 => any::<u16>()]),
+        prop_oneof![4 => prop::collection::vec(text(), 0..3), 1 => prop::collection::vec(text(), 30..40)],
+        patched,
+    )
+        .prop_map(|(allowed, message, code, warnings, patched)| wit::AdmissionResponse {
+            allowed,
+            message,
+            code,
+            warnings,
+            patched,
+        })
+}
+
+/// A review, the guest's answer, and whether the webhook mutates.
+fn admission_case() -> impl Strategy<Value = (Vec<u8>, wit::AdmissionResponse, bool)> {
+    reviewed_object()
+        .prop_flat_map(|object| (admission_review(object.clone()), admission_answer(object), any::<bool>()))
+}
+
+/// `request.uid` of a review body, when it reads as one.
+fn uid_of(body: &[u8]) -> Option<String> {
+    let review: Value = serde_json::from_slice(body).ok()?;
+    review["request"]["uid"].as_str().map(str::to_owned)
+}
+
+proptest! {
+    #[test]
+    fn any_admission_review_is_parsed_or_refused_and_an_accepted_answer_keeps_its_promises(
+        (body, guest, mutating) in admission_case(),
+    ) {
+        let webhook = admission_webhook(mutating);
+        let parsed = match admission::parse(&webhook, &body) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                prop_assert!(matches!(e, webhook::Error::BadReview(_)), "{e:?}");
+                return Ok(());
+            }
+        };
+        // What the guest gets is what the API server sent.
+        prop_assert_eq!(Some(parsed.uid.clone()), uid_of(&body));
+        prop_assert_eq!(&parsed.request.uid, &parsed.uid);
+        let sent: Value = serde_json::from_slice(&body).expect("it parsed");
+        let object = Some(&sent["request"]["object"]).filter(|o| !o.is_null()).map(|o| serde_json::to_vec(o).expect("JSON"));
+        prop_assert_eq!(&parsed.request.object, &object);
+        let review = match admission::answer(&webhook, &parsed, guest.clone()) {
+            Ok(review) => review,
+            Err(e) => {
+                prop_assert!(matches!(e, webhook::Error::Answer(_)), "{e:?}");
+                return Ok(());
+            }
+        };
+        let response = &review["response"];
+        prop_assert_eq!(&review["kind"], &json!("AdmissionReview"));
+        prop_assert_eq!(&response["uid"], &json!(parsed.uid));
+        prop_assert_eq!(&response["allowed"], &json!(guest.allowed));
+        if !guest.allowed {
+            let code = response["status"]["code"].as_u64().expect("a code");
+            prop_assert!((400..=599).contains(&code), "{code}");
+            let message = response["status"]["message"].as_str().expect("a message");
+            prop_assert!(message.len() <= admission::MAX_MESSAGE, "{} bytes", message.len());
+        }
+        let warnings = response["warnings"].as_array().cloned().unwrap_or_default();
+        prop_assert!(warnings.len() <= admission::MAX_WARNINGS);
+        for w in &warnings {
+            prop_assert!(w.as_str().is_some_and(|w| w.len() <= admission::MAX_WARNING), "{w}");
+        }
+        let Some(patch) = response["patch"].as_str() else { return Ok(()) };
+        prop_assert!(mutating && guest.allowed, "a patch from a validating webhook or a denial");
+        prop_assert_eq!(&response["patchType"], &json!("JSONPatch"));
+        // Applied to the request's object, the patch gives the guest's
+        // object, which names the same object.
+        let patch = base64::engine::general_purpose::STANDARD.decode(patch).expect("base64");
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).expect("a JSON Patch");
+        let mut object = parsed.object.clone().expect("a patch needs an object");
+        json_patch::patch(&mut object, &patch).expect("the patch applies");
+        let changed: Value = serde_json::from_slice(guest.patched.as_deref().expect("changed")).expect("JSON");
+        prop_assert_eq!(&object, &changed);
+        for kept in ["/apiVersion", "/kind", "/metadata/name", "/metadata/namespace"] {
+            prop_assert_eq!(object.pointer(kept), parsed.object.as_ref().and_then(|o| o.pointer(kept)), "{}", kept);
+        }
+    }
+}
+
+// ------------------------------------------------------ conversion reviews
+
+/// The component the conversion properties serve: it converts `Greeting`
+/// of `example.com`.
+fn converter() -> Manifest {
+    let mut m = parent(vec![]);
+    m.roles = manifest::Roles {
+        reconcile: false,
+        conversion: vec![GroupKind { group: "example.com".into(), kind: "Greeting".into() }],
+        ..manifest::Roles::reconcile_only()
+    };
+    m
+}
+
+/// An object to convert: a Greeting of some version, or another kind or
+/// group, with junk here and there.
+fn stored_object() -> impl Strategy<Value = Value> {
+    (
+        prop_oneof![
+            6 => select(&["example.com/v1alpha1", "example.com/v1", "example.com/v2"][..]).prop_map(str::to_owned),
+            1 => select(&["other.example/v1", "v1", "", "example.com"][..]).prop_map(str::to_owned),
+        ],
+        prop_oneof![6 => Just("Greeting".to_owned()), 1 => Just("Secret".to_owned()), 1 => ".{0,6}"],
+        name(),
+        prop::option::of(json_value()),
+    )
+        .prop_map(|(api_version, kind, name, spec)| {
+            let mut o = json!({"apiVersion": api_version, "kind": kind,
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")}});
+            if let Some(spec) = spec {
+                o["spec"] = spec;
+            }
+            o
+        })
+}
+
+/// A `ConversionReview` of `objects` to `desired`, or a near miss, any
+/// JSON, any bytes, a huge or deeply nested one.
+fn conversion_review() -> impl Strategy<Value = Vec<u8>> {
+    let review = (
+        prop_oneof![4 => name(), 1 => text()],
+        prop_oneof![
+            6 => select(&["example.com/v1", "example.com/v2"][..]).prop_map(str::to_owned),
+            1 => select(&["other.example/v1", "v1", "", "example.com/"][..]).prop_map(str::to_owned),
+            1 => text(),
+        ],
+        prop::collection::vec(stored_object(), 0..4),
+        0u8..12,
+    )
+        .prop_map(|(uid, desired, objects, miss)| {
+            let mut review = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                "request": {"uid": uid, "desiredAPIVersion": desired, "objects": objects}});
+            match miss {
+                0 => review["kind"] = json!("AdmissionReview"),
+                1 => review["request"]["desiredAPIVersion"] = Value::Null,
+                2 => review["request"]["objects"] = json!({"a": 1}),
+                _ => {}
+            }
+            serde_json::to_vec(&review).expect("JSON")
+        });
+    prop_oneof![
+        12 => review,
+        1 => json_value().prop_map(|v| serde_json::to_vec(&v).expect("JSON")),
+        1 => prop::collection::vec(any::<u8>(), 0..64),
+        1 => (100usize..100_000).prop_map(nested),
+    ]
+}
+
+/// What a guest may return for `objects` converted to `desired`: each one
+/// converted faithfully, or with a field it must keep changed, an object
+/// dropped or added, junk bytes.
+fn converted(objects: &[Value], desired: &str, changes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = objects
+        .iter()
+        .zip(changes.iter().chain(std::iter::repeat(&0)))
+        .map(|(o, change)| {
+            let mut c = o.clone();
+            c["apiVersion"] = json!(desired);
+            c["spec"] = json!({"converted": true});
+            match change {
+                1 => c["metadata"]["uid"] = json!("forged"),
+                2 => c["kind"] = json!("Secret"),
+                3 => c["apiVersion"] = o["apiVersion"].clone(),
+                4 => return b"not json".to_vec(),
+                _ => {}
+            }
+            serde_json::to_vec(&c).expect("JSON")
+        })
+        .collect();
+    match changes.first() {
+        Some(5) => {
+            out.pop();
+        }
+        Some(6) => out.push(b"{}".to_vec()),
+        _ => {}
+    }
+    out
+}
+
+proptest! {
+    #[test]
+    fn any_conversion_review_is_parsed_or_refused_and_an_accepted_conversion_keeps_its_promises(
+        body in conversion_review(),
+        changes in prop::collection::vec(prop_oneof![8 => Just(0u8), 1 => 1u8..7], 0..4),
+        message in text(),
+    ) {
+        let parsed = match conversion::parse(&body) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                prop_assert!(matches!(e, webhook::Error::BadReview(_)), "{e:?}");
+                return Ok(());
+            }
+        };
+        prop_assert_eq!(Some(parsed.uid.clone()), uid_of(&body));
+        let m = converter();
+        // A failure: the uid, no objects, the message cut to its bound.
+        let failed = parsed.answer(Err(&message));
+        prop_assert_eq!(&failed["response"]["uid"], &json!(parsed.uid));
+        prop_assert_eq!(&failed["response"]["convertedObjects"], &json!([]));
+        let cut = failed["response"]["result"]["message"].as_str().expect("a message");
+        prop_assert!(cut.len() <= MAX_MESSAGE, "{} bytes", cut.len());
+        prop_assert!(message.len() > MAX_MESSAGE || cut == message);
+        let request = match parsed.request(&m) {
+            Ok(request) => request,
+            Err(refusal) => {
+                prop_assert!(refusal.starts_with("component parent does not convert"), "{refusal}");
+                return Ok(());
+            }
+        };
+        // Only declared kinds, in the desired group, reach the guest, as sent.
+        let desired = Gvk::from_api_version(&parsed.desired_api_version, "");
+        prop_assert_eq!(request.objects.len(), parsed.objects.len());
+        for (bytes, object) in request.objects.iter().zip(&parsed.objects) {
+            prop_assert_eq!(bytes, &serde_json::to_vec(object).expect("JSON"));
+            let gvk = Gvk::of(object).expect("declared objects have a kind");
+            prop_assert!(gvk.group == "example.com" && gvk.kind == "Greeting" && desired.group == gvk.group, "{gvk}");
+        }
+        let answer = converted(&parsed.objects, &parsed.desired_api_version, &changes);
+        let Ok(objects) = conversion::check(&parsed.desired_api_version, &parsed.objects, &answer) else {
+            return Ok(());
+        };
+        prop_assert_eq!(objects.len(), parsed.objects.len());
+        for (original, object) in parsed.objects.iter().zip(&objects) {
+            prop_assert_eq!(&object["apiVersion"], &json!(parsed.desired_api_version));
+            for kept in ["/kind", "/metadata/uid", "/metadata/name", "/metadata/namespace"] {
+                prop_assert_eq!(object.pointer(kept), original.pointer(kept), "{}", kept);
+            }
+        }
+        let review = parsed.answer(Ok(objects.clone()));
+        prop_assert_eq!(&review["response"]["uid"], &json!(parsed.uid));
+        prop_assert_eq!(&review["response"]["result"]["status"], &json!("Success"));
+        prop_assert_eq!(&review["response"]["convertedObjects"], &json!(objects));
+    }
+}
+
+// ------------------------------------------------------------ OCI decoders
+
+fn hex64() -> impl Strategy<Value = String> {
+    "[0-9a-f]{64}"
+}
+
+/// A digest: a valid one, or a near miss.
+fn digest() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => hex64().prop_map(|h| format!("sha256:{h}")),
+        1 => hex64().prop_map(|h| format!("sha512:{h}")),
+        1 => "[0-9a-fA-F]{0,66}".prop_map(|h| format!("sha256:{h}")),
+        1 => ".{0,12}",
+    ]
+}
+
+/// A component reference as a user or a components folder may write it.
+fn reference_text() -> impl Strategy<Value = String> {
+    let registry = prop_oneof![
+        4 => select(&["127.0.0.1:5000", "localhost:5000", "ghcr.io", "registry.example:443", "[::1]:5000"][..])
+            .prop_map(str::to_owned),
+        1 => select(&["", "Bad", "a b", "host:port", "ghcr.io:99999"][..]).prop_map(str::to_owned),
+        1 => "[a-zA-Z0-9.:_-]{0,12}",
+    ];
+    let repository = prop_oneof![
+        4 => "[a-z0-9]{1,8}(/[a-z0-9]{1,8}){0,2}",
+        1 => "[a-zA-Z0-9/._ -]{0,16}",
+    ];
+    let at = prop_oneof![
+        2 => Just(String::new()),
+        3 => "[a-zA-Z0-9_][a-zA-Z0-9._-]{0,20}".prop_map(|t| format!(":{t}")),
+        3 => digest().prop_map(|d| format!("@{d}")),
+        1 => ".{0,8}",
+    ];
+    let scheme = prop_oneof![8 => Just("oci://"), 1 => Just(""), 1 => Just("OCI://"), 1 => Just(" oci://")];
+    prop_oneof![
+        8 => (scheme, registry, repository, at).prop_map(|(s, r, p, a)| format!("{s}{r}/{p}{a}")),
+        1 => ".{0,40}",
+    ]
+}
+
+proptest! {
+    #[test]
+    fn a_reference_that_parses_prints_back_to_itself(text in reference_text()) {
+        let Ok(reference) = text.parse::<Reference>() else { return Ok(()) };
+        let printed = reference.to_string();
+        prop_assert!(printed.starts_with(oci::SCHEME), "{printed}");
+        prop_assert!(!reference.registry().is_empty() && !reference.repository().is_empty(), "{printed}");
+        if let Some(digest) = reference.digest() {
+            prop_assert!(digest.strip_prefix("sha256:").is_some_and(|h| h.len() == 64), "{digest}");
+        }
+        let again: Reference = printed.parse().map_err(|e| TestCaseError::fail(format!("{printed}: {e}")))?;
+        prop_assert_eq!(&again, &reference);
+        prop_assert_eq!(again.to_string(), printed);
+    }
+}
+
+/// An image manifest as a registry may send it: a Wasm component
+/// artifact, a near miss (media types, layer count, size, digest), an
+/// image index, any JSON, any bytes.
+fn oci_manifest() -> impl Strategy<Value = Vec<u8>> {
+    let media = |right: &'static str| {
+        prop_oneof![
+            6 => Just(right.to_owned()),
+            1 => select(&["application/vnd.oci.image.layer.v1.tar+gzip", "application/json", ""][..])
+                .prop_map(str::to_owned),
+            1 => text(),
+        ]
+    };
+    let size = prop_oneof![
+        6 => 0i64..=(256 << 20),
+        1 => ((256 << 20) + 1)..i64::MAX,
+        1 => i64::MIN..0,
+    ];
+    let layer = (media(oci::LAYER_MEDIA_TYPE), digest(), size)
+        .prop_map(|(media_type, digest, size)| json!({"mediaType": media_type, "digest": digest, "size": size}))
+        .boxed();
+    let layers = prop_oneof![6 => prop::collection::vec(layer.clone(), 1..=1), 1 => prop::collection::vec(layer, 0..4)];
+    let annotations = prop::option::of(prop::collection::btree_map(
+        prop_oneof![
+            select(&[oci::ANNOTATION_CONTROLLER, oci::ANNOTATION_CONTRACT][..]).prop_map(str::to_owned),
+            name()
+        ],
+        text(),
+        0..3,
+    ));
+    let image = (media(oci::CONFIG_MEDIA_TYPE), digest(), layers, annotations).prop_map(
+        |(config_type, config_digest, layers, annotations)| {
+            let mut m = json!({
+                "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": config_type, "digest": config_digest, "size": 2},
+                "layers": layers,
+            });
+            if let Some(a) = annotations {
+                m["annotations"] = json!(a);
+            }
+            m
+        },
+    );
+    let index = digest().prop_map(|d| {
+        json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d, "size": 7,
+                "platform": {"architecture": "wasm", "os": "wasip2"}}]})
+    });
+    prop_oneof![
+        12 => image.prop_map(|v| serde_json::to_vec(&v).expect("JSON")),
+        1 => index.prop_map(|v| serde_json::to_vec(&v).expect("JSON")),
+        1 => json_value().prop_map(|v| serde_json::to_vec(&v).expect("JSON")),
+        1 => prop::collection::vec(any::<u8>(), 0..64),
+        1 => (100usize..100_000).prop_map(nested),
+    ]
+}
+
+/// A reference by tag, by the manifest's own digest, or by another one.
+fn reference_for(manifest: &[u8], pick: u8) -> Reference {
+    let text = match pick {
+        0 => format!("oci://127.0.0.1:5000/greeter@{}", oci::sha256(manifest)),
+        1 => format!("oci://127.0.0.1:5000/greeter@{}", oci::sha256(b"another manifest")),
+        _ => "oci://127.0.0.1:5000/greeter:v1".to_owned(),
+    };
+    text.parse().expect("a valid reference")
+}
+
+proptest! {
+    #[test]
+    fn an_accepted_oci_manifest_names_one_component_layer_within_the_cap(
+        manifest in oci_manifest(),
+        pick in 0u8..4,
+    ) {
+        let reference = reference_for(&manifest, pick);
+        let layer = match oci::component_layer(&reference, &manifest) {
+            Ok(layer) => layer,
+            Err(e) => {
+                prop_assert!(matches!(e.reason(), "not_component" | "digest"), "{e}");
+                prop_assert!(e.to_string().len() <= 2 * oci::MAX_ERROR_TEXT + 300, "{} bytes", e.to_string().len());
+                return Ok(());
+            }
+        };
+        prop_assert!(pick != 1, "a manifest that is not the one the digest names was accepted");
+        // Read independently of the decoder: one layer of the component
+        // media type, its size and digest as accepted.
+        let m: Value = serde_json::from_slice(&manifest).expect("accepted, so JSON");
+        prop_assert_eq!(&m["config"]["mediaType"], &json!(oci::CONFIG_MEDIA_TYPE));
+        let layers = m["layers"].as_array().expect("layers");
+        prop_assert_eq!(layers.len(), 1);
+        prop_assert_eq!(&layers[0]["mediaType"], &json!(oci::LAYER_MEDIA_TYPE));
+        prop_assert_eq!(&layers[0]["digest"], &json!(layer.digest));
+        prop_assert_eq!(layers[0]["size"].as_u64(), Some(layer.size));
+        prop_assert!(layer.size <= MAX_COMPONENT_SIZE);
+        let hex = layer.digest.strip_prefix("sha256:").expect("sha256");
+        prop_assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    }
+
+    #[test]
+    fn registry_error_text_is_cut_within_its_bound_on_one_line(text in text()) {
+        let cut = oci::bounded_text(&text);
+        prop_assert!(cut.len() <= oci::MAX_ERROR_TEXT + '…'.len_utf8(), "{} bytes", cut.len());
+        prop_assert!(!cut.chars().any(char::is_control), "{cut:?}");
+        let kept = cut.strip_suffix('…').filter(|_| text.len() > oci::MAX_ERROR_TEXT).unwrap_or(&cut);
+        let expected: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        prop_assert!(expected.starts_with(kept), "{kept:?} is not where {text:?} starts");
+        prop_assert!(text.len() > oci::MAX_ERROR_TEXT || cut == expected);
+    }
+}
+
 /// How many of `count` values of `strategy` (from a fixed seed) `accepts`.
 fn accepted<S: Strategy>(strategy: S, count: usize, accepts: impl Fn(S::Value) -> bool) -> usize {
     use proptest::strategy::ValueTree as _;
@@ -748,4 +1266,32 @@ fn the_generators_reach_what_is_accepted_as_well_as_what_is_refused() {
     let grants = Grants::from_manifest(&m);
     let children = accepted(child(), 500, |c| prepare_children(&m, &grants, &r, &owner_ref(), &[c]).is_ok());
     assert!((25..475).contains(&children), "{children} of 500 children accepted");
+    let answered = accepted(admission_case(), 500, |(body, guest, mutating)| {
+        let webhook = admission_webhook(mutating);
+        admission::parse(&webhook, &body).is_ok_and(|p| admission::answer(&webhook, &p, guest).is_ok())
+    });
+    assert!((25..475).contains(&answered), "{answered} of 500 admission reviews answered");
+    let patched = accepted(admission_case(), 500, |(body, guest, _)| {
+        let webhook = admission_webhook(true);
+        admission::parse(&webhook, &body)
+            .is_ok_and(|p| admission::answer(&webhook, &p, guest).is_ok_and(|r| r["response"].get("patch").is_some()))
+    });
+    assert!((25..475).contains(&patched), "{patched} of 500 admission reviews answered with a patch");
+    let conversions = accepted((conversion_review(), prop::collection::vec(0u8..2, 0..4)), 500, |(body, changes)| {
+        conversion::parse(&body).is_ok_and(|p| {
+            p.request(&converter()).is_ok()
+                && conversion::check(
+                    &p.desired_api_version,
+                    &p.objects,
+                    &converted(&p.objects, &p.desired_api_version, &changes),
+                )
+                .is_ok_and(|o| !o.is_empty())
+        })
+    });
+    assert!((25..475).contains(&conversions), "{conversions} of 500 conversions of at least one object accepted");
+    let references = accepted(reference_text(), 500, |t| t.parse::<Reference>().is_ok());
+    assert!((25..475).contains(&references), "{references} of 500 references parsed");
+    let layers =
+        accepted((oci_manifest(), 0u8..4), 500, |(m, pick)| oci::component_layer(&reference_for(&m, pick), &m).is_ok());
+    assert!((25..475).contains(&layers), "{layers} of 500 OCI manifests accepted");
 }
