@@ -21,14 +21,24 @@
 //! or a merge patch of an existing object), `delete.yaml`, and the same
 //! wait. On timeout the case fails with what still did not hold.
 //!
+//! A case's Nodes are cluster-scoped: each is renamed `<name>-<random>`
+//! (as namespaces are moved, in every file, and where its name appears as
+//! a word in text such as an Event's note; `<namespace>/` references in
+//! text move with the namespace), and, having no kubelet, is kept alive by
+//! renewing its Lease while the case runs, as a kubelet would.
+//!
 //! `conversion.yaml` checks are not run here (they need no cluster: `capstan
 //! test` runs them); a case that has one says so.
 //!
 //! The objects the case created (deleted first, while the controller still
-//! runs, so it finalizes them), its namespace and the cluster-scoped ones are
-//! deleted afterwards (`--keep` leaves them); CRDs stay.
+//! runs, so it finalizes them; Pods bound to the case's Nodes with a grace
+//! period of zero, as no kubelet will confirm they stopped), its namespace
+//! and the cluster-scoped ones are deleted afterwards (`--keep` leaves
+//! them); CRDs stay.
 
-use std::collections::BTreeSet;
+mod nodes;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -109,12 +119,16 @@ pub async fn run_all(
     Ok(results)
 }
 
-/// A namespace name for case `name`: `e2e-<name>-<random>`, a DNS label.
-fn namespace_for(name: &str) -> String {
+/// Six random lower-case letters, for the names of one run of a case.
+fn random_suffix() -> String {
+    (0..6).map(|_| char::from(b'a' + rand_below(26))).collect()
+}
+
+/// A namespace name for case `name`: `e2e-<name>-<suffix>`, a DNS label.
+fn namespace_for(name: &str, suffix: &str) -> String {
     let mut slug: String =
         name.to_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).take(40).collect();
     slug = slug.trim_matches('-').to_owned();
-    let suffix: String = (0..6).map(|_| char::from(b'a' + rand_below(26))).collect();
     if slug.is_empty() { format!("e2e-{suffix}") } else { format!("e2e-{slug}-{suffix}") }
 }
 
@@ -125,19 +139,30 @@ fn rand_below(n: u8) -> u8 {
     u8::try_from(h.finish() % u64::from(n)).unwrap_or(0)
 }
 
-/// Where a case runs: its own namespace, and the namespaces its files name
-/// as Namespace objects (made by the controller, as a tenant controller
-/// does), which keep their names.
-#[derive(Clone, Debug)]
+/// Where a case runs: its own namespace, the namespaces its files name as
+/// Namespace objects (made by the controller, as a tenant controller
+/// does), which keep their names, the namespaces its files put objects in
+/// (all moved to its own), and its Nodes' names on the cluster.
+#[derive(Clone, Debug, Default)]
 struct Place {
     namespace: String,
     own: BTreeSet<String>,
+    moved: BTreeSet<String>,
+    nodes: BTreeMap<String, String>,
 }
 
 impl Place {
+    /// The place of the case whose files name `names`, run with `suffix`.
+    fn new(names: Names, suffix: &str, namespace: String) -> Self {
+        let Names { own, used, nodes } = names;
+        let moved = used.difference(&own).cloned().collect();
+        let nodes = nodes.into_iter().map(|n| (n.clone(), format!("{n}-{suffix}"))).collect();
+        Self { namespace, own, moved, nodes }
+    }
+
     /// `object` moved into the case's namespace: its own namespace if it
     /// has one (unless a Namespace of the case), and that of the object an
-    /// event is about.
+    /// event is about; then every text in it, as [`Place::text`].
     fn localize(&self, mut object: Value) -> Value {
         for pointer in ["/metadata/namespace", "/regarding/namespace"] {
             if let Some(ns) = object.pointer_mut(pointer)
@@ -146,7 +171,43 @@ impl Place {
                 *ns = json!(self.namespace);
             }
         }
+        self.rewrite_strings(&mut object);
         object
+    }
+
+    fn rewrite_strings(&self, value: &mut Value) {
+        match value {
+            Value::String(s) => *s = self.text(s),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.rewrite_strings(v)),
+            Value::Object(fields) => fields.values_mut().for_each(|v| self.rewrite_strings(v)),
+            _ => {}
+        }
+    }
+
+    /// `text` as on the cluster: each of the case's Node names, as a whole
+    /// word, becomes the Node's name on the cluster, and each `<ns>/`
+    /// reference to a moved namespace (`demo/p1` in an Event's note)
+    /// points into the case's namespace.
+    fn text(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for (from, to) in &self.nodes {
+            text = replace_word(&text, from, to);
+        }
+        let into = format!("{}/", self.namespace);
+        for from in &self.moved {
+            text = replace_word(&text, &format!("{from}/"), &into);
+        }
+        text
+    }
+
+    /// `text` (a mismatch) in the case's own words: `<case namespace>`, and
+    /// its Nodes' names as in its files.
+    fn restore(&self, text: &str) -> String {
+        let mut text = text.replace(&self.namespace, "<case namespace>");
+        for (name, renamed) in &self.nodes {
+            text = text.replace(renamed, name);
+        }
+        text
     }
 
     fn read(&self, path: &Path) -> Result<Vec<Value>, Error> {
@@ -159,20 +220,68 @@ impl Place {
     }
 }
 
-/// The names of the Namespace objects in every YAML file under `dir`.
-fn namespaces_named(dir: &Path, out: &mut BTreeSet<String>) -> Result<(), Error> {
+/// Whether `c` can be part of a name or a path (so not a word's edge).
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')
+}
+
+/// `text` with each occurrence of `from` that is a whole word replaced by
+/// `to`: not preceded by a character of a name or path, and (unless `from`
+/// ends with `/`) not followed by one (a sentence's final `.` may follow).
+fn replace_word(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    let mut before: Option<char> = None;
+    while let Some(at) = rest.find(from) {
+        let after = &rest[at + from.len()..];
+        let starts = !rest[..at].chars().next_back().or(before).is_some_and(is_name_char);
+        let mut next = after.chars();
+        let ends = from.ends_with('/')
+            || match next.next() {
+                None => true,
+                Some('.') => !next.next().is_some_and(|c| c.is_ascii_alphanumeric()),
+                Some(c) => !is_name_char(c),
+            };
+        out.push_str(&rest[..at]);
+        out.push_str(if starts && ends { to } else { from });
+        before = from.chars().next_back();
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What a case's files name: the Namespace objects, the namespaces objects
+/// are in (`metadata.namespace`, `regarding.namespace`), the `v1` Nodes.
+#[derive(Debug, Default)]
+struct Names {
+    own: BTreeSet<String>,
+    used: BTreeSet<String>,
+    nodes: BTreeSet<String>,
+}
+
+/// Adds what every YAML file under `dir` names to `out`.
+fn names_in(dir: &Path, out: &mut Names) -> Result<(), Error> {
     let entries = std::fs::read_dir(dir).map_err(|error| scenario::Error::Read { path: dir.to_owned(), error })?;
     for entry in entries.filter_map(Result::ok) {
         let path = entry.path();
         if path.is_dir() {
-            namespaces_named(&path, out)?;
+            names_in(&path, out)?;
         } else if path.extension().is_some_and(|e| e == "yaml") {
             for object in read_yaml_documents(&path)? {
-                if object["kind"] == "Namespace"
-                    && let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str)
-                {
-                    out.insert(name.to_owned());
+                let text = |pointer: &str| object.pointer(pointer).and_then(Value::as_str).map(str::to_owned);
+                if let Some(name) = text("/metadata/name") {
+                    match (object["apiVersion"].as_str(), object["kind"].as_str()) {
+                        (_, Some("Namespace")) => {
+                            out.own.insert(name);
+                        }
+                        (Some("v1"), Some("Node")) => {
+                            out.nodes.insert(name);
+                        }
+                        _ => {}
+                    }
                 }
+                out.used.extend(["/metadata/namespace", "/regarding/namespace"].into_iter().filter_map(text));
             }
         }
     }
@@ -237,13 +346,14 @@ pub async fn run_case(
     options: &Options,
 ) -> Result<CaseResult, Error> {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let namespace = namespace_for(&name);
+    let suffix = random_suffix();
+    let namespace = namespace_for(&name, &suffix);
     let cluster = KubeCluster::new(client.clone(), None);
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
     cluster.create(ns).await.map_err(|error| Error::Namespace { namespace: namespace.clone(), error })?;
-    let mut own = BTreeSet::new();
-    namespaces_named(case, &mut own)?;
-    let place = Place { namespace: namespace.clone(), own };
+    let mut names = Names::default();
+    names_in(case, &mut names)?;
+    let place = Place::new(names, &suffix, namespace.clone());
     let result = run_in(&cluster, client, component, case, &place, options).await;
     if !options.keep {
         let r = ObjectRef::new(Gvk::new("", "v1", "Namespace"), None, namespace.clone());
@@ -255,7 +365,7 @@ pub async fn run_case(
     if case.join("conversion.yaml").is_file() {
         tracing::info!(case = %name, "conversion.yaml is checked by `capstan test`, not on the cluster");
     }
-    mismatches.iter_mut().for_each(|m| *m = m.replace(&namespace, "<case namespace>"));
+    mismatches.iter_mut().for_each(|m| *m = place.restore(m));
     Ok(CaseResult { name, mismatches })
 }
 
@@ -296,10 +406,11 @@ async fn run_in(
 
     let kinds = objects.iter().filter_map(|o| ObjectRef::of(o).map(|r| r.gvk)).collect();
     wait_until_served(cluster, kinds, options.timeout).await;
+    let fake_nodes = nodes::FakeNodes::start(client.clone());
     let mut created = Vec::new();
     let mut refused = Vec::new();
     for object in objects {
-        if let Err(e) = apply(cluster, object, &mut created).await {
+        if let Err(e) = apply(cluster, &fake_nodes, object, &mut created).await {
             refused.push(e);
         }
     }
@@ -322,7 +433,7 @@ async fn run_in(
                     if let Err(e) = install_crd(cluster, object, options.timeout).await {
                         mismatches.push(format!("{label}apply.yaml: {e}"));
                     }
-                } else if let Err(e) = apply(cluster, object, &mut created).await {
+                } else if let Err(e) = apply(cluster, &fake_nodes, object, &mut created).await {
                     refused.push(e);
                 }
             }
@@ -343,8 +454,9 @@ async fn run_in(
     // still runs: it finalizes its objects (a finalizer left behind would
     // hold the case's namespace in Terminating for good).
     if !options.keep {
-        remove_created(cluster, &created, options.timeout.min(CLEANUP_WAIT)).await;
+        remove_created(cluster, &created, &fake_nodes, &place.namespaces(), options.timeout.min(CLEANUP_WAIT)).await;
     }
+    fake_nodes.stop(options.keep).await;
     let installed = webhooks.registry.get(&served).ok().map(|s| Arc::clone(&s.component));
     host.shutdown().await;
     webhooks.server.shutdown().await;
@@ -358,8 +470,18 @@ async fn run_in(
 const CLEANUP_WAIT: Duration = Duration::from_secs(30);
 
 /// Deletes `created` (newest first) and waits up to `wait` until they are
-/// gone; warns about those still there (a finalizer not removed).
-async fn remove_created(cluster: &KubeCluster, created: &[ObjectRef], wait: Duration) {
+/// gone, meanwhile deleting at once the Pods in `namespaces` bound to the
+/// case's Nodes (those the deletions leave terminating, and those the
+/// garbage collector deletes after their owners); warns about each object
+/// still there, saying what holds it.
+async fn remove_created(
+    cluster: &KubeCluster,
+    created: &[ObjectRef],
+    fake_nodes: &nodes::FakeNodes,
+    namespaces: &[String],
+    wait: Duration,
+) {
+    fake_nodes.release_bound_pods(namespaces).await;
     for r in created.iter().rev() {
         if let Err(e) = cluster.delete(r, Propagation::Background).await
             && !e.is_not_found()
@@ -368,17 +490,48 @@ async fn remove_created(cluster: &KubeCluster, created: &[ObjectRef], wait: Dura
         }
     }
     let deadline = Instant::now() + wait;
-    for r in created {
-        loop {
+    let mut left: Vec<&ObjectRef> = created.iter().collect();
+    loop {
+        fake_nodes.release_bound_pods(namespaces).await;
+        let mut still = Vec::new();
+        for r in left {
             match cluster.get(r).await {
-                Err(e) if e.is_not_found() => break,
-                _ if Instant::now() >= deadline => {
-                    tracing::warn!(object = %r, "still there after the case (a finalizer not removed?)");
-                    break;
+                Err(e) if e.is_not_found() => {}
+                Ok(object) if Instant::now() >= deadline => {
+                    tracing::warn!(object = %r, reason = why_still_there(&object), "still there after the case");
                 }
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                _ => still.push(r),
             }
         }
+        left = still;
+        if left.is_empty() || Instant::now() >= deadline {
+            for r in &left {
+                tracing::warn!(object = %r, "cannot tell whether it is gone after the case");
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// What keeps `object`, deleted, on the cluster.
+fn why_still_there(object: &Value) -> String {
+    let finalizers: Vec<&str> = object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let node = object.pointer("/spec/nodeName").and_then(Value::as_str);
+    if object.pointer("/metadata/deletionTimestamp").is_none() {
+        "not being deleted (the deletion was refused or not made)".to_owned()
+    } else if !finalizers.is_empty() {
+        format!("finalizers not removed: {}", finalizers.join(", "))
+    } else if let (Some(node), Some("Pod")) = (node, object["kind"].as_str()) {
+        format!("a Pod bound to Node {node}, waiting for its kubelet to confirm it stopped")
+    } else {
+        "still being deleted (dependents in foreground deletion?)".to_owned()
     }
 }
 
@@ -463,11 +616,19 @@ async fn wait_for_webhooks(cluster: &KubeCluster, component: &str, objects: &[Va
 
 /// Creates `object`, or merges it into the existing one (spec and metadata;
 /// status through the status subresource, as `capstan test` does). An
-/// error (a refused write) is returned as text.
-async fn apply(cluster: &KubeCluster, object: Value, created: &mut Vec<ObjectRef>) -> Result<(), String> {
+/// error (a refused write) is returned as text. A Node is created with its
+/// status too, as a kubelet registers one (so no scheduler sees it without
+/// its conditions), and has its Lease renewed by `fake_nodes` from then on.
+async fn apply(
+    cluster: &KubeCluster,
+    fake_nodes: &nodes::FakeNodes,
+    object: Value,
+    created: &mut Vec<ObjectRef>,
+) -> Result<(), String> {
     let r = ObjectRef::of(&object).ok_or("an object lacks apiVersion, kind or metadata.name")?;
+    let node = r.gvk == Gvk::new("", "v1", "Node");
     let mut main = object.clone();
-    let status = main.as_object_mut().and_then(|m| m.remove("status"));
+    let status = if node { main.get("status").cloned() } else { main.as_object_mut().and_then(|m| m.remove("status")) };
     let exists = match cluster.get(&r).await {
         Ok(_) => true,
         Err(e) if e.is_not_found() => false,
@@ -481,6 +642,9 @@ async fn apply(cluster: &KubeCluster, object: Value, created: &mut Vec<ObjectRef
     written.map_err(|e| format!("{r}: {e}"))?;
     if !exists {
         created.push(r.clone());
+        if node {
+            fake_nodes.register(&r.name).await;
+        }
     }
     if let Some(status) = status {
         let patch = Patch::Merge(json!({"status": status}));
@@ -509,7 +673,7 @@ async fn check(
     mismatches: &mut Vec<String>,
 ) -> Result<(), Error> {
     let Step { dir, label, refused } = step;
-    let expected_error = std::fs::read_to_string(dir.join("error.txt")).ok().map(|s| s.trim().to_owned());
+    let expected_error = std::fs::read_to_string(dir.join("error.txt")).ok().map(|s| place.text(s.trim()));
     let expect = place.read(&dir.join("expect.yaml"))?;
     let absent = place.read(&dir.join("absent.yaml"))?;
     let events = place.read(&dir.join("events.yaml"))?;
@@ -621,18 +785,19 @@ mod tests {
 
     #[test]
     fn a_case_namespace_is_a_dns_label_named_after_the_case() {
-        let ns = namespace_for("Empty_Message");
+        let ns = namespace_for("Empty_Message", &random_suffix());
         assert!(ns.starts_with("e2e-empty-message-") && ns.len() == "e2e-empty-message-".len() + 6, "{ns}");
-        let long = namespace_for(&"x".repeat(100));
+        let long = namespace_for(&"x".repeat(100), &random_suffix());
         assert!(long.len() <= 63, "{long}");
-        assert!(namespace_for("__").starts_with("e2e-"));
+        assert!(namespace_for("__", "abcdef") == "e2e-abcdef");
         crate::tooling::generate::names::check("namespace", &long, crate::tooling::generate::names::Rule::Dns1123Label)
             .expect("valid");
     }
 
     #[test]
     fn objects_and_events_move_into_the_case_namespace_and_the_cases_own_namespaces_stay() {
-        let place = Place { namespace: "e2e-x".into(), own: BTreeSet::from(["tenant-acme".to_owned()]) };
+        let place =
+            Place { namespace: "e2e-x".into(), own: BTreeSet::from(["tenant-acme".to_owned()]), ..Place::default() };
         let cm = place.localize(json!({"kind": "ConfigMap", "metadata": {"name": "a", "namespace": "demo"}}));
         assert_eq!(cm["metadata"]["namespace"], "e2e-x");
         let node = place.localize(json!({"kind": "Node", "metadata": {"name": "n"}}));
@@ -643,5 +808,68 @@ mod tests {
         let event = place.localize(json!({"reason": "Created", "regarding": {"name": "a", "namespace": "demo"}}));
         assert_eq!(event["regarding"]["namespace"], "e2e-x");
         assert_eq!(place.namespaces(), ["e2e-x", "tenant-acme"]);
+    }
+
+    fn scheduler_case() -> Place {
+        let names = Names {
+            own: BTreeSet::new(),
+            used: BTreeSet::from(["demo".to_owned()]),
+            nodes: BTreeSet::from(["n-a".to_owned(), "a".to_owned()]),
+        };
+        Place::new(names, "qwerty", "e2e-x-qwerty".into())
+    }
+
+    #[test]
+    fn namespaces_and_node_names_in_event_notes_are_those_on_the_cluster() {
+        let place = scheduler_case();
+        let event = place.localize(json!({
+            "note": "Successfully assigned demo/p1 to n-a",
+            "regarding": {"kind": "Pod", "name": "p1", "namespace": "demo"},
+        }));
+        assert_eq!(event["note"], "Successfully assigned e2e-x-qwerty/p1 to n-a-qwerty");
+        assert_eq!(event["regarding"]["namespace"], "e2e-x-qwerty");
+        assert_eq!(
+            place.restore("note: Successfully assigned e2e-x-qwerty/p1 to n-a-qwerty"),
+            "note: Successfully assigned <case namespace>/p1 to n-a"
+        );
+    }
+
+    #[test]
+    fn a_nodes_name_is_renamed_wherever_it_is_a_whole_word_and_nowhere_else() {
+        let place = scheduler_case();
+        let node = place.localize(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n-a",
+            "labels": {"kubernetes.io/hostname": "n-a", "zone": "a"}}}));
+        assert_eq!(node["metadata"]["name"], "n-a-qwerty");
+        assert_eq!(node["metadata"]["labels"], json!({"kubernetes.io/hostname": "n-a-qwerty", "zone": "a-qwerty"}));
+        for (text, expected) in [
+            ("bound to n-a.", "bound to n-a-qwerty."),
+            ("n-a, a", "n-a-qwerty, a-qwerty"),
+            ("n-ab n-a.b x-n-a a.b", "n-ab n-a.b x-n-a a.b"),
+            ("0/2 nodes are available: 2 Insufficient cpu.", "0/2 nodes are available: 2 Insufficient cpu."),
+            ("registry.example/demo/app:1 and demo/p1", "registry.example/demo/app:1 and e2e-x-qwerty/p1"),
+            ("demo is not demo/", "demo is not e2e-x-qwerty/"),
+        ] {
+            assert_eq!(place.text(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn what_keeps_a_deleted_object_is_named() {
+        let deleting = "2026-01-01T00:00:00Z";
+        let cases = [
+            (json!({"kind": "ConfigMap", "metadata": {}}), "not being deleted"),
+            (
+                json!({"kind": "ConfigMap", "metadata": {"deletionTimestamp": deleting, "finalizers": ["a/b"]}}),
+                "finalizers not removed: a/b",
+            ),
+            (
+                json!({"kind": "Pod", "metadata": {"deletionTimestamp": deleting}, "spec": {"nodeName": "n1"}}),
+                "a Pod bound to Node n1, waiting for its kubelet",
+            ),
+            (json!({"kind": "ConfigMap", "metadata": {"deletionTimestamp": deleting}}), "still being deleted"),
+        ];
+        for (object, expected) in cases {
+            assert!(why_still_there(&object).starts_with(expected), "{object}: {}", why_still_there(&object));
+        }
     }
 }
