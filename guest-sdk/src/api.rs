@@ -7,8 +7,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{ApiError, Result};
+use crate::imports::kube as wit_kube;
 use crate::manifest::gvk_of;
-use crate::wit::capstan::operator::{kube as wit_kube, types as wit};
+use crate::wit::capstan::operator::types as wit;
 
 /// Selectors for [`Api::list`].
 #[derive(Clone, Debug, Default)]

@@ -4,9 +4,10 @@ use kube::Resource;
 
 use crate::api::Api;
 use crate::error::{ApiError, Result};
+use crate::imports::events as wit_events;
 use crate::log::Log;
 use crate::outcome::Event;
-use crate::wit::capstan::operator::{events as wit_events, types as wit};
+use crate::wit::capstan::operator::types as wit;
 
 /// Why the host called: derived from state by comparing the object with what
 /// this controller last handled successfully.

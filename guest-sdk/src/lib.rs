@@ -65,12 +65,15 @@ mod context;
 pub mod conversion;
 mod error;
 mod export;
+mod imports;
 #[doc(hidden)]
 pub use export::__private;
 mod log;
 mod manifest;
 mod outcome;
 pub mod scheduler;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
 
 #[doc(hidden)]
 pub mod wit {

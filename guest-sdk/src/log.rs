@@ -1,7 +1,7 @@
 //! Structured logging through the host: lines are re-emitted as tracing
 //! events under the span of the current reconcile.
 
-use crate::wit::capstan::operator::log as wit_log;
+use crate::imports::log as wit_log;
 
 /// Severity of a log line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
