@@ -148,7 +148,12 @@ async fn crd_of(component: &std::path::Path) -> Result<serde_json::Value> {
 async fn taken_by_host(crds: &kube::Api<CustomResourceDefinition>, name: &str) -> Result<(Option<String>, bool)> {
     let crd = crds.get(name).await?;
     let marker = crd.metadata.annotations.unwrap_or_default().get(INSTALLED_BY).cloned();
-    let written = crd.metadata.managed_fields.unwrap_or_default().iter().any(|m| m.manager.as_deref() == Some(HOST_FIELD_MANAGER));
+    let written = crd
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .iter()
+        .any(|m| m.manager.as_deref() == Some(HOST_FIELD_MANAGER));
     Ok((marker, written))
 }
 
