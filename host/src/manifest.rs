@@ -151,13 +151,23 @@ impl Manifest {
     /// installed). So each kind of a webhook must be readable (`get`)
     /// under the manifest's grants, and writable (`update` or `patch`) for
     /// a mutating one. Leases are refused: leader election, the host's
-    /// own included, must not depend on a component's answer.
+    /// own included, must not depend on a component's answer. A declared
+    /// permission counts only when it covers every object the webhook
+    /// sees: scope `Cluster` and no resource names (a webhook reviews the
+    /// kind's objects of every name in every namespace the host serves).
     fn check_admission_grants(&self) -> Result<(), Error> {
         for (i, webhook) in self.roles.admission.iter().enumerate() {
             let bad = |reason: String| Error::Role { field: format!("roles.admission[{i}].kinds"), reason };
             for kind in &webhook.kinds {
                 if kind.group == "coordination.k8s.io" && kind.kind == "Lease" {
                     return Err(bad("Leases cannot be reviewed: leader election must not wait for a webhook".into()));
+                }
+                if let Some(p) = self.narrow_permission(kind) {
+                    return Err(bad(format!(
+                        "{kind}: a webhook sees every object of its kinds in every namespace the host serves, but the \
+                         manifest grants it only {p} (declare the permission with scope cluster and no resource names, \
+                         or the kind as the primary, owned or watched kind)"
+                    )));
                 }
                 if !self.grants(Verb::Get, kind) {
                     return Err(bad(format!(
@@ -174,6 +184,33 @@ impl Manifest {
             }
         }
         Ok(())
+    }
+}
+
+impl Manifest {
+    /// For an admission kind granted by nothing but permissions, the first
+    /// permission on it that is narrower than what a webhook sees (some
+    /// names, or some namespaces), described; `None` when the kind is the
+    /// primary, owned or watched, or a permission covers it whole.
+    fn narrow_permission(&self, kind: &Gvk) -> Option<String> {
+        let same = |k: &Gvk| k.group == kind.group && k.kind == kind.kind;
+        if same(&self.primary) || self.owns.iter().any(|o| same(&o.kind)) || self.watches.iter().any(|w| same(&w.kind)) {
+            return None;
+        }
+        let on_kind: Vec<&Permission> = self
+            .permissions
+            .iter()
+            .filter(|p| (p.group == "*" || p.group == kind.group) && (p.kind == "*" || p.kind == kind.kind))
+            .collect();
+        if on_kind.iter().any(|p| p.scope == Scope::Cluster && p.resource_names.is_empty()) {
+            return None;
+        }
+        on_kind.first().map(|p| match (&p.scope, p.resource_names.is_empty()) {
+            (_, false) => format!("on the names {:?}", p.resource_names),
+            (Scope::OwnNamespace, _) => "in the reconciled object's namespace".to_owned(),
+            (Scope::Namespaces(n), _) => format!("in the namespaces {n:?}"),
+            (Scope::Cluster, _) => "everywhere".to_owned(),
+        })
     }
 }
 

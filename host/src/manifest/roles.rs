@@ -435,19 +435,31 @@ mod tests {
         with(watching.clone(), false).expect("a validating webhook on a watched kind");
         let err = with(watching, true).expect_err("changes Secrets without a grant");
         assert!(err.to_string().contains("grants no write of it"), "{err}");
-        // A permission with patch grants both.
-        let patching = wit::ControllerManifest {
+        // A permission with get and patch everywhere grants both.
+        let patching = |scope: wit::Scope, resource_names: Vec<String>| wit::ControllerManifest {
             permissions: vec![wit::Permission {
                 group: String::new(),
                 kind: "Secret".into(),
                 verbs: vec![wit::Verb::Get, wit::Verb::Patch],
-                scope: wit::Scope::OwnNamespace,
+                scope,
                 status: false,
-                resource_names: vec![],
+                resource_names,
             }],
             ..controller(vec![])
         };
-        with(patching, true).expect("a mutating webhook with get and patch");
+        with(patching(wit::Scope::Cluster, vec![]), true).expect("a mutating webhook with get and patch");
+        // One limited to some names or namespaces does not: the webhook
+        // would see (and change) every Secret the host serves.
+        for (narrow, what) in [
+            (patching(wit::Scope::OwnNamespace, vec![]), "in the reconciled object's namespace"),
+            (patching(wit::Scope::Namespaces(vec!["team-a".into()]), vec![]), "in the namespaces [\"team-a\"]"),
+            (patching(wit::Scope::Cluster, vec!["one".into()]), "on the names [\"one\"]"),
+        ] {
+            for mutating in [false, true] {
+                let err = with(narrow.clone(), mutating).expect_err("a narrow permission does not grant a webhook");
+                assert!(err.to_string().contains(&format!("grants it only {what}")), "{err}");
+            }
+        }
         // The primary kind is the component's own.
         parse(vec![], wit::Roles { admission: vec![webhook("validate.greetings.example.com")], ..roles() })
             .expect("a webhook on the primary kind");
