@@ -194,7 +194,8 @@ impl Manifest {
     /// primary, owned or watched, or a permission covers it whole.
     fn narrow_permission(&self, kind: &Gvk) -> Option<String> {
         let same = |k: &Gvk| k.group == kind.group && k.kind == kind.kind;
-        if same(&self.primary) || self.owns.iter().any(|o| same(&o.kind)) || self.watches.iter().any(|w| same(&w.kind)) {
+        if same(&self.primary) || self.owns.iter().any(|o| same(&o.kind)) || self.watches.iter().any(|w| same(&w.kind))
+        {
             return None;
         }
         let on_kind: Vec<&Permission> = self
