@@ -79,9 +79,10 @@ export KUBECONFIG CAPSTAN_E2E_KUBECONFIG=$KUBECONFIG
 step "test"
 results=$(mktemp)
 status=0
-cargo test -p capstan-host -p capstan-tests -p greeter -p tenant -p zone-scheduler -p capstan-guest 2>&1 | tee "$results" || status=$?
+cargo test --no-fail-fast -p capstan-host -p capstan-tests -p greeter -p tenant -p zone-scheduler -p capstan-guest 2>&1 | tee "$results" || status=$?
 step "done"
-# One closing line over every suite (cargo prints one per test binary).
+# One closing line over every suite (cargo prints one per test binary);
+# --no-fail-fast: a failing suite does not hide the ones after it.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
 rm -f "$results"
