@@ -890,7 +890,9 @@ mod tests {
 
     #[test]
     fn controller_states_are_counted_and_reset() {
-        let m = metrics();
+        // A registry of its own: other tests in this process set controller
+        // states on the shared one, which recounts every state.
+        let m = Metrics::new();
         m.set_controller_states(["metrics-running", "metrics-running", "metrics-syncing"]);
         let scrape = m.encode();
         assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-running"}"#), Some(2.0));
