@@ -4,7 +4,7 @@ import { test } from "node:test";
 
 import { Context, Controller, Event, Outcome, Terminal, NotFound, AlreadyExists } from "../src/index.js";
 import { FakeHost, node, nodeInfos, reconcile, schedule } from "../testing/index.js";
-import { Scheduler, Unschedulable, podRequests } from "../src/index.js";
+import { Scheduler, Unschedulable, log, podRequests } from "../src/index.js";
 
 const greeting = {
   apiVersion: "example.com/v1",
@@ -122,4 +122,17 @@ test("schedule hands the policy the Nodes and bound Pods as the host does", () =
   const cordoned = nodeInfos([node("x", { unschedulable: true, taints: [{ key: "k", effect: "NoSchedule" }] })])[0];
   assert.ok(cordoned.unschedulable());
   assert.deepEqual(cordoned.taints(), [{ key: "k", effect: "NoSchedule" }]);
+});
+
+test("schedule runs the policy under a fake host that keeps its log lines", () => {
+  class Logged extends Scheduler {
+    schedule(pod, nodes) {
+      log.debug("picked", { node: nodes[0].name, candidates: nodes.length });
+      return nodes[0].name;
+    }
+  }
+  const host = new FakeHost();
+  assert.equal(schedule(Logged, { spec: {} }, [node("a1")], { host }), "a1");
+  assert.deepEqual(host.logs, [["debug", "picked", { node: "a1", candidates: "1" }]]);
+  assert.equal(schedule(Logged, { spec: {} }, [node("b1")]), "b1");
 });

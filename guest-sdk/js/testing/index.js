@@ -141,15 +141,25 @@ export function nodeInfos(nodes, pods = []) {
  * `Unschedulable` (returned or thrown by the policy), so
  * `assert.throws(..., /reason/)` checks the reasons. The name is not
  * checked against the Nodes: the host reports a Node that does not exist
- * as a failed attempt; assert on it.
+ * as a failed attempt; assert on it. `host` (default: an empty FakeHost)
+ * answers the policy's imports while it runs: what it logs is in
+ * `host.logs`.
  * @param {new () => any} SchedulerClass
  * @param {any} pod
  * @param {any[]} nodes
- * @param {{pods?: any[]}} [options]
+ * @param {{pods?: any[], host?: FakeHost}} [options]
  * @returns {string}
  */
-export function schedule(SchedulerClass, pod, nodes, { pods = [] } = {}) {
-  const picked = new SchedulerClass().schedule(structuredClone(pod), nodeInfos(nodes, pods));
+export function schedule(SchedulerClass, pod, nodes, { pods = [], host } = {}) {
+  const infos = nodeInfos(nodes, pods);
+  const fake = host ?? new FakeHost();
+  fake.install();
+  let picked;
+  try {
+    picked = new SchedulerClass().schedule(structuredClone(pod), infos);
+  } finally {
+    fake.uninstall();
+  }
   if (picked instanceof Unschedulable) throw picked;
   if (typeof picked !== "string") throw new TypeError("schedule returned something other than a Node name");
   return picked;

@@ -39,6 +39,9 @@ Nodes given as plain Node objects and the Pods already bound to them::
         nodes = [node("a1", labels={"zone": "a"}, cpu="2"), node("b1", labels={"zone": "b"}, cpu="2")]
         bound = [{"spec": {"nodeName": "a1", "containers": [{"resources": {"requests": {"cpu": "1"}}}]}}]
         assert schedule(ZoneSpread, pending_pod, nodes, pods=bound) == "b1"
+
+It runs the policy under a :class:`FakeHost` too (``host=`` to give one),
+so a policy that logs is tested as it runs, its lines in ``host.logs``.
 """
 
 from __future__ import annotations
@@ -386,16 +389,21 @@ def schedule(
     nodes: Iterable[Mapping[str, Any]],
     *,
     pods: Iterable[Mapping[str, Any]] = (),
+    host: Optional[FakeHost] = None,
 ) -> str:
     """Calls ``scheduler``'s :meth:`~capstan_guest.Scheduler.schedule` on a
     copy of ``pod`` with :func:`node_infos` of ``nodes`` and the bound
-    ``pods``, as the host does at one attempt, and returns the Node it
+    ``pods``, as the host does at one attempt, with ``host`` (default: an
+    empty :class:`FakeHost`) answering its imports: what the policy logs
+    with :data:`capstan_guest.log` is in ``host.logs``. Returns the Node it
     picked. A Pod that fits nowhere raises
     :class:`~capstan_guest.Unschedulable` (returned or raised by the
     policy), so ``pytest.raises(capstan.Unschedulable, match=...)`` checks
     the reasons. The name is not checked against the Nodes: the host
     reports a Node that does not exist as a failed attempt; assert on it."""
-    picked = scheduler().schedule(copy.deepcopy(dict(pod)), node_infos(nodes, pods))
+    infos = node_infos(nodes, pods)
+    with host if host is not None else FakeHost():
+        picked = scheduler().schedule(copy.deepcopy(dict(pod)), infos)
     if isinstance(picked, Unschedulable):
         raise picked
     if not isinstance(picked, str):

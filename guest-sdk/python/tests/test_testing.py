@@ -182,3 +182,19 @@ def test_schedule_hands_the_policy_the_nodes_and_bound_pods_as_the_host_does() -
     assert infos[0].ready() and not node("x", ready=False)["status"]["conditions"][0]["status"] == "True"
     cordoned = node_infos([node("c", unschedulable=True, taints=[{"key": "k", "effect": "NoSchedule"}])])[0]
     assert cordoned.unschedulable() and cordoned.taints() == [{"key": "k", "effect": "NoSchedule"}]
+
+
+def test_schedule_runs_the_policy_under_a_fake_host_that_keeps_its_log_lines() -> None:
+    import capstan_guest as capstan
+    from capstan_guest.testing import FakeHost, node, schedule
+
+    class Logged(capstan.Scheduler):
+        def schedule(self, pod: Dict[str, Any], nodes: Any) -> str:
+            capstan.log.debug("picked", node=nodes[0].name, candidates=len(nodes))
+            return nodes[0].name
+
+    host = FakeHost()
+    assert schedule(Logged, {"spec": {}}, [node("a1")], host=host) == "a1"
+    assert host.logs == [("debug", "picked", {"node": "a1", "candidates": "1"})]
+    # Without a host given, a fresh fake takes the lines.
+    assert schedule(Logged, {"spec": {}}, [node("b1")]) == "b1"
