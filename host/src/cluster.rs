@@ -78,6 +78,36 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::NotFound(_))
     }
+
+    /// A short name of the variant, as in metric labels: `not_found`,
+    /// `already_exists`, `conflict`, `invalid`, `forbidden`,
+    /// `bad_request`, `unavailable`, `other`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "not_found",
+            Self::AlreadyExists(_) => "already_exists",
+            Self::Conflict(_) => "conflict",
+            Self::Invalid(_) => "invalid",
+            Self::Forbidden(_) => "forbidden",
+            Self::BadRequest(_) => "bad_request",
+            Self::Unavailable(_) => "unavailable",
+            Self::Other(_) => "other",
+        }
+    }
+
+    /// The HTTP status code of the API server's answer; `None` for a
+    /// request that was not sent or not answered.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            Self::NotFound(s)
+            | Self::AlreadyExists(s)
+            | Self::Conflict(s)
+            | Self::Invalid(s)
+            | Self::Forbidden(s)
+            | Self::Other(s) => Some(s.code),
+            Self::BadRequest(_) | Self::Unavailable(_) => None,
+        }
+    }
 }
 
 /// Result of a cluster request.

@@ -7,9 +7,10 @@
 //! (and [`tooling::generate`], which renders the RBAC that
 //! [`control::access`] reviews and the CRDs [`serve::host`] installs):
 //!
-//! - [`manifest`], [`object`] and [`metrics`]: what a controller declares,
-//!   the JSON helpers every layer shares, and the Prometheus metrics every
-//!   layer counts into;
+//! - [`manifest`], [`object`], [`metrics`] and [`telemetry`]: what a
+//!   controller declares, the JSON helpers every layer shares, the
+//!   Prometheus metrics every layer counts into, and the export of the
+//!   host's spans to an OpenTelemetry collector;
 //! - [`cluster`]: where objects live (the real API server or the mock);
 //! - [`runtime`]: the Wasm side — one wasmtime engine, loading and caching
 //!   components, a fresh sandboxed instance per call with limits, and the
@@ -32,6 +33,7 @@ pub mod object;
 pub mod runtime;
 pub mod serve;
 mod sync;
+pub mod telemetry;
 pub mod tooling;
 
 pub use runtime::bindings::{CONTRACT_VERSION, CONTROLLER_EXPORT};

@@ -1,9 +1,13 @@
 //! The `capstan` command: runs Kubernetes controllers written as
 //! WebAssembly components. See `capstan --help`.
 
+use capstan_host::telemetry::Export;
 use capstan_host::tooling::cli::{Cli, LogFormat};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 #[tokio::main]
 async fn main() {
@@ -12,12 +16,26 @@ async fn main() {
     let filter = EnvFilter::try_new(cli.log_filter()).unwrap_or_else(|_| EnvFilter::new("info"));
     // Colours only for a terminal, not for a file or a log collector.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    match format {
-        LogFormat::Human => logs.init(),
-        LogFormat::Json => logs.json().flatten_event(true).with_current_span(false).with_span_list(true).init(),
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    let logs = match format {
+        LogFormat::Human => logs.boxed(),
+        LogFormat::Json => logs.json().flatten_event(true).with_current_span(false).with_span_list(true).boxed(),
+    };
+    let export = match cli.trace().map(|t| t.config().and_then(|c| Export::start(&c))).transpose() {
+        Ok(export) => export.flatten(),
+        Err(e) => {
+            eprintln!("error: {:#}", anyhow::Error::from(e));
+            std::process::exit(2);
+        }
+    };
+    let mut layers = vec![logs];
+    layers.extend(export.as_ref().map(|e| e.layer().boxed()));
+    tracing_subscriber::registry().with(filter).with(layers).init();
+    let result = capstan_host::tooling::cli::run(cli).await;
+    if let Some(export) = export {
+        export.shutdown();
     }
-    match capstan_host::tooling::cli::run(cli).await {
+    match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             // Every stderr line of a JSON log is JSON, the last error too.

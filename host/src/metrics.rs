@@ -38,6 +38,7 @@
 //! | `capstan_scheduler_pending_pods` | `scheduler` | Pods waiting in a scheduler's queue (read at scrape time) |
 //! | `capstan_webhook_requests_total` | `controller`, `webhook`, `code` | admission (`webhook` its name) and conversion (`convert`) requests by HTTP code; `unknown` for names not served |
 //! | `capstan_webhook_request_duration_seconds` | `controller`, `webhook` | the host's time to answer, guest call included |
+//! | `capstan_trace_spans_dropped_total` | `reason` | spans not exported ([`telemetry`](crate::telemetry)): the export queue was full (`queue_full`) or the collector did not take their batch (`export_failed`) |
 //!
 //! A `kind` label is `Kind` for the core group and `Kind.group` otherwise
 //! (`ConfigMap`, `Deployment.apps`), the way `kubectl` names resources.
@@ -228,6 +229,11 @@ struct LoadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabels {
     source: &'static str,
 }
@@ -396,6 +402,7 @@ pub struct Metrics {
     scheduler_attempts: Family<AttemptLabels, Counter>,
     scheduler_attempt_time: Histograms<SchedulerLabels>,
     webhook_requests: Family<WebhookRequestLabels, Counter>,
+    spans_dropped: Family<ReasonLabels, Counter>,
     webhook_time: Histograms<WebhookLabels>,
     states_seen: Mutex<BTreeSet<String>>,
     /// The state of each controller, by name.
@@ -438,6 +445,7 @@ impl Metrics {
             scheduler_attempt_time: Family::new_with_constructor(seconds),
             webhook_requests: Family::default(),
             webhook_time: Family::new_with_constructor(seconds),
+            spans_dropped: Family::default(),
             states_seen: Mutex::default(),
             controller_states: Mutex::default(),
         };
@@ -515,6 +523,11 @@ impl Metrics {
             "Time the host takes to answer a webhook request, guest call included",
             Unit::Seconds,
             m.webhook_time.clone(),
+        );
+        r.register(
+            "trace_spans_dropped",
+            "Spans not exported: the export queue was full or the collector did not take them",
+            m.spans_dropped.clone(),
         );
         m
     }
@@ -638,6 +651,12 @@ impl Metrics {
     /// [`component::Error::reason`](crate::runtime::component::Error::reason)).
     pub fn component_rejected(&self, reason: &'static str) {
         self.component_loads.get_or_create(&LoadLabels { result: "rejected", reason }).inc();
+    }
+
+    /// Counts `n` spans the trace export dropped, for `reason`
+    /// (`queue_full`, `export_failed`).
+    pub fn trace_spans_dropped(&self, reason: &'static str, n: u64) {
+        self.spans_dropped.get_or_create(&ReasonLabels { reason }).inc_by(n);
     }
 
     /// Counts a look at the components directory that could not read it.

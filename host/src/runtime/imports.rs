@@ -244,18 +244,7 @@ impl wit_types::Host for HostState {}
 /// The `result` label of a call the cluster answered: `ok`, or the error's
 /// kind (`not_found`, `conflict`, …).
 fn result_label<T>(result: &cluster::Result<T>) -> &'static str {
-    use cluster::Error as E;
-    match result {
-        Ok(_) => "ok",
-        Err(E::NotFound(_)) => "not_found",
-        Err(E::AlreadyExists(_)) => "already_exists",
-        Err(E::Conflict(_)) => "conflict",
-        Err(E::Invalid(_)) => "invalid",
-        Err(E::Forbidden(_)) => "forbidden",
-        Err(E::BadRequest(_)) => "bad_request",
-        Err(E::Unavailable(_)) => "unavailable",
-        Err(E::Other(_)) => "other",
-    }
+    result.as_ref().err().map_or("ok", cluster::Error::label)
 }
 
 /// Adds the `capstan:operator` imports of every contract version the host

@@ -89,6 +89,14 @@ pub enum Format {
 }
 
 impl Cli {
+    /// The trace export `capstan run` asks for; `None` for other commands.
+    pub fn trace(&self) -> Option<&TraceArgs> {
+        match &self.command {
+            Command::Run(run) => Some(&run.trace),
+            _ => None,
+        }
+    }
+
     /// The log filter to use.
     pub fn log_filter(&self) -> &str {
         match (&self.log, &self.command) {
@@ -320,6 +328,67 @@ pub struct RunArgs {
     /// How often candidates try to acquire and leaders renew, in seconds.
     #[arg(long, default_value_t = 2.0, value_name = "SECONDS")]
     pub retry_period: f64,
+    /// Trace export to an OpenTelemetry collector.
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+/// Trace export (`capstan run`): the standard `OTEL_*` variables, or the
+/// flags that match them. Off unless an endpoint is set.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TraceArgs {
+    /// Export traces over OTLP (HTTP/protobuf) to the collector at this
+    /// base URL (`/v1/traces` is appended), e.g. `http://collector:4318`.
+    /// Default: no export.
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// Export traces to this URL as it is (overrides `--otlp-endpoint`).
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")]
+    pub otlp_traces_endpoint: Option<String>,
+    /// OTLP protocol; only `http/protobuf` is supported.
+    #[arg(long, value_name = "PROTOCOL", env = "OTEL_EXPORTER_OTLP_PROTOCOL", default_value = "http/protobuf")]
+    pub otlp_protocol: String,
+    /// `service.name` of the exported spans.
+    #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME", default_value = "capstan")]
+    pub service_name: String,
+    /// Which traces to export: `always_on`, `always_off`, `traceidratio`,
+    /// `parentbased_always_on`, `parentbased_always_off` or
+    /// `parentbased_traceidratio`.
+    #[arg(long, value_name = "SAMPLER", env = "OTEL_TRACES_SAMPLER", default_value = "parentbased_always_on")]
+    pub traces_sampler: String,
+    /// The ratio of the `traceidratio` samplers, 0 to 1 (default 1).
+    #[arg(long, value_name = "RATIO", env = "OTEL_TRACES_SAMPLER_ARG")]
+    pub traces_sampler_arg: Option<String>,
+    /// Finished spans that may wait for the collector; more are dropped
+    /// and counted in `capstan_trace_spans_dropped_total`.
+    #[arg(long, value_name = "SPANS", env = "CAPSTAN_TRACE_QUEUE_SIZE", default_value_t = crate::telemetry::DEFAULT_QUEUE_SIZE)]
+    pub trace_queue_size: usize,
+}
+
+impl TraceArgs {
+    /// The export these arguments configure.
+    ///
+    /// # Errors
+    ///
+    /// An unknown sampler or protocol, or a ratio outside 0..=1.
+    pub fn config(&self) -> Result<crate::telemetry::Config, crate::telemetry::Error> {
+        let sampler = crate::telemetry::Sampler::parse(&self.traces_sampler, self.traces_sampler_arg.as_deref())?;
+        let config = crate::telemetry::Config {
+            service_name: self.service_name.clone(),
+            sampler,
+            queue_size: self.trace_queue_size,
+            ..crate::telemetry::Config::default()
+        };
+        let endpoint = match (&self.otlp_traces_endpoint, &self.otlp_endpoint) {
+            (Some(url), _) if !url.is_empty() => Some((url, true)),
+            (_, Some(url)) if !url.is_empty() => Some((url, false)),
+            _ => None,
+        };
+        match endpoint {
+            Some((url, signal)) => config.endpoint(url, signal).protocol(&self.otlp_protocol),
+            None => Ok(config),
+        }
+    }
 }
 
 impl RunArgs {
