@@ -470,16 +470,24 @@ impl Worker {
         let Self { parts, failures, span: controller_span } = &*self;
         let Parts { queue, reconciler, counts, settings, .. } = &**parts;
         let backoff = settings.backoff;
-        while let Some(r) = queue.next().await {
+        while let Some((r, waited)) = queue.next_waited().await {
             tracing::trace!(object = %r, "dequeued");
+            // A trace of its own in the export (see `telemetry::start_trace`);
+            // under the controller's span in the log lines.
             let span = tracing::info_span!(
                 parent: controller_span,
                 "reconcile",
+                controller = %reconciler.component().manifest.name,
                 object = %r,
+                queue_wait_ms = waited.as_secs_f64() * 1000.0,
                 event = tracing::field::Empty,
                 outcome = tracing::field::Empty,
                 duration_ms = tracing::field::Empty,
+                trace_id = tracing::field::Empty,
+                "otel.status_code" = tracing::field::Empty,
+                "otel.status_message" = tracing::field::Empty,
             );
+            crate::telemetry::start_trace(&span);
             let started = std::time::Instant::now();
             let report = reconciler.reconcile(&r).instrument(span.clone()).await;
             metrics().reconciled(&reconciler.component().manifest.name, report.metrics_result(), started.elapsed());
@@ -496,6 +504,12 @@ impl Worker {
                     Err(_) => "terminal",
                 },
             );
+            if let Err(e) = &report.result
+                && !e.is_conflict()
+            {
+                span.record("otel.status_code", "error");
+                span.record("otel.status_message", cluster::bounded(&e.to_string(), cluster::MAX_MESSAGE));
+            }
             tracing::debug!(parent: &span, "reconciled");
             let mut n = lock(failures);
             match &report.result {

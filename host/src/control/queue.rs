@@ -108,6 +108,16 @@ impl Queue {
     ///
     /// Cancel safe: an object is only taken when the future completes.
     pub async fn next(&self) -> Option<ObjectRef> {
+        self.next_waited().await.map(|(r, _)| r)
+    }
+
+    /// [`next`](Self::next), with how long the object waited in the queue
+    /// (since it was last queued ready to run).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`next`](Self::next).
+    pub async fn next_waited(&self) -> Option<(ObjectRef, Duration)> {
         loop {
             let notified = self.notify.notified();
             {
@@ -115,7 +125,7 @@ impl Queue {
                 if s.closed {
                     return None;
                 }
-                if let Some((r, _)) = s.ready.pop_front() {
+                if let Some((r, queued_at)) = s.ready.pop_front() {
                     s.queued.remove(&r);
                     s.processing.insert(r.clone());
                     let more = !s.ready.is_empty();
@@ -123,7 +133,7 @@ impl Queue {
                     if more {
                         self.notify.notify_one();
                     }
-                    return Some(r);
+                    return Some((r, queued_at.elapsed()));
                 }
             }
             notified.await;
@@ -275,6 +285,17 @@ mod tests {
         assert_eq!(q.oldest_age(), Some(Duration::from_secs(5)));
         q.next().await.expect("open");
         assert_eq!(q.oldest_age(), Some(Duration::from_secs(2)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_taken_object_says_how_long_it_waited() {
+        let q = Queue::new();
+        q.add(r("a"));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        q.add(r("b"));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(q.next_waited().await, Some((r("a"), Duration::from_secs(4))));
+        assert_eq!(q.next_waited().await, Some((r("b"), Duration::from_secs(1))));
     }
 
     #[tokio::test]

@@ -94,6 +94,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
+use tracing::Instrument as _;
 
 use crate::cluster::{self, Cluster, EventRecord, Patch, Propagation, Subresource};
 use crate::manifest::{self, Manifest, Verb};
@@ -1014,7 +1015,11 @@ impl Reconciler {
             object: serde_json::to_vec(&object).expect("a JSON value always serializes"),
             failed_children,
         };
-        let invocation = self.runtime.reconcile(&component.pre, caller, request).await;
+        let span = component.call_span("reconcile");
+        let invocation = self.runtime.reconcile(&component.pre, caller, request).instrument(span.clone()).await;
+        if let Err(e) = &invocation.result {
+            crate::runtime::component::record_failure(&span, e);
+        }
         report.journal = invocation.journal;
         if let Some(note) = logs_dropped_note(&report.journal) {
             self.record(self.warning(component, r, &object, "LogsDropped", note)).await;
@@ -1120,7 +1125,10 @@ impl Reconciler {
         if let Some(status) = status.filter(|s| !holds_status(latest.get("status"), s, carries)) {
             let field_manager = component.manifest.field_manager();
             let patch = Patch::Apply { object: status_apply_body(r, status), field_manager, force: true };
-            match self.cluster.patch(r, patch, Subresource::Status).await {
+            let span = request_span("write_status", r);
+            let result = self.cluster.patch(r, patch, Subresource::Status).instrument(span.clone()).await;
+            crate::telemetry::record_request(&span, &result);
+            match result {
                 Ok(written) => {
                     self.note_write(r, r, object::meta_str(&latest, "resourceVersion"), &written);
                     latest = written;
@@ -1269,7 +1277,9 @@ impl Reconciler {
             }
             let patch = Patch::Apply { object: child, field_manager: field_manager.clone(), force: true };
             let sending = self.sending(&child_ref);
-            let result = self.cluster.patch(&child_ref, patch, Subresource::Main).await;
+            let span = request_span("apply_child", &child_ref);
+            let result = self.cluster.patch(&child_ref, patch, Subresource::Main).instrument(span.clone()).await;
+            crate::telemetry::record_request(&span, &result);
             if let Ok(written) = &result {
                 self.note_write(r, &child_ref, before.as_deref(), written);
             }
@@ -1831,6 +1841,23 @@ fn status_apply_body(r: &ObjectRef, status: Value) -> Value {
         metadata["namespace"] = json!(ns);
     }
     json!({"apiVersion": r.gvk.api_version(), "kind": r.gvk.kind, "metadata": metadata, "status": status})
+}
+
+/// The span of one request the host sends about `r` (`name`:
+/// `apply_child`, `write_status`): its kind, namespace and name, and,
+/// recorded by [`telemetry::record_request`](crate::telemetry::record_request),
+/// the answer's status code.
+fn request_span(name: &'static str, r: &ObjectRef) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        "otel.name" = name,
+        kind = %r.gvk,
+        namespace = r.namespace.as_deref(),
+        name = %r.name,
+        status_code = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+        "otel.status_message" = tracing::field::Empty,
+    )
 }
 
 #[cfg(test)]

@@ -184,6 +184,33 @@ pub struct Loaded {
     pub compile_time: Duration,
 }
 
+impl Loaded {
+    /// The span of one call of the guest's `export` (`reconcile`,
+    /// `review`, …): the component's name, digest and contract; the host
+    /// calls the guest makes and its log lines land under it. Pass it to
+    /// [`record_failure`] with the invocation's error, if any.
+    pub fn call_span(&self, export: &'static str) -> tracing::Span {
+        tracing::info_span!(
+            "guest_call",
+            export,
+            component = %self.manifest.name,
+            digest = %self.digest,
+            contract = %self.contract,
+            error_kind = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+            "otel.status_message" = tracing::field::Empty,
+        )
+    }
+}
+
+/// Records a failed guest call (a trap, the deadline, the memory cap) on
+/// its [`Loaded::call_span`].
+pub fn record_failure(span: &tracing::Span, error: &crate::runtime::invocation::Error) {
+    span.record("error_kind", error.kind().as_str());
+    span.record("otel.status_code", "error");
+    span.record("otel.status_message", error.to_string());
+}
+
 impl std::fmt::Debug for Loaded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loaded")

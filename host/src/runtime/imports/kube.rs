@@ -151,8 +151,20 @@ impl HostState {
             return Err(wit::Error::Denied(msg));
         }
         let cluster = Arc::clone(&caller.cluster);
-        let span = tracing::debug_span!("host_call", function, target = %target);
-        let result = tracing::Instrument::instrument(call(cluster), span).await;
+        // What was asked and the answer's code: never an object's contents.
+        let span = tracing::info_span!(
+            "host_call",
+            function,
+            verb = access.verb.as_str(),
+            kind = %access.kind,
+            namespace = access.namespace.as_deref(),
+            name = access.name.as_deref(),
+            status_code = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+            "otel.status_message" = tracing::field::Empty,
+        );
+        let result = tracing::Instrument::instrument(call(cluster), span.clone()).await;
+        crate::telemetry::record_request(&span, &result);
         metrics().host_call(&controller, access.verb, &kind, result_label(&result));
         let outcome = match &result {
             Ok(_) => CallResult::Ok,
