@@ -254,6 +254,14 @@ pub fn start_trace(span: &tracing::Span) {
     }
 }
 
+/// Records on `span`, which declares `otel.status_code` and
+/// `otel.status_message`, that what it covers failed with `message`
+/// (bounded to [`MAX_MESSAGE`](crate::cluster::MAX_MESSAGE)).
+pub fn record_error(span: &tracing::Span, message: &str) {
+    span.record("otel.status_code", "error");
+    span.record("otel.status_message", crate::cluster::bounded(message, crate::cluster::MAX_MESSAGE));
+}
+
 /// Records the outcome of an API request on `span`, which declares
 /// `status_code`, `otel.status_code` and `otel.status_message`: the
 /// answer's HTTP status code, and, for a failure, the error status (with

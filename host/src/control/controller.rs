@@ -507,8 +507,7 @@ impl Worker {
             if let Err(e) = &report.result
                 && !e.is_conflict()
             {
-                span.record("otel.status_code", "error");
-                span.record("otel.status_message", cluster::bounded(&e.to_string(), cluster::MAX_MESSAGE));
+                crate::telemetry::record_error(&span, &e.to_string());
             }
             tracing::debug!(parent: &span, "reconciled");
             let mut n = lock(failures);

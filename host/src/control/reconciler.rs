@@ -562,7 +562,7 @@ impl Reconciler {
         deadline: Duration,
     ) -> runtime::Invocation<wit::AdmissionResponse> {
         let (component, caller) = self.role_caller();
-        self.runtime.review(&component.pre, caller, request, deadline).await
+        component.traced("review", self.runtime.review(&component.pre, caller, request, deadline)).await
     }
 
     /// Converts objects with the version in use, within `deadline`.
@@ -572,7 +572,7 @@ impl Reconciler {
         deadline: Duration,
     ) -> runtime::Invocation<Result<Vec<wit::Json>, String>> {
         let (component, caller) = self.role_caller();
-        self.runtime.convert(&component.pre, caller, request, deadline).await
+        component.traced("convert", self.runtime.convert(&component.pre, caller, request, deadline)).await
     }
 
     /// Makes one scheduling decision with the version in use.
@@ -581,7 +581,7 @@ impl Reconciler {
         request: wit::ScheduleRequest,
     ) -> runtime::Invocation<Result<String, wit::Unschedulable>> {
         let (component, caller) = self.role_caller();
-        self.runtime.schedule(&component.pre, caller, request).await
+        component.traced("schedule", self.runtime.schedule(&component.pre, caller, request)).await
     }
 
     /// The grants of `component`: those of the version in use, or, for a
@@ -1015,11 +1015,7 @@ impl Reconciler {
             object: serde_json::to_vec(&object).expect("a JSON value always serializes"),
             failed_children,
         };
-        let span = component.call_span("reconcile");
-        let invocation = self.runtime.reconcile(&component.pre, caller, request).instrument(span.clone()).await;
-        if let Err(e) = &invocation.result {
-            crate::runtime::component::record_failure(&span, e);
-        }
+        let invocation = component.traced("reconcile", self.runtime.reconcile(&component.pre, caller, request)).await;
         report.journal = invocation.journal;
         if let Some(note) = logs_dropped_note(&report.journal) {
             self.record(self.warning(component, r, &object, "LogsDropped", note)).await;

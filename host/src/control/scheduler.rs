@@ -706,7 +706,26 @@ impl Parts {
         while let Some(r) = self.queue.next().await {
             while tasks.try_join_next().is_some() {}
             let slot = Arc::clone(&slots).acquire_owned().await.expect("the semaphore is never closed");
-            match self.attempt(&r).await {
+            // A trace of its own per attempt (the binding is not in it).
+            let span = tracing::info_span!(
+                "schedule",
+                pod = %r,
+                outcome = tracing::field::Empty,
+                trace_id = tracing::field::Empty,
+                "otel.status_code" = tracing::field::Empty,
+                "otel.status_message" = tracing::field::Empty,
+            );
+            crate::telemetry::start_trace(&span);
+            let attempt = self.attempt(&r).instrument(span.clone()).await;
+            span.record(
+                "outcome",
+                match &attempt {
+                    Attempt::Bind(_) => "bind",
+                    Attempt::Failed(_) => "failed",
+                    Attempt::Dropped => "dropped",
+                },
+            );
+            match attempt {
                 Attempt::Bind(decision) => {
                     let parts = Arc::clone(&self);
                     tasks.spawn(async move { parts.bind(decision, slot).await }.in_current_span());
@@ -763,7 +782,8 @@ impl Parts {
         let (component, mut caller) = self.reconciler.role_caller();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         caller.reconciling = Some((r.clone(), Some(uid.clone())));
-        let invocation = self.setup.runtime.schedule(&component.pre, caller, request).await;
+        let invocation =
+            component.traced("schedule", self.setup.runtime.schedule(&component.pre, caller, request)).await;
         let failure = match invocation.result {
             Ok(Ok(node)) => {
                 let mut view = lock(&self.view);
@@ -782,7 +802,11 @@ impl Parts {
                 let reasons = unschedulable.reasons;
                 Failure::Unschedulable(if reasons.is_empty() { "no reason given".into() } else { reasons.join("; ") })
             }
-            Err(e) => Failure::Error(format!("the scheduler failed: {e}")),
+            Err(e) => {
+                let message = format!("the scheduler failed: {e}");
+                crate::telemetry::record_error(&tracing::Span::current(), &message);
+                Failure::Error(message)
+            }
         };
         Attempt::Failed(self.failed(r, &uid, failure, started))
     }

@@ -203,6 +203,23 @@ impl Loaded {
     }
 }
 
+impl Loaded {
+    /// Runs `call`, an invocation of the guest's `export`, in its
+    /// [`call_span`](Self::call_span), and records its failure there.
+    pub async fn traced<T>(
+        &self,
+        export: &'static str,
+        call: impl Future<Output = crate::runtime::invocation::Invocation<T>>,
+    ) -> crate::runtime::invocation::Invocation<T> {
+        let span = self.call_span(export);
+        let invocation = tracing::Instrument::instrument(call, span.clone()).await;
+        if let Err(e) = &invocation.result {
+            record_failure(&span, e);
+        }
+        invocation
+    }
+}
+
 /// Records a failed guest call (a trap, the deadline, the memory cap) on
 /// its [`Loaded::call_span`].
 pub fn record_failure(span: &tracing::Span, error: &crate::runtime::invocation::Error) {

@@ -240,6 +240,24 @@ pub fn answer(webhook: &AdmissionWebhook, parsed: &Parsed, answer: wit::Admissio
 /// Any [`Error`]: an unknown webhook, a bad review, a failed invocation, a
 /// refused answer.
 pub async fn handle(served: &Served, webhook: &str, body: &[u8]) -> Result<Value, Error> {
+    // A trace of its own per review.
+    let span = tracing::info_span!(
+        "admission_review",
+        controller = %served.component.manifest.name,
+        webhook,
+        trace_id = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+        "otel.status_message" = tracing::field::Empty,
+    );
+    crate::telemetry::start_trace(&span);
+    let result = tracing::Instrument::instrument(review(served, webhook, body), span.clone()).await;
+    if let Err(e) = &result {
+        crate::telemetry::record_error(&span, &e.to_string());
+    }
+    result
+}
+
+async fn review(served: &Served, webhook: &str, body: &[u8]) -> Result<Value, Error> {
     let manifest = &served.component.manifest;
     let declared = manifest
         .roles
@@ -262,8 +280,8 @@ pub async fn handle(served: &Served, webhook: &str, body: &[u8]) -> Result<Value
         );
     }
     let deadline = declared.deadline(served.runtime.limits().deadline);
-    let invocation =
-        served.runtime.review(&served.component.pre, served.caller.clone(), parsed.request.clone(), deadline).await;
+    let call = served.runtime.review(&served.component.pre, served.caller.clone(), parsed.request.clone(), deadline);
+    let invocation = served.component.traced("review", call).await;
     let result = invocation.result.map_err(Error::from).and_then(|a| answer(declared, &parsed, a));
     match &result {
         Ok(review) => tracing::debug!(

@@ -134,6 +134,19 @@ pub fn check(desired: &str, objects: &[Value], converted: &[wit::Json]) -> Resul
 /// [`Error::BadReview`] when `body` is not a v1 `ConversionReview` with a
 /// request; every other failure is in the returned review.
 pub async fn handle(served: &Served, body: &[u8]) -> Result<Value, Error> {
+    // A trace of its own per review.
+    let span = tracing::info_span!(
+        "conversion_review",
+        controller = %served.component.manifest.name,
+        trace_id = tracing::field::Empty,
+        "otel.status_code" = tracing::field::Empty,
+        "otel.status_message" = tracing::field::Empty,
+    );
+    crate::telemetry::start_trace(&span);
+    tracing::Instrument::instrument(review(served, body, &span), span.clone()).await
+}
+
+async fn review(served: &Served, body: &[u8], span: &tracing::Span) -> Result<Value, Error> {
     let parsed = parse(body)?;
     let manifest = &served.component.manifest;
     let request = match parsed.request(manifest) {
@@ -141,7 +154,8 @@ pub async fn handle(served: &Served, body: &[u8]) -> Result<Value, Error> {
         Err(message) => return Ok(parsed.answer(Err(&message))),
     };
     let deadline = served.runtime.limits().deadline;
-    let invocation = served.runtime.convert(&served.component.pre, served.caller.clone(), request, deadline).await;
+    let call = served.runtime.convert(&served.component.pre, served.caller.clone(), request, deadline);
+    let invocation = served.component.traced("convert", call).await;
     let converted = match invocation.result {
         Ok(Ok(converted)) => check(&parsed.desired_api_version, &parsed.objects, &converted),
         Ok(Err(message)) => Err(Error::Answer(message)),
@@ -151,6 +165,7 @@ pub async fn handle(served: &Served, body: &[u8]) -> Result<Value, Error> {
         Ok(objects) => parsed.answer(Ok(objects)),
         Err(e) => {
             let error = cluster::bounded(&e.to_string(), cluster::MAX_MESSAGE);
+            crate::telemetry::record_error(span, &error);
             tracing::warn!(component = %manifest.name, uid = %parsed.uid, error = %error, "conversion failed");
             match e {
                 // The guest's own message, as it gave it.
