@@ -634,6 +634,12 @@ export class NodeInfo {
   condition(type: string): string | undefined;
   /** True if the Node's `Ready` condition is `True`. */
   ready(): boolean;
+  /**
+   * The first of the Node's `NoSchedule` and `NoExecute` taints that `pod`
+   * does not tolerate (see `tolerates`), if any; `PreferNoSchedule` taints
+   * are never returned.
+   */
+  untoleratedTaint(pod: any): Taint | undefined;
 }
 
 /** Why a Pod fits no Node now: throw or return it from `schedule`. */
@@ -650,6 +656,14 @@ export class Scheduler extends Component {
 
 /** What a Pod requests (containers, init containers, overhead; `pods` 1000). */
 export function podRequests(pod: any): Resources;
+
+/**
+ * True if one of the Pod's tolerations tolerates `taint`, matched as
+ * Kubernetes matches them (effect and key when set, then `Exists` any value,
+ * `Equal` or no operator the same value; `{ operator: "Exists" }` tolerates
+ * every taint).
+ */
+export function tolerates(pod: any, taint: { key?: string; value?: string; effect?: string }): boolean;
 
 /** A Kubernetes quantity in milli-units, or undefined. */
 export function parseQuantity(quantity: string): number | undefined;

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use serde::Deserialize;
 
 use crate::wit::capstan::operator::types as wit;
@@ -27,7 +27,8 @@ pub type Resources = BTreeMap<String, i64>;
 /// the conditions' statuses) is at hand through [`label`](Self::label),
 /// [`labels`](Self::labels), [`unschedulable`](Self::unschedulable),
 /// [`taints`](Self::taints), [`condition`](Self::condition) and
-/// [`ready`](Self::ready); the whole `v1` Node through
+/// [`ready`](Self::ready), and whether a Pod tolerates the taints through
+/// [`untolerated_taint`](Self::untolerated_taint); the whole `v1` Node through
 /// [`node`](Self::node), decoded on first use. The host hands over every
 /// Node at every attempt, so decoding only that much of each is most of
 /// what a decision saves.
@@ -208,6 +209,38 @@ impl NodeInfo {
         self.condition("Ready") == Some("True")
     }
 
+    /// The first of the Node's `NoSchedule` and `NoExecute` taints that
+    /// the Pod does not [tolerate](tolerates), if any: the taint that keeps
+    /// the Pod off this Node, as kube-scheduler's `TaintToleration` filter
+    /// finds it. `PreferNoSchedule` taints are a preference, not a filter,
+    /// and never returned.
+    ///
+    /// ```
+    /// use capstan_guest::k8s_openapi::api::core::v1::{Node, Pod};
+    /// use capstan_guest::scheduler::NodeInfo;
+    ///
+    /// let node: Node = serde_json::from_value(serde_json::json!({
+    ///     "metadata": {"name": "gpu1"},
+    ///     "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]},
+    /// }))
+    /// .unwrap();
+    /// let pod = |tolerations| -> Pod {
+    ///     serde_json::from_value(serde_json::json!({"spec": {"containers": [], "tolerations": tolerations}})).unwrap()
+    /// };
+    /// let node = NodeInfo::new(node);
+    /// let plain = pod(serde_json::json!([]));
+    /// assert_eq!(node.untolerated_taint(&plain).map(|t| t.key.as_str()), Some("dedicated"));
+    /// let gpu = pod(serde_json::json!([{"key": "dedicated", "operator": "Equal", "value": "gpu"}]));
+    /// assert_eq!(node.untolerated_taint(&gpu), None);
+    /// ```
+    pub fn untolerated_taint(&self, pod: &Pod) -> Option<&Taint> {
+        self.summary
+            .taints
+            .iter()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .find(|t| !tolerates(pod, t))
+    }
+
     /// The Node as the host hands it over; decodes its summary only.
     fn from_wit(n: wit::NodeInfo) -> Result<Self, wit::Unschedulable> {
         let summary = Summary::decode(&n.node)
@@ -257,6 +290,55 @@ pub trait Scheduler: Default + 'static {
     ///
     /// Why the Pod fits nowhere now.
     fn schedule(&self, pod: &Pod, nodes: &[NodeInfo]) -> Result<String, Unschedulable>;
+}
+
+/// True if one of the Pod's tolerations (`spec.tolerations`) tolerates
+/// `taint`, matched as Kubernetes matches them: a toleration's `effect`,
+/// when set, must be the taint's; its `key`, when set, must be the
+/// taint's; operator `Exists` then matches any value, and `Equal` (or no
+/// operator) only the taint's value. So `{operator: Exists}` with no key
+/// and no effect tolerates every taint. Any other operator (the alpha
+/// `Lt` and `Gt`, off by default in kube-scheduler) tolerates nothing.
+///
+/// It also answers whether a Pod may go where a Node's state would put a
+/// taint: kube-scheduler lets a Pod onto a cordoned Node if it tolerates
+/// `node.kubernetes.io/unschedulable:NoSchedule`.
+///
+/// ```
+/// use capstan_guest::k8s_openapi::api::core::v1::{Pod, Taint};
+/// use capstan_guest::scheduler::tolerates;
+///
+/// let pod: Pod = serde_json::from_value(serde_json::json!({"spec": {
+///     "containers": [],
+///     "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}],
+/// }}))
+/// .unwrap();
+/// let cordon =
+///     Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Taint::default() };
+/// assert!(tolerates(&pod, &cordon));
+/// assert!(!tolerates(&pod, &Taint { effect: "NoExecute".into(), ..cordon }));
+/// ```
+pub fn tolerates(pod: &Pod, taint: &Taint) -> bool {
+    let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or_default();
+    tolerations.iter().any(|t| toleration_matches(t, taint))
+}
+
+/// Whether one toleration tolerates one taint (Kubernetes'
+/// `Toleration.ToleratesTaint`, comparison operators off).
+fn toleration_matches(toleration: &Toleration, taint: &Taint) -> bool {
+    let effect = toleration.effect.as_deref().unwrap_or_default();
+    if !effect.is_empty() && effect != taint.effect {
+        return false;
+    }
+    let key = toleration.key.as_deref().unwrap_or_default();
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match toleration.operator.as_deref().unwrap_or_default() {
+        "" | "Equal" => toleration.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default(),
+        "Exists" => true,
+        _ => false,
+    }
 }
 
 /// What a Pod requests: the sum over its containers, or the largest of
@@ -426,6 +508,62 @@ mod tests {
         })
         .expect_err("not json");
         assert!(err.reasons[0].starts_with("Node n1 does not decode: "), "{:?}", err.reasons);
+    }
+
+    fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
+        Taint { key: key.into(), value: value.map(Into::into), effect: effect.into(), time_added: None }
+    }
+
+    fn tolerating(tolerations: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"spec": {"containers": [], "tolerations": tolerations}})).expect("a Pod")
+    }
+
+    #[test]
+    fn tolerations_match_taints_by_key_operator_value_and_effect_as_kubernetes_does() {
+        let gpu = taint("dedicated", Some("gpu"), "NoSchedule");
+        let bare = taint("maintenance", None, "NoExecute");
+        let cases = [
+            (json!({"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}), true, false),
+            (json!({"key": "dedicated", "value": "gpu"}), true, false),
+            (json!({"key": "dedicated", "operator": "Equal", "value": "cpu"}), false, false),
+            (json!({"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}), false, false),
+            (json!({"key": "dedicated", "operator": "Exists"}), true, false),
+            (json!({"key": "maintenance", "operator": "Exists", "effect": ""}), false, true),
+            (json!({"key": "maintenance", "operator": "Equal"}), false, true),
+            (json!({"key": "maintenance", "operator": "Equal", "value": ""}), false, true),
+            (json!({"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}), false, false),
+            (json!({"operator": "Exists"}), true, true),
+            (json!({"operator": "Exists", "effect": "NoExecute"}), false, true),
+            (json!({"key": "dedicated", "operator": "Gt", "value": "1"}), false, false),
+            (json!({"key": "dedicated", "operator": "Exists", "tolerationSeconds": 300}), true, false),
+        ];
+        for (toleration, of_gpu, of_bare) in cases {
+            let pod = tolerating(json!([toleration]));
+            assert_eq!((tolerates(&pod, &gpu), tolerates(&pod, &bare)), (of_gpu, of_bare), "{toleration}");
+        }
+        let no_spec: Pod = serde_json::from_value(json!({})).expect("a Pod");
+        assert!(!tolerates(&no_spec, &gpu) && !tolerates(&tolerating(json!([])), &bare));
+    }
+
+    #[test]
+    fn the_untolerated_taint_is_the_first_no_schedule_or_no_execute_taint_the_pod_does_not_tolerate() {
+        let node = |taints: serde_json::Value| {
+            NodeInfo::new(serde_json::from_value(json!({"spec": {"taints": taints}})).expect("a Node"))
+        };
+        let tainted = node(json!([
+            {"key": "spot", "value": "true", "effect": "PreferNoSchedule"},
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            {"key": "maintenance", "effect": "NoExecute"},
+        ]));
+        let first = |pod: &Pod| tainted.untolerated_taint(pod).map(|t| t.key.clone());
+        assert_eq!(first(&tolerating(json!([]))), Some("dedicated".into()));
+        assert_eq!(first(&tolerating(json!([{"key": "dedicated", "value": "gpu"}]))), Some("maintenance".into()));
+        let both =
+            tolerating(json!([{"key": "dedicated", "value": "gpu"}, {"key": "maintenance", "operator": "Exists"}]));
+        assert_eq!(first(&both), None, "PreferNoSchedule is not a filter");
+        assert_eq!(node(json!([])).untolerated_taint(&tolerating(json!([]))), None);
+        let from_host = from_host(&node_json());
+        assert_eq!(from_host.untolerated_taint(&tolerating(json!([]))).map(|t| t.key.as_str()), Some("k"));
     }
 
     #[test]

@@ -28,4 +28,4 @@ export { Log, log } from "./log.js";
 export { ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Verb, Watch } from "./manifest.js";
 export { exportComponent } from "./export.js";
 export { Event, Outcome } from "./outcome.js";
-export { NodeInfo, Scheduler, Unschedulable, parseQuantity, podRequests } from "./scheduler.js";
+export { NodeInfo, Scheduler, Unschedulable, parseQuantity, podRequests, tolerates } from "./scheduler.js";

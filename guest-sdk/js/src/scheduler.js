@@ -22,8 +22,8 @@ const JSON_BYTES = Symbol("node json");
  * first use, and only then: the host hands over every Node at every
  * attempt, so a policy decodes only the Nodes it reads. `name`,
  * `allocatable`, `requested`, `pods`, `free` and `fits` need no decoding;
- * `label`, `labels`, `unschedulable`, `taints`, `condition` and `ready`
- * read the decoded Node.
+ * `label`, `labels`, `unschedulable`, `taints`, `condition`, `ready` and
+ * `untoleratedTaint` read the decoded Node.
  *
  * ```js
  * const node = new NodeInfo("n1", { metadata: { labels: { zone: "a" } },
@@ -135,6 +135,25 @@ export class NodeInfo {
   ready() {
     return this.condition("Ready") === "True";
   }
+
+  /**
+   * The first of the Node's `NoSchedule` and `NoExecute` taints that `pod`
+   * does not tolerate (see `tolerates`), if any: the taint that keeps the
+   * Pod off this Node, as kube-scheduler's `TaintToleration` filter finds
+   * it. `PreferNoSchedule` taints are a preference, not a filter, and never
+   * returned.
+   *
+   * ```js
+   * const node = new NodeInfo("gpu1", { spec: { taints: [{ key: "dedicated", value: "gpu", effect: "NoSchedule" }] } }, {}, {});
+   * node.untoleratedTaint({ spec: {} }).key; // "dedicated"
+   * node.untoleratedTaint({ spec: { tolerations: [{ key: "dedicated", operator: "Equal", value: "gpu" }] } }); // undefined
+   * ```
+   * @param {any} pod
+   * @returns {{key: string, value?: string, effect: string, timeAdded?: string} | undefined}
+   */
+  untoleratedTaint(pod) {
+    return this.taints().find((t) => (t?.effect === "NoSchedule" || t?.effect === "NoExecute") && !tolerates(pod, t));
+  }
 }
 
 /**
@@ -195,6 +214,49 @@ export function parseQuantity(s) {
   else return undefined;
   if (!Number.isFinite(milli) || Math.abs(milli) >= 9.2e18) return undefined;
   return Math.ceil(Number(milli.toFixed(6)));
+}
+
+/**
+ * True if one of the Pod's tolerations (`spec.tolerations`) tolerates
+ * `taint` (`{ key, value, effect }`), matched as Kubernetes matches them: a
+ * toleration's `effect`, when set, must be the taint's; its `key`, when set,
+ * must be the taint's; operator `Exists` then matches any value, and `Equal`
+ * (or no operator) only the taint's value. So `{ operator: "Exists" }` with
+ * no key and no effect tolerates every taint. Any other operator (the alpha
+ * `Lt` and `Gt`, off by default in kube-scheduler) tolerates nothing.
+ *
+ * It also answers whether a Pod may go where a Node's state would put a
+ * taint: kube-scheduler lets a Pod onto a cordoned Node if it tolerates
+ * `node.kubernetes.io/unschedulable:NoSchedule`.
+ *
+ * ```js
+ * const cordon = { key: "node.kubernetes.io/unschedulable", effect: "NoSchedule" };
+ * tolerates({ spec: { tolerations: [{ key: cordon.key, operator: "Exists" }] } }, cordon); // true
+ * ```
+ * @param {any} pod
+ * @param {{key?: string, value?: string, effect?: string}} taint
+ * @returns {boolean}
+ */
+export function tolerates(pod, taint) {
+  const tolerations = pod?.spec?.tolerations ?? [];
+  if (!Array.isArray(tolerations)) return false;
+  return tolerations.some((t) => t !== null && typeof t === "object" && tolerationMatches(t, taint));
+}
+
+/**
+ * Whether one toleration tolerates one taint (Kubernetes'
+ * `Toleration.ToleratesTaint`, comparison operators off).
+ * @param {any} toleration
+ * @param {any} taint
+ */
+function tolerationMatches(toleration, taint) {
+  const effect = toleration.effect || "";
+  if (effect && effect !== (taint?.effect || "")) return false;
+  const key = toleration.key || "";
+  if (key && key !== (taint?.key || "")) return false;
+  const operator = toleration.operator || "";
+  if (operator === "" || operator === "Equal") return (toleration.value || "") === (taint?.value || "");
+  return operator === "Exists";
 }
 
 /** @param {any} container */

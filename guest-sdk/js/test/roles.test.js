@@ -18,6 +18,7 @@ import {
   exportComponent,
   parseQuantity,
   podRequests,
+  tolerates,
 } from "../src/index.js";
 import { fromBytes, toBytes } from "../src/json.js";
 import { calls, reset } from "./host/fake.js";
@@ -348,6 +349,49 @@ test("node info answers labels, cordon, taints and conditions like the Rust SDK"
   assert.equal(bare.condition("Ready"), undefined);
   const notReady = new NodeInfo("n3", { status: { conditions: [{ type: "Ready", status: "Unknown" }] } }, {}, {});
   assert.deepEqual([notReady.ready(), notReady.condition("Ready")], [false, "Unknown"]);
+});
+
+const gpuTaint = { key: "dedicated", value: "gpu", effect: "NoSchedule" };
+const bareTaint = { key: "maintenance", effect: "NoExecute" };
+
+// A toleration, and whether it tolerates gpuTaint and bareTaint (the same
+// cases as the Rust SDK's).
+const tolerationCases = [
+  [{ key: "dedicated", operator: "Equal", value: "gpu", effect: "NoSchedule" }, true, false],
+  [{ key: "dedicated", value: "gpu" }, true, false],
+  [{ key: "dedicated", operator: "Equal", value: "cpu" }, false, false],
+  [{ key: "dedicated", operator: "Equal", value: "gpu", effect: "NoExecute" }, false, false],
+  [{ key: "dedicated", operator: "Exists" }, true, false],
+  [{ key: "maintenance", operator: "Exists", effect: "" }, false, true],
+  [{ key: "maintenance", operator: "Equal" }, false, true],
+  [{ key: "maintenance", operator: "Equal", value: "" }, false, true],
+  [{ key: "maintenance", operator: "Exists", effect: "NoSchedule" }, false, false],
+  [{ operator: "Exists" }, true, true],
+  [{ operator: "Exists", effect: "NoExecute" }, false, true],
+  [{ key: "dedicated", operator: "Gt", value: "1" }, false, false],
+  [{ key: "dedicated", operator: "Exists", tolerationSeconds: 300 }, true, false],
+];
+
+test("tolerations match taints by key, operator, value and effect as Kubernetes does", () => {
+  for (const [toleration, ofGpu, ofBare] of tolerationCases) {
+    const pod = { spec: { tolerations: [toleration] } };
+    assert.deepEqual([tolerates(pod, gpuTaint), tolerates(pod, bareTaint)], [ofGpu, ofBare], JSON.stringify(toleration));
+  }
+  assert.equal(tolerates({}, gpuTaint), false);
+  assert.equal(tolerates({ spec: { tolerations: null } }, gpuTaint), false);
+  assert.equal(tolerates({ spec: { tolerations: [] } }, bareTaint), false);
+});
+
+test("the untolerated taint is the first NoSchedule or NoExecute taint the pod does not tolerate", () => {
+  const soft = { key: "spot", value: "true", effect: "PreferNoSchedule" };
+  const tainted = new NodeInfo("n1", { spec: { taints: [soft, gpuTaint, bareTaint] } }, {}, {});
+  const tolerating = (...tolerations) => ({ spec: { tolerations } });
+  assert.deepEqual(tainted.untoleratedTaint(tolerating()), gpuTaint);
+  assert.deepEqual(tainted.untoleratedTaint(tolerating({ key: "dedicated", value: "gpu" })), bareTaint);
+  const both = tolerating({ key: "dedicated", value: "gpu" }, { key: "maintenance", operator: "Exists" });
+  assert.equal(tainted.untoleratedTaint(both), undefined, "PreferNoSchedule is not a filter");
+  assert.equal(new NodeInfo("n2", {}, {}, {}).untoleratedTaint(tolerating()), undefined);
+  assert.equal(new NodeInfo("n3", nodeObject, {}, {}).untoleratedTaint({})?.key, "k");
 });
 
 test("a node from the host is decoded only when the policy reads it", () => {

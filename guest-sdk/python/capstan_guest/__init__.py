@@ -40,7 +40,7 @@ Besides reconciling, a component may serve admission webhooks
 (:class:`Admission`, declared with :meth:`Manifest.webhook`), convert its
 CRD between versions (:class:`Conversion`, :func:`between`, declared with
 :meth:`Manifest.converts`) and schedule Pods (:class:`Scheduler`,
-:class:`NodeInfo`, :func:`pod_requests`, declared with
+:class:`NodeInfo`, :func:`pod_requests`, :func:`tolerates`, declared with
 :meth:`Manifest.scheduler`), in any mix: name each role's class in
 :func:`export`.
 """
@@ -75,7 +75,7 @@ from .log import Level, Log, log
 from .manifest import ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Verb, Watch
 from .export import Exports, export
 from .outcome import Event, Outcome
-from .scheduler import NodeInfo, Resources, Scheduler, Unschedulable, parse_quantity, pod_requests
+from .scheduler import NodeInfo, Resources, Scheduler, Unschedulable, parse_quantity, pod_requests, tolerates
 
 __all__ = [
     "ALL_VERBS",
@@ -137,4 +137,5 @@ __all__ = [
     "pod_requests",
     "remove_condition",
     "set_condition",
+    "tolerates",
 ]

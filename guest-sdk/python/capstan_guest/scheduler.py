@@ -141,6 +141,24 @@ class NodeInfo:
         """True if the Node's ``Ready`` condition is ``True``."""
         return self.condition("Ready") == "True"
 
+    def untolerated_taint(self, pod: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The first of the Node's ``NoSchedule`` and ``NoExecute`` taints
+        that ``pod`` does not :func:`tolerate <tolerates>`, if any: the
+        taint that keeps the Pod off this Node, as kube-scheduler's
+        ``TaintToleration`` filter finds it. ``PreferNoSchedule`` taints
+        are a preference, not a filter, and never returned::
+
+            node = NodeInfo("gpu1", {"spec": {"taints": [
+                {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}, {}, {})
+            assert node.untolerated_taint({"spec": {}})["key"] == "dedicated"
+            gpu = {"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu"}]}}
+            assert node.untolerated_taint(gpu) is None
+        """
+        for taint in self.taints():
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(pod, taint):
+                return taint
+        return None
+
     @staticmethod
     def _from_wit(n: _wit.NodeInfo) -> "NodeInfo":
         """The Node as the host hands it over, its JSON not decoded yet."""
@@ -211,6 +229,43 @@ def parse_quantity(s: str) -> Optional[int]:
     if not math.isfinite(milli) or abs(milli) >= 9.2e18:
         return None
     return math.ceil(round(milli, 6))
+
+
+def tolerates(pod: Dict[str, Any], taint: Dict[str, Any]) -> bool:
+    """True if one of the Pod's tolerations (``spec.tolerations``)
+    tolerates ``taint`` (a dict with ``key``, ``value``, ``effect``),
+    matched as Kubernetes matches them: a toleration's ``effect``, when
+    set, must be the taint's; its ``key``, when set, must be the taint's;
+    operator ``Exists`` then matches any value, and ``Equal`` (or no
+    operator) only the taint's value. So ``{"operator": "Exists"}`` with no
+    key and no effect tolerates every taint. Any other operator (the alpha
+    ``Lt`` and ``Gt``, off by default in kube-scheduler) tolerates nothing.
+
+    It also answers whether a Pod may go where a Node's state would put a
+    taint: kube-scheduler lets a Pod onto a cordoned Node if it tolerates
+    ``node.kubernetes.io/unschedulable:NoSchedule``::
+
+        cordon = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+        pod = {"spec": {"tolerations": [{"key": cordon["key"], "operator": "Exists"}]}}
+        assert tolerates(pod, cordon)
+    """
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    return any(_toleration_matches(t, taint) for t in tolerations if isinstance(t, dict))
+
+
+def _toleration_matches(toleration: Dict[str, Any], taint: Dict[str, Any]) -> bool:
+    """Whether one toleration tolerates one taint (Kubernetes'
+    ``Toleration.ToleratesTaint``, comparison operators off)."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != (taint.get("effect") or ""):
+        return False
+    key = toleration.get("key") or ""
+    if key and key != (taint.get("key") or ""):
+        return False
+    operator = toleration.get("operator") or ""
+    if operator in ("", "Equal"):
+        return (toleration.get("value") or "") == (taint.get("value") or "")
+    return operator == "Exists"
 
 
 def _requests(container: Dict[str, Any]) -> Resources:

@@ -390,6 +390,63 @@ def test_node_info_answers_labels_cordon_taints_and_conditions_like_the_rust_sdk
     assert not not_ready.ready() and not_ready.condition("Ready") == "Unknown"
 
 
+GPU_TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+BARE_TAINT = {"key": "maintenance", "effect": "NoExecute"}
+
+# A toleration, and whether it tolerates GPU_TAINT and BARE_TAINT (the same
+# cases as the Rust SDK's).
+TOLERATION_CASES = [
+    ({"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}, True, False),
+    ({"key": "dedicated", "value": "gpu"}, True, False),
+    ({"key": "dedicated", "operator": "Equal", "value": "cpu"}, False, False),
+    ({"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}, False, False),
+    ({"key": "dedicated", "operator": "Exists"}, True, False),
+    ({"key": "maintenance", "operator": "Exists", "effect": ""}, False, True),
+    ({"key": "maintenance", "operator": "Equal"}, False, True),
+    ({"key": "maintenance", "operator": "Equal", "value": ""}, False, True),
+    ({"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}, False, False),
+    ({"operator": "Exists"}, True, True),
+    ({"operator": "Exists", "effect": "NoExecute"}, False, True),
+    ({"key": "dedicated", "operator": "Gt", "value": "1"}, False, False),
+    ({"key": "dedicated", "operator": "Exists", "tolerationSeconds": 300}, True, False),
+]
+
+
+@pytest.mark.parametrize("toleration,of_gpu,of_bare", TOLERATION_CASES)
+def test_tolerations_match_taints_by_key_operator_value_and_effect_as_kubernetes_does(
+    toleration: Dict[str, Any], of_gpu: bool, of_bare: bool
+) -> None:
+    from capstan_guest import tolerates
+
+    pod = {"spec": {"tolerations": [toleration]}}
+    assert (tolerates(pod, GPU_TAINT), tolerates(pod, BARE_TAINT)) == (of_gpu, of_bare)
+
+
+def test_a_pod_without_tolerations_tolerates_no_taint() -> None:
+    from capstan_guest import tolerates
+
+    assert not tolerates({}, GPU_TAINT)
+    assert not tolerates({"spec": {"tolerations": None}}, GPU_TAINT)
+    assert not tolerates({"spec": {"tolerations": []}}, BARE_TAINT)
+
+
+def test_the_untolerated_taint_is_the_first_no_schedule_or_no_execute_taint_the_pod_does_not_tolerate() -> None:
+    from capstan_guest import NodeInfo
+
+    soft = {"key": "spot", "value": "true", "effect": "PreferNoSchedule"}
+    tainted = NodeInfo("n1", {"spec": {"taints": [soft, GPU_TAINT, BARE_TAINT]}}, {}, {})
+
+    def tolerating(*tolerations: Dict[str, Any]) -> Dict[str, Any]:
+        return {"spec": {"tolerations": list(tolerations)}}
+
+    assert tainted.untolerated_taint(tolerating()) == GPU_TAINT
+    assert tainted.untolerated_taint(tolerating({"key": "dedicated", "value": "gpu"})) == BARE_TAINT
+    both = tolerating({"key": "dedicated", "value": "gpu"}, {"key": "maintenance", "operator": "Exists"})
+    assert tainted.untolerated_taint(both) is None, "PreferNoSchedule is not a filter"
+    assert NodeInfo("n2", {}, {}, {}).untolerated_taint(tolerating()) is None
+    assert NodeInfo("n3", NODE, {}, {}).untolerated_taint({})["key"] == "k"
+
+
 def test_a_node_from_the_host_is_decoded_only_when_the_policy_reads_it(host: Any) -> None:
     import capstan_guest as capstan
     from componentize_py_types import Err
