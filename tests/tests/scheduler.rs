@@ -31,7 +31,9 @@ const ZONE: &str = "topology.kubernetes.io/zone";
 const RUN: &str = "capstan.dev/scheduler-test-run";
 
 /// A Ready Node of this run in `zone` with `cpu` and 4 GiB allocatable,
-/// and `extra` labels.
+/// and `extra` labels; once the node lifecycle controller has lifted the
+/// `node.kubernetes.io/not-ready` taint the API server gives every new
+/// Node, as on a kubelet's Node (a scheduler places nothing there before).
 async fn node(nodes: &Api<Node>, run: &str, name: &str, zone: &str, cpu: &str, extra: Value) -> Result<()> {
     let mut labels = json!({ZONE: zone, RUN: run});
     if let (Some(labels), Some(extra)) = (labels.as_object_mut(), extra.as_object()) {
@@ -47,7 +49,12 @@ async fn node(nodes: &Api<Node>, run: &str, name: &str, zone: &str, cpu: &str, e
             "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
     }});
     nodes.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await?;
-    Ok(())
+    wait_for(TIMEOUT, || async {
+        let taints = nodes.get(name).await.ok()?.spec.and_then(|s| s.taints).unwrap_or_default();
+        (!taints.iter().any(|t| t.key == "node.kubernetes.io/not-ready")).then_some(())
+    })
+    .await
+    .with_context(|| format!("node {name} still tainted not-ready"))
 }
 
 /// A Pod asking `scheduler` for `cpu` and 128 MiB, on the Nodes of `run`

@@ -25,7 +25,10 @@
 //! (as namespaces are moved, in every file, and where its name appears as
 //! a word in text such as an Event's note; `<namespace>/` references in
 //! text move with the namespace), and, having no kubelet, is kept alive by
-//! renewing its Lease while the case runs, as a kubelet would.
+//! renewing its Lease while the case runs, as a kubelet would. A new
+//! `Ready` Node is waited for until the node lifecycle controller has
+//! lifted the `node.kubernetes.io/not-ready` taint the API server gave it,
+//! so the Pods given after it do not race that controller.
 //!
 //! `conversion.yaml` checks are not run here (they need no cluster: `capstan
 //! test` runs them); a case that has one says so.
@@ -618,7 +621,9 @@ async fn wait_for_webhooks(cluster: &KubeCluster, component: &str, objects: &[Va
 /// status through the status subresource, as `capstan test` does). An
 /// error (a refused write) is returned as text. A Node is created with its
 /// status too, as a kubelet registers one (so no scheduler sees it without
-/// its conditions), and has its Lease renewed by `fake_nodes` from then on.
+/// its conditions), and has its Lease renewed by `fake_nodes` from then on;
+/// a new Node that is `Ready` is waited for until it is schedulable (see
+/// [`wait_until_schedulable`]).
 async fn apply(
     cluster: &KubeCluster,
     fake_nodes: &nodes::FakeNodes,
@@ -650,7 +655,49 @@ async fn apply(
         let patch = Patch::Merge(json!({"status": status}));
         cluster.patch(&r, patch, Subresource::Status).await.map_err(|e| format!("{r} status: {e}"))?;
     }
+    if node && !exists && is_ready(&object) && !has_taint(&object, NOT_READY_TAINT) {
+        wait_until_schedulable(cluster, &r).await;
+    }
     Ok(())
+}
+
+/// The taint the API server's `TaintNodesByCondition` admission plugin puts
+/// on every new Node, until the node lifecycle controller sees it `Ready`.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// Longest wait for a new `Ready` Node to lose [`NOT_READY_TAINT`].
+const SCHEDULABLE_WAIT: Duration = Duration::from_secs(10);
+
+/// True if the Node's `Ready` condition is `True`.
+fn is_ready(node: &Value) -> bool {
+    let mut conditions = node.pointer("/status/conditions").and_then(Value::as_array).into_iter().flatten();
+    conditions.any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// True if the Node has a taint with this key.
+fn has_taint(node: &Value, key: &str) -> bool {
+    let mut taints = node.pointer("/spec/taints").and_then(Value::as_array).into_iter().flatten();
+    taints.any(|t| t["key"] == key)
+}
+
+/// Waits (at most [`SCHEDULABLE_WAIT`]) until a new Node has lost the
+/// [`NOT_READY_TAINT`] the API server gave it at creation, as a kubelet's
+/// Node does once the node lifecycle controller has seen it `Ready`: a
+/// scheduler that honours taints (kube-scheduler, the zone scheduler)
+/// places nothing there before, so the Pods given after the Node would
+/// otherwise race that controller. A Node the scenario gives not `Ready`,
+/// or with that taint, is not waited for; one still tainted then is left
+/// to the case's checks.
+async fn wait_until_schedulable(cluster: &KubeCluster, node: &ObjectRef) {
+    let deadline = Instant::now() + SCHEDULABLE_WAIT;
+    while Instant::now() < deadline {
+        match cluster.get(node).await {
+            Ok(now) if !has_taint(&now, NOT_READY_TAINT) => return,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(_) => return,
+        }
+    }
+    tracing::warn!(node = %node, "a Ready Node is still tainted not-ready; going on");
 }
 
 /// One step to check: its folder, how mismatches name it, and the writes
@@ -851,6 +898,18 @@ mod tests {
         ] {
             assert_eq!(place.text(text), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn only_a_ready_node_given_without_the_not_ready_taint_is_waited_for() {
+        let ready = json!({"status": {"conditions": [{"type": "MemoryPressure", "status": "False"},
+            {"type": "Ready", "status": "True"}]}});
+        assert!(is_ready(&ready) && !has_taint(&ready, NOT_READY_TAINT));
+        assert!(!is_ready(&json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})));
+        assert!(!is_ready(&json!({"metadata": {"name": "n"}})));
+        let tainted = json!({"spec": {"taints": [{"key": "a", "effect": "NoSchedule"},
+            {"key": NOT_READY_TAINT, "effect": "NoSchedule"}]}});
+        assert!(has_taint(&tainted, NOT_READY_TAINT) && !has_taint(&tainted, "b"));
     }
 
     #[test]
