@@ -2,16 +2,22 @@
 // each pending Pod whose `spec.schedulerName` is `zone-spread`:
 //
 // 1. it keeps the Nodes that can take the Pod: not cordoned
-//    (`spec.unschedulable`), `Ready`, matching the Pod's `spec.nodeSelector`,
+//    (`spec.unschedulable`), `Ready`, with no `NoSchedule` or `NoExecute`
+//    taint the Pod does not tolerate, matching the Pod's `spec.nodeSelector`,
 //    with room for its CPU and memory requests (and any other resource it
-//    requests) and for one more Pod;
+//    requests) and for one more Pod. As with kube-scheduler, a Pod that
+//    tolerates the taint a cordon puts on a Node
+//    (`node.kubernetes.io/unschedulable:NoSchedule`) may go to a cordoned
+//    Node, and one that tolerates the taint a not-Ready Node gets
+//    (`node.kubernetes.io/not-ready`, or `unreachable` when its `Ready`
+//    status is `Unknown` or missing) to a Node that is not Ready;
 // 2. among the zones (label `topology.kubernetes.io/zone`) of those Nodes,
 //    it picks the zone with the fewest Pods bound there, then in it the Node
 //    with the most free CPU; ties go to the first name.
 //
 // When no Node can take the Pod, it answers why the way kube-scheduler does:
 // `0/3 nodes are available: 2 Insufficient cpu, 1 node(s) didn't match Pod's
-// node selector.`
+// node selector.` (a tainted Node: `node(s) had untolerated taint(s)`).
 //
 // The same policy as the Rust example (examples/zone-scheduler), tested by
 // the same scenarios:
@@ -19,13 +25,19 @@
 //   tests/build-polyglot-guests.sh
 //   capstan test $CARGO_TARGET_DIR/guests/zone-scheduler-js.wasm examples/zone-scheduler/scenarios
 
-import { Manifest, Scheduler, Unschedulable, exportComponent, podRequests } from "capstan-guest";
+import { Manifest, Scheduler, Unschedulable, exportComponent, podRequests, tolerates } from "capstan-guest";
 
 /** The scheduler name Pods ask for in `spec.schedulerName`. */
 export const SCHEDULER_NAME = "zone-spread";
 
 /** The label that names a Node's zone. */
 export const ZONE_LABEL = "topology.kubernetes.io/zone";
+
+/**
+ * The taint the node lifecycle controller puts on a Node in this state.
+ * @param {string} key
+ */
+const stateTaint = (key) => ({ key: `node.kubernetes.io/${key}`, effect: "NoSchedule" });
 
 /**
  * Why one Node cannot take the Pod (kube-scheduler's wording).
@@ -35,8 +47,12 @@ export const ZONE_LABEL = "topology.kubernetes.io/zone";
  * @returns {string[]}
  */
 function misfits(node, pod, needed) {
-  if (node.unschedulable()) return ["node(s) were unschedulable"];
-  if (!node.ready()) return ["node(s) were not ready"];
+  if (node.unschedulable() && !tolerates(pod, stateTaint("unschedulable"))) return ["node(s) were unschedulable"];
+  if (!node.ready()) {
+    const key = node.condition("Ready") === "False" ? "not-ready" : "unreachable";
+    if (!tolerates(pod, stateTaint(key))) return ["node(s) were not ready"];
+  }
+  if (node.untoleratedTaint(pod) !== undefined) return ["node(s) had untolerated taint(s)"];
   const selector = pod.spec?.nodeSelector ?? {};
   if (Object.entries(selector).some(([key, value]) => node.label(key) !== value)) {
     return ["node(s) didn't match Pod's node selector"];

@@ -2,16 +2,23 @@
 For each pending Pod whose ``spec.schedulerName`` is ``zone-spread``:
 
 1. it keeps the Nodes that can take the Pod: not cordoned
-   (``spec.unschedulable``), ``Ready``, matching the Pod's
+   (``spec.unschedulable``), ``Ready``, with no ``NoSchedule`` or
+   ``NoExecute`` taint the Pod does not tolerate, matching the Pod's
    ``spec.nodeSelector``, with room for its CPU and memory requests (and
-   any other resource it requests) and for one more Pod;
+   any other resource it requests) and for one more Pod. As with
+   kube-scheduler, a Pod that tolerates the taint a cordon puts on a Node
+   (``node.kubernetes.io/unschedulable:NoSchedule``) may go to a cordoned
+   Node, and one that tolerates the taint a not-Ready Node gets
+   (``node.kubernetes.io/not-ready``, or ``unreachable`` when its ``Ready``
+   status is ``Unknown`` or missing) to a Node that is not Ready;
 2. among the zones (label ``topology.kubernetes.io/zone``) of those Nodes,
    it picks the zone with the fewest Pods bound there, then in it the Node
    with the most free CPU; ties go to the first name.
 
 When no Node can take the Pod, it answers why the way kube-scheduler does:
 ``0/3 nodes are available: 2 Insufficient cpu, 1 node(s) didn't match
-Pod's node selector.``
+Pod's node selector.`` (a tainted Node: ``node(s) had untolerated
+taint(s)``).
 
 The same policy as the Rust example (``examples/zone-scheduler``), tested
 by the same scenarios::
@@ -33,12 +40,21 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 """The label that names a Node's zone."""
 
 
+def _state_taint(key: str) -> Dict[str, str]:
+    """The taint the node lifecycle controller puts on a Node in this state."""
+    return {"key": f"node.kubernetes.io/{key}", "effect": "NoSchedule"}
+
+
 def misfits(node: capstan.NodeInfo, pod: Dict[str, Any], needed: Dict[str, int]) -> List[str]:
     """Why one Node cannot take the Pod (kube-scheduler's wording)."""
-    if node.unschedulable():
+    if node.unschedulable() and not capstan.tolerates(pod, _state_taint("unschedulable")):
         return ["node(s) were unschedulable"]
     if not node.ready():
-        return ["node(s) were not ready"]
+        key = "not-ready" if node.condition("Ready") == "False" else "unreachable"
+        if not capstan.tolerates(pod, _state_taint(key)):
+            return ["node(s) were not ready"]
+    if node.untolerated_taint(pod) is not None:
+        return ["node(s) had untolerated taint(s)"]
     selector = (pod.get("spec") or {}).get("nodeSelector") or {}
     if any(node.label(key) != value for key, value in selector.items()):
         return ["node(s) didn't match Pod's node selector"]

@@ -266,10 +266,15 @@ async fn projects_made_outside_a_checkout_build_and_pass_their_scenarios_on_the_
     Ok(())
 }
 
-/// Whether `name` is one of the zone-scheduler scenario's Nodes as `capstan
+/// The zone-scheduler's scenarios.
+const ZONE_SCENARIOS: [&str; 3] = ["cordoned-and-not-ready", "spread-fit-and-retry", "taints-and-tolerations"];
+
+/// Whether `name` is one of the zone-scheduler scenarios' Nodes as `capstan
 /// e2e` names them on the cluster (`n-a-<random>`).
 fn a_zone_scenario_node(name: &str) -> bool {
-    ["n-a-", "n-b-", "n-c-"].iter().any(|p| name.strip_prefix(p).is_some_and(|s| s.len() == 6))
+    ["n-a-", "n-b-", "n-c-", "n-gpu-", "n-drain-", "n-spot-", "n-off-", "n-down-"]
+        .iter()
+        .any(|p| name.strip_prefix(p).is_some_and(|s| s.len() == 6))
 }
 
 /// A scheduler sees every Node of the cluster, those of another case
@@ -290,7 +295,10 @@ async fn the_zone_scenarios_hold_and_leave_no_node_or_bound_pod_behind() -> Resu
     for component in ["zone-scheduler", "zone-scheduler-js"] {
         let (code, out) = e2e(component, &scenarios, &[]).await?;
         ensure!(code == 0, "{component}: exit code {code}:\n{out}");
-        ensure!(out.contains("scenario spread-fit-and-retry ... ok") && out.contains("1 passed, 0 failed"), "{out}");
+        for case in ZONE_SCENARIOS {
+            ensure!(out.contains(&format!("scenario {case} ... ok")), "{component}: {case}:\n{out}");
+        }
+        ensure!(out.contains("3 passed, 0 failed"), "{component}:\n{out}");
     }
     let client = ControlPlane::shared().await?.client()?;
     let nodes = kube::Api::<Node>::all(client.clone()).list(&ListParams::default()).await?;
@@ -303,7 +311,10 @@ async fn the_zone_scenarios_hold_and_leave_no_node_or_bound_pod_behind() -> Resu
     let left: Vec<String> = pods
         .items
         .iter()
-        .filter(|p| p.metadata.namespace.as_deref().is_some_and(|ns| ns.starts_with("e2e-spread-fit-and-retry-")))
+        .filter(|p| {
+            let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+            ZONE_SCENARIOS.iter().any(|case| ns.starts_with(&format!("e2e-{case}-")))
+        })
         .filter_map(|p| Some(format!("{}/{}", p.metadata.namespace.as_deref()?, p.metadata.name.as_deref()?)))
         .collect();
     ensure!(left.is_empty(), "the case's Pods are left (bound ones wait for a kubelet): {left:?}");

@@ -2,25 +2,32 @@
 //! logic. For each pending Pod whose `spec.schedulerName` is `zone-spread`:
 //!
 //! 1. it keeps the Nodes that can take the Pod: not cordoned
-//!    (`spec.unschedulable`), `Ready`, matching the Pod's
+//!    (`spec.unschedulable`), `Ready`, with no `NoSchedule` or `NoExecute`
+//!    taint the Pod does not tolerate, matching the Pod's
 //!    `spec.nodeSelector`, with room for its CPU and memory requests (and
-//!    any other resource it requests) and for one more Pod;
+//!    any other resource it requests) and for one more Pod. As with
+//!    kube-scheduler, a Pod that tolerates the taint a cordon puts on a
+//!    Node (`node.kubernetes.io/unschedulable:NoSchedule`) may go to a
+//!    cordoned Node, and one that tolerates the taint a not-Ready Node gets
+//!    (`node.kubernetes.io/not-ready`, or `unreachable` when its `Ready`
+//!    status is `Unknown` or missing) to a Node that is not Ready;
 //! 2. among the zones (label `topology.kubernetes.io/zone`) of those
 //!    Nodes, it picks the zone with the fewest Pods bound there, then in
 //!    it the Node with the most free CPU; ties go to the first name.
 //!
 //! When no Node can take the Pod, it answers why the way kube-scheduler
 //! does: `0/3 nodes are available: 2 Insufficient cpu, 1 node(s) didn't
-//! match Pod's node selector.`
+//! match Pod's node selector.` (a tainted Node: `node(s) had untolerated
+//! taint(s)`).
 //!
 //! Build and run it: `capstan run "$(tests/build-guests.sh)/zone-scheduler.wasm"`
 //! (see `docs/schedulers.md`).
 
 use std::collections::BTreeMap;
 
-use capstan_guest::k8s_openapi::api::core::v1::Pod;
+use capstan_guest::k8s_openapi::api::core::v1::{Pod, Taint};
 use capstan_guest::prelude::*;
-use capstan_guest::scheduler::{NodeInfo, Resources, Unschedulable, pod_requests};
+use capstan_guest::scheduler::{NodeInfo, Resources, Unschedulable, pod_requests, tolerates};
 
 /// The scheduler name Pods ask for in `spec.schedulerName`.
 pub const SCHEDULER_NAME: &str = "zone-spread";
@@ -40,11 +47,20 @@ impl Component for ZoneSpread {
 
 /// Why one Node cannot take the Pod (kube-scheduler's wording).
 fn misfits(node: &NodeInfo, pod: &Pod, needed: &Resources) -> Vec<String> {
-    if node.unschedulable() {
+    // The taint the node lifecycle controller puts on a Node in this state.
+    let state_taint =
+        |key: &str| Taint { key: format!("node.kubernetes.io/{key}"), effect: "NoSchedule".into(), ..Taint::default() };
+    if node.unschedulable() && !tolerates(pod, &state_taint("unschedulable")) {
         return vec!["node(s) were unschedulable".into()];
     }
     if !node.ready() {
-        return vec!["node(s) were not ready".into()];
+        let key = if node.condition("Ready") == Some("False") { "not-ready" } else { "unreachable" };
+        if !tolerates(pod, &state_taint(key)) {
+            return vec!["node(s) were not ready".into()];
+        }
+    }
+    if node.untolerated_taint(pod).is_some() {
+        return vec!["node(s) had untolerated taint(s)".into()];
     }
     let selector = pod.spec.as_ref().and_then(|s| s.node_selector.as_ref());
     if selector.into_iter().flatten().any(|(key, value)| node.label(key) != Some(value.as_str())) {
@@ -206,6 +222,58 @@ mod tests {
             node("c1", "c").requested(0, 3),
         ];
         assert_eq!(schedule(&p, nodes), Ok("c1".to_owned()));
+    }
+
+    fn tolerating(mut pod: Pod, tolerations: serde_json::Value) -> Pod {
+        pod.spec.as_mut().expect("a spec").tolerations =
+            Some(serde_json::from_value(tolerations).expect("tolerations"));
+        pod
+    }
+
+    #[test]
+    fn a_node_with_a_taint_the_pod_does_not_tolerate_is_skipped_unless_it_only_prefers_no_pods() {
+        let p = pod("100m", "1Mi", json!({}));
+        let taint = |key: &str, effect: &str| json!([{"key": key, "value": "x", "effect": effect}]);
+        let nodes = || {
+            vec![
+                node("a1", "a").set("/spec", json!({"taints": taint("dedicated", "NoSchedule")})),
+                node("b1", "b").set("/spec", json!({"taints": taint("maintenance", "NoExecute")})),
+            ]
+        };
+        let reasons = schedule(&p, nodes()).expect_err("both tainted").reasons;
+        assert_eq!(reasons, ["0/2 nodes are available: 2 node(s) had untolerated taint(s)."]);
+        let mut with_soft = nodes();
+        with_soft
+            .push(node("c1", "c").set("/spec", json!({"taints": taint("spot", "PreferNoSchedule")})).requested(0, 5));
+        assert_eq!(schedule(&p, with_soft), Ok("c1".to_owned()));
+        let dedicated = tolerating(p.clone(), json!([{"key": "dedicated", "operator": "Equal", "value": "x"}]));
+        assert_eq!(schedule(&dedicated, nodes()), Ok("a1".to_owned()));
+        let maintenance = tolerating(p.clone(), json!([{"key": "maintenance", "operator": "Exists"}]));
+        assert_eq!(schedule(&maintenance, nodes()), Ok("b1".to_owned()));
+        let wrong_effect = tolerating(p, json!([{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]));
+        assert!(schedule(&wrong_effect, nodes()).is_err());
+    }
+
+    #[test]
+    fn a_pod_tolerating_the_taint_of_a_cordon_or_of_not_ready_may_go_there_as_with_kube_scheduler() {
+        let p = pod("100m", "1Mi", json!({}));
+        let cordoned = || node("a1", "a").set("/spec", json!({"unschedulable": true}));
+        let not_ready = |status: &str| node("b1", "b").set("/status/conditions/0/status", json!(status));
+        let cordon = json!([{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]);
+        let reasons = schedule(&p, vec![cordoned(), not_ready("False")]).expect_err("neither").reasons;
+        assert_eq!(reasons, ["0/2 nodes are available: 1 node(s) were not ready, 1 node(s) were unschedulable."]);
+        assert_eq!(schedule(&tolerating(p.clone(), cordon), vec![cordoned(), not_ready("False")]), Ok("a1".to_owned()));
+        let not_ready_taint =
+            json!([{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"}]);
+        assert_eq!(
+            schedule(&tolerating(p.clone(), not_ready_taint.clone()), vec![not_ready("False")]),
+            Ok("b1".to_owned())
+        );
+        assert!(schedule(&tolerating(p.clone(), not_ready_taint), vec![not_ready("Unknown")]).is_err());
+        let unreachable = json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}]);
+        assert_eq!(schedule(&tolerating(p.clone(), unreachable), vec![not_ready("Unknown")]), Ok("b1".to_owned()));
+        let everything = tolerating(p, json!([{"operator": "Exists"}]));
+        assert_eq!(schedule(&everything, vec![cordoned().requested(0, 1), not_ready("False")]), Ok("b1".to_owned()));
     }
 
     #[test]
