@@ -194,6 +194,9 @@ impl Export {
     pub fn start(config: &Config) -> Result<Option<Self>, Error> {
         use opentelemetry_otlp::WithExportConfig as _;
         let Some(endpoint) = &config.endpoint else { return Ok(None) };
+        // The exporter's HTTP client (reqwest, rustls without a bundled
+        // provider) needs one installed: ring's, as everywhere in the host.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_endpoint(endpoint)
