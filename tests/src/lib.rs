@@ -27,6 +27,7 @@
 //! once they are older than [`STALE_NAMESPACE_AGE`].
 
 pub mod bench;
+pub mod jaeger;
 pub mod registry;
 
 use std::collections::hash_map::RandomState;
@@ -457,6 +458,52 @@ pub async fn capstan_binary() -> Result<PathBuf> {
         .context("running cargo build")?;
     ensure!(built.success(), "cargo build -p capstan-host --bin capstan failed");
     Ok(target.join("debug").join("capstan"))
+}
+
+/// A Go program built once into `$CAPSTAN_CACHE/<dir>/<name>` and reused
+/// from there: `go <args>` runs in an empty folder holding `files` (a
+/// builder module's `go.mod` and `go.sum`, say) with `GOBIN` set to it,
+/// and must leave `<name>` there. `what` names the program in the
+/// messages.
+///
+/// # Errors
+///
+/// When there is no Go toolchain, or the build fails (its output is in the
+/// error).
+pub async fn go_binary(dir: &Path, name: &str, what: &str, files: &[(&str, &str)], args: &[&str]) -> Result<PathBuf> {
+    // One build at a time in this process: the tests of a binary that all
+    // start the program on a cold cache would otherwise each build it.
+    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one = BUILD.lock().await;
+    let dir = capstan_host::tooling::cli::cluster::build::cache_root()?.join(dir);
+    let binary = dir.join(name);
+    if binary.is_file() {
+        return Ok(binary);
+    }
+    // Built into a folder of its own, then renamed into place: test
+    // binaries that build it at the same time do not see half a file.
+    let staging = dir.join(format!("staging-{}", random_suffix(8)));
+    std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
+    for (file, text) in files {
+        std::fs::write(staging.join(file), text)?;
+    }
+    eprintln!("capstan-tests: building {what} (first time only)");
+    let output = Command::new("go")
+        .args(args)
+        .current_dir(&staging)
+        .env("GOBIN", &staging)
+        .env("CGO_ENABLED", "0")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("running `go {}` (is Go installed?)", args.join(" ")))?;
+    if !output.status.success() {
+        let _ = std::fs::remove_dir_all(&staging);
+        bail!("building {what} failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    }
+    std::fs::rename(staging.join(name), &binary).with_context(|| format!("moving into {}", binary.display()))?;
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(binary)
 }
 
 /// A free TCP port on 127.0.0.1 (free when this returns: a process started

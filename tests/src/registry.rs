@@ -26,36 +26,15 @@ const PACKAGE: &str = "github.com/distribution/distribution/v3/cmd/registry";
 /// When there is no Go toolchain, or the build fails (its output is in the
 /// error).
 pub async fn binary() -> Result<PathBuf> {
-    // One build at a time in this process: the tests of a binary that all
-    // start a registry on a cold cache would otherwise each build it.
-    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one = BUILD.lock().await;
-    let root = capstan_host::tooling::cli::cluster::build::cache_root()?;
-    let dir = root.join("registry").join(format!("distribution-{DISTRIBUTION_VERSION}"));
-    let binary = dir.join("registry");
-    if binary.is_file() {
-        return Ok(binary);
-    }
-    // Built into a folder of its own, then renamed into place: test
-    // binaries that build it at the same time do not see half a file.
-    let staging = dir.join(format!("staging-{}", crate::random_suffix(8)));
-    std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
-    eprintln!("capstan-tests: building the distribution registry {DISTRIBUTION_VERSION} (first time only)");
-    let output = Command::new("go")
-        .args(["install", "-trimpath", "-ldflags=-s -w", &format!("{PACKAGE}@{DISTRIBUTION_VERSION}")])
-        .env("GOBIN", &staging)
-        .env("CGO_ENABLED", "0")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .context("running `go install` (is Go installed?)")?;
-    if !output.status.success() {
-        let _ = std::fs::remove_dir_all(&staging);
-        bail!("go install {PACKAGE}@{DISTRIBUTION_VERSION} failed:\n{}", String::from_utf8_lossy(&output.stderr));
-    }
-    std::fs::rename(staging.join("registry"), &binary).with_context(|| format!("moving into {}", binary.display()))?;
-    let _ = std::fs::remove_dir_all(&staging);
-    Ok(binary)
+    let install = format!("{PACKAGE}@{DISTRIBUTION_VERSION}");
+    crate::go_binary(
+        &PathBuf::from("registry").join(format!("distribution-{DISTRIBUTION_VERSION}")),
+        "registry",
+        &format!("the distribution registry {DISTRIBUTION_VERSION}"),
+        &[],
+        &["install", "-trimpath", "-ldflags=-s -w", &install],
+    )
+    .await
 }
 
 /// A running distribution registry on `127.0.0.1`, speaking plain HTTP.
