@@ -1,11 +1,16 @@
-//! `capstan new`: a controller project from a language's template, which
-//! builds into a component and passes `capstan test` out of the box.
+//! `capstan new`: a controller or scheduler project from a language's
+//! template, which builds into a component and passes `capstan test` out of
+//! the box.
 //!
-//! Templates are files under `host/templates/<language>/`, embedded in the
-//! binary; a language is a [`Lang`] variant and its file table. In the
-//! files, `{{name}}` is the controller name (a DNS-1123 label), `{{crate}}`
-//! its snake-case form, `{{kind}}`, `{{plural}}` and `{{group}}` name the
-//! custom resource, `{{sdk_dependency}}` and `{{sdk_source}}` say where the
+//! Templates are files under `host/templates/<language>/` (controllers) and
+//! `host/templates/scheduler/<language>/` (schedulers, sharing their
+//! scenarios and the language's build files), embedded in the binary; a
+//! language is a [`Lang`] variant, a kind of project a [`Role`] variant, and
+//! each pair has a file table. In the
+//! files, `{{name}}` is the controller name (a DNS-1123 label; a scheduler's
+//! name too), `{{crate}}` its snake-case form, `{{kind}}`, `{{plural}}` and
+//! `{{group}}` name the custom resource (`{{kind}}` names a scheduler's
+//! type), `{{sdk_dependency}}` and `{{sdk_source}}` say where the
 //! SDK comes from, and `{{capstan_version}}` is this capstan's version.
 //!
 //! ```no_run
@@ -57,15 +62,31 @@ pub enum Lang {
     Js,
 }
 
+/// What kind of project to create.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// A controller of a custom resource: its CRD, a child it owns, status,
+    /// scenarios.
+    #[default]
+    Controller,
+    /// A scheduler: Pods select it with `spec.schedulerName: <name>`; it
+    /// filters the Nodes (Ready, not cordoned, taints, resources), picks
+    /// the one with the most free CPU, and says why when none fits.
+    Scheduler,
+}
+
 /// One file of a template: where it goes and its text with placeholders.
 struct TemplateFile {
     path: &'static str,
     text: &'static str,
 }
 
+/// `template!["python": "app.py" => "app.py.tmpl", …]`: files under
+/// `host/templates/python/`; a scheduler's table names its files from
+/// `host/templates/` (`template!["": …]`) to share the language's own.
 macro_rules! template {
-    ($lang:literal: $($path:literal => $file:literal),* $(,)?) => {
-        &[$(TemplateFile { path: $path, text: include_str!(concat!("../../templates/", $lang, "/", $file)) }),*]
+    ($dir:literal: $($path:literal => $file:literal),* $(,)?) => {
+        &[$(TemplateFile { path: $path, text: include_str!(concat!("../../templates/", $dir, "/", $file)) }),*]
     };
 }
 
@@ -112,12 +133,65 @@ const JS: &[TemplateFile] = template!["js":
     "scenarios/empty-message/error.txt" => "scenarios/empty-message/error.txt.tmpl",
 ];
 
+/// The scenarios every scheduler template carries (its name is the
+/// scheduler name the Pods in them ask for).
+macro_rules! scheduler_template {
+    ($($path:literal => $file:literal),* $(,)?) => {
+        template!["":
+            $($path => $file,)*
+            "scenarios/most-free-cpu/given.yaml" => "scheduler/scenarios/most-free-cpu/given.yaml.tmpl",
+            "scenarios/most-free-cpu/expect.yaml" => "scheduler/scenarios/most-free-cpu/expect.yaml.tmpl",
+            "scenarios/most-free-cpu/events.yaml" => "scheduler/scenarios/most-free-cpu/events.yaml.tmpl",
+            "scenarios/unschedulable-until-a-node-is-added/given.yaml" =>
+                "scheduler/scenarios/unschedulable-until-a-node-is-added/given.yaml.tmpl",
+            "scenarios/unschedulable-until-a-node-is-added/expect.yaml" =>
+                "scheduler/scenarios/unschedulable-until-a-node-is-added/expect.yaml.tmpl",
+            "scenarios/unschedulable-until-a-node-is-added/events.yaml" =>
+                "scheduler/scenarios/unschedulable-until-a-node-is-added/events.yaml.tmpl",
+            "scenarios/unschedulable-until-a-node-is-added/steps/01-add-a-node/apply.yaml" =>
+                "scheduler/scenarios/unschedulable-until-a-node-is-added/steps/01-add-a-node/apply.yaml.tmpl",
+            "scenarios/unschedulable-until-a-node-is-added/steps/01-add-a-node/expect.yaml" =>
+                "scheduler/scenarios/unschedulable-until-a-node-is-added/steps/01-add-a-node/expect.yaml.tmpl",
+            "scenarios/unschedulable-until-a-node-is-added/steps/01-add-a-node/events.yaml" =>
+                "scheduler/scenarios/unschedulable-until-a-node-is-added/steps/01-add-a-node/events.yaml.tmpl",
+        ]
+    };
+}
+
+const RUST_SCHEDULER: &[TemplateFile] = scheduler_template![
+    "Cargo.toml" => "scheduler/rust/Cargo.toml.tmpl",
+    ".gitignore" => "rust/gitignore.tmpl",
+    "README.md" => "scheduler/rust/README.md.tmpl",
+    "src/lib.rs" => "scheduler/rust/src/lib.rs.tmpl",
+];
+
+const PYTHON_SCHEDULER: &[TemplateFile] = scheduler_template![
+    "app.py" => "scheduler/python/app.py.tmpl",
+    "build.sh" => "python/build.sh.tmpl",
+    "pyproject.toml" => "scheduler/python/pyproject.toml.tmpl",
+    "tests/test_app.py" => "scheduler/python/tests/test_app.py.tmpl",
+    ".gitignore" => "python/gitignore.tmpl",
+    "README.md" => "scheduler/python/README.md.tmpl",
+];
+
+const JS_SCHEDULER: &[TemplateFile] = scheduler_template![
+    "app.js" => "scheduler/js/app.js.tmpl",
+    "build.sh" => "js/build.sh.tmpl",
+    "package.json" => "scheduler/js/package.json.tmpl",
+    "test/app.test.js" => "scheduler/js/test/app.test.js.tmpl",
+    ".gitignore" => "js/gitignore.tmpl",
+    "README.md" => "scheduler/js/README.md.tmpl",
+];
+
 impl Lang {
-    fn template(self) -> &'static [TemplateFile] {
-        match self {
-            Lang::Rust => RUST,
-            Lang::Python => PYTHON,
-            Lang::Js => JS,
+    fn template(self, role: Role) -> &'static [TemplateFile] {
+        match (role, self) {
+            (Role::Controller, Lang::Rust) => RUST,
+            (Role::Controller, Lang::Python) => PYTHON,
+            (Role::Controller, Lang::Js) => JS,
+            (Role::Scheduler, Lang::Rust) => RUST_SCHEDULER,
+            (Role::Scheduler, Lang::Python) => PYTHON_SCHEDULER,
+            (Role::Scheduler, Lang::Js) => JS_SCHEDULER,
         }
     }
 
@@ -168,6 +242,7 @@ pub const CARRIED_SDK_DIR: &str = "capstan-sdk";
 pub struct Options {
     name: String,
     lang: Lang,
+    role: Role,
     dir: Option<PathBuf>,
     group: String,
     kind: Option<String>,
@@ -182,6 +257,7 @@ impl Options {
         Self {
             name: name.into(),
             lang: Lang::Rust,
+            role: Role::Controller,
             dir: None,
             group: "example.com".to_owned(),
             kind: None,
@@ -193,6 +269,15 @@ impl Options {
     /// The language. Default: [`Lang::Rust`].
     pub fn lang(mut self, lang: Lang) -> Self {
         self.lang = lang;
+        self
+    }
+
+    /// What kind of project. Default: [`Role::Controller`]. A scheduler's
+    /// name is the scheduler name Pods ask for in `spec.schedulerName`;
+    /// [`group`](Self::group) and [`kind`](Self::kind) do not apply to it
+    /// (the kind names its Rust, Python or JavaScript type).
+    pub fn role(mut self, role: Role) -> Self {
+        self.role = role;
         self
     }
 
@@ -234,8 +319,10 @@ impl Options {
 pub struct Project {
     /// Its folder.
     pub dir: PathBuf,
-    /// The controller name.
+    /// The controller name (a scheduler's: also its scheduler name).
     pub name: String,
+    /// What kind of project it is.
+    pub role: Role,
     /// The custom resource's kind.
     pub kind: String,
     /// The custom resource's plural.
@@ -373,7 +460,7 @@ pub fn create(options: &Options) -> Result<Project> {
         ("wit_dir", wit_dir.as_str()),
     ];
     let mut files = Vec::new();
-    for file in options.lang.template() {
+    for file in options.lang.template(options.role) {
         let path = dir.join(file.path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
@@ -390,7 +477,7 @@ pub fn create(options: &Options) -> Result<Project> {
         files.push(PathBuf::from("Cargo.lock"));
     }
     let component = options.lang.component_path(&crate_name, &name);
-    Ok(Project { dir, name, kind, plural, group: options.group.clone(), files, component })
+    Ok(Project { dir, name, role: options.role, kind, plural, group: options.group.clone(), files, component })
 }
 
 #[cfg(test)]
@@ -423,10 +510,12 @@ mod tests {
 
     #[test]
     fn every_placeholder_in_every_template_is_filled() {
-        for lang in [Lang::Rust, Lang::Python, Lang::Js] {
-            for file in lang.template() {
-                let out = render(file.text, &vars());
-                assert!(!out.contains("{{"), "{:?} {}: unfilled placeholder in\n{out}", lang, file.path);
+        for role in [Role::Controller, Role::Scheduler] {
+            for lang in [Lang::Rust, Lang::Python, Lang::Js] {
+                for file in lang.template(role) {
+                    let out = render(file.text, &vars());
+                    assert!(!out.contains("{{"), "{role:?} {lang:?} {}: unfilled placeholder in\n{out}", file.path);
+                }
             }
         }
     }
@@ -477,6 +566,23 @@ mod tests {
         let lib = std::fs::read_to_string(dir.join("src/lib.rs")).expect("written");
         assert!(lib.contains("pub struct MyAppSpec"));
         assert!(matches!(create(&Options::new("my-app").dir(&dir)), Err(Error::NotEmpty(_))));
+        std::fs::remove_dir_all(&dir).expect("cleaned up");
+    }
+
+    #[test]
+    fn a_scheduler_project_serves_its_name_and_carries_the_scheduler_scenarios() {
+        let dir = std::env::temp_dir().join(format!("capstan-scaffold-scheduler-{}", std::process::id()));
+        let project =
+            create(&Options::new("Most Free").role(Role::Scheduler).lang(Lang::Python).dir(&dir)).expect("created");
+        assert_eq!((project.name.as_str(), project.role), ("most-free", Role::Scheduler));
+        assert_eq!(project.component, Path::new("most-free.wasm"));
+        let app = std::fs::read_to_string(dir.join("app.py")).expect("written");
+        assert!(app.contains("SCHEDULER_NAME = \"most-free\"") && app.contains("capstan.export(scheduler=MostFree)"));
+        assert!(dir.join("tests/test_app.py").is_file() && dir.join("build.sh").is_file());
+        let given = std::fs::read_to_string(dir.join("scenarios/most-free-cpu/given.yaml")).expect("written");
+        assert!(given.contains("schedulerName: most-free"), "{given}");
+        assert!(dir.join("scenarios/unschedulable-until-a-node-is-added/steps/01-add-a-node/apply.yaml").is_file());
+        assert!(!dir.join("scenarios/basic").exists(), "none of the controller's scenarios");
         std::fs::remove_dir_all(&dir).expect("cleaned up");
     }
 }
