@@ -42,6 +42,37 @@ impl Resolved {
 /// The API server rejects Event notes longer than this (bytes).
 pub const MAX_EVENT_NOTE: usize = super::MAX_MESSAGE;
 
+/// First wait between attempts to reach an API server that does not answer.
+pub const CONNECT_BACKOFF_START: std::time::Duration = std::time::Duration::from_millis(500);
+/// Longest wait between such attempts.
+pub const CONNECT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until the API server of `client` answers (`/version`), trying
+/// again with a growing delay (from [`CONNECT_BACKOFF_START`], doubling up
+/// to [`CONNECT_BACKOFF_MAX`]).
+///
+/// # Cancel safety
+///
+/// Cancel-safe: nothing is kept between attempts.
+pub async fn wait_until_answers(client: &kube::Client) {
+    let mut delay = CONNECT_BACKOFF_START;
+    let mut attempt = 1u32;
+    loop {
+        match client.apiserver_version().await {
+            Ok(version) => {
+                tracing::info!(version = %version.git_version, attempt, "connected");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, attempt, retry_in_ms = delay.as_millis() as u64, "cannot reach the cluster, retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(CONNECT_BACKOFF_MAX);
+                attempt = attempt.saturating_add(1);
+            }
+        }
+    }
+}
+
 /// Maps a kube-rs error to a cluster error.
 pub fn map_error(e: kube::Error) -> Error {
     match e {

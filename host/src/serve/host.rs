@@ -177,6 +177,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether a start failed for a reason that may pass: the API server
+    /// went away between connecting and loading, a CRD is not established
+    /// yet, a registry does not answer yet. Such a start is tried again.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Access { error: access::Error::Review(_), .. } => true,
+            Self::InstallCrd { error, .. } => matches!(error, cluster::Error::Unavailable(_)),
+            Self::CrdNotEstablished(_) => true,
+            Self::Pull { error, .. } => error.is_unavailable(),
+            _ => false,
+        }
+    }
+
     /// A short, stable word for why a component was rejected: the
     /// loader's [`reason`](component::Error::reason) (`read`, `not_wasm`,
     /// `core_module`, `compile`, `world`, `contract`, `imports`,
@@ -228,6 +241,7 @@ pub struct HostBuilder {
     references: Vec<crate::serve::oci::Reference>,
     registry: Option<Arc<crate::serve::oci::Registry>>,
     poll_interval: Duration,
+    runtime: Option<Runtime>,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -268,7 +282,20 @@ impl HostBuilder {
             references: Vec::new(),
             registry: None,
             poll_interval: crate::serve::follow::POLL_INTERVAL,
+            runtime: None,
         }
+    }
+
+    /// Runs components on `runtime` (its engine, limits and instance
+    /// pool) instead of a runtime of its own; [`limits`](Self::limits),
+    /// [`function_cache`](Self::function_cache) and
+    /// [`baseline`](Self::baseline) are then the runtime's. The hosts of
+    /// one [`Fleet`](crate::serve::fleet::Fleet) share one, so a component
+    /// serving several clusters is compiled once and its instances come
+    /// from one bounded pool.
+    pub fn runtime(mut self, runtime: Option<Runtime>) -> Self {
+        self.runtime = runtime;
+        self
     }
 
     /// Adds a component to run from an OCI registry, and follows its tag
@@ -458,6 +485,19 @@ impl HostBuilder {
         self
     }
 
+    /// A runtime with `limits` on an engine of its own (see
+    /// [`runtime`](Self::runtime)).
+    ///
+    /// # Errors
+    ///
+    /// When the engine cannot be set up or the imports cannot be linked.
+    pub fn new_runtime(limits: Limits, function_cache: usize, baseline: bool) -> Result<Runtime, Error> {
+        let engine = Engine::new(
+            EngineConfig::default().memory_limit(limits.memory).function_cache(function_cache).baseline(baseline),
+        )?;
+        Runtime::new(&engine, limits).map_err(|e| Error::Link(format!("{e:#}")))
+    }
+
     /// Loads every component, installs CRDs if asked, starts the
     /// controllers, and starts following the components directory.
     ///
@@ -469,13 +509,10 @@ impl HostBuilder {
         if let Some(bad) = self.namespaces.iter().find(|ns| !crate::manifest::is_dns1123_label(ns)) {
             return Err(Error::Namespace(bad.clone()));
         }
-        let engine = Engine::new(
-            EngineConfig::default()
-                .memory_limit(self.limits.memory)
-                .function_cache(self.function_cache)
-                .baseline(self.baseline),
-        )?;
-        let runtime = Runtime::new(&engine, self.limits).map_err(|e| Error::Link(format!("{e:#}")))?;
+        let runtime = match self.runtime {
+            Some(runtime) => runtime,
+            None => Self::new_runtime(self.limits, self.function_cache, self.baseline)?,
+        };
         let loader = Loader::new(runtime.clone(), self.cache_dir.clone()).optimize(self.optimize);
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());
         let informers = Arc::new(Informers::new(cluster.clone(), self.namespaces.clone()));

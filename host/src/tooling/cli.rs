@@ -161,6 +161,22 @@ pub struct RunArgs {
     /// Kubeconfig context (default: the current context).
     #[arg(long)]
     pub context: Option<String>,
+    /// Also serve the cluster a kubeconfig names, as cluster NAME:
+    /// `NAME=KUBECONFIG` or `NAME=KUBECONFIG#CONTEXT` (repeatable). Every
+    /// component runs in each cluster (its own watches, queues, leader
+    /// Lease and grants there); a cluster that is down or refuses the
+    /// host holds up only itself. The cluster of `--kubeconfig`/`--context`
+    /// is named `default`.
+    #[arg(long = "cluster", value_name = "NAME=KUBECONFIG[#CONTEXT]", value_parser = cluster_arg)]
+    pub clusters: Vec<ClusterArg>,
+    /// Also serve every cluster whose kubeconfig a Secret in NAMESPACE of
+    /// the default cluster holds (the Cluster API convention: Secret
+    /// `NAME-kubeconfig`, key `value`; optionally only Secrets matching a
+    /// label SELECTOR): engaged when the Secret appears, again when it
+    /// changes, disengaged when it goes. Such a kubeconfig must carry its
+    /// credentials inline (no `exec`, no files).
+    #[arg(long, value_name = "NAMESPACE[,SELECTOR]", value_parser = secrets_source)]
+    pub clusters_from_secrets: Option<crate::serve::fleet::secrets::Source>,
     /// Watch only these namespaces: repeat the option (`-n a -n b`) or
     /// separate them with commas (`-n a,b`). Default: all namespaces.
     /// Cluster-scoped kinds are watched whole either way; guests may still
@@ -496,6 +512,46 @@ fn namespace_name(s: &str) -> Result<String, String> {
     }
 }
 
+/// A cluster `capstan run --cluster` serves besides the default one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterArg {
+    /// Its name: a DNS-1123 label, not `default`.
+    pub name: String,
+    /// The kubeconfig that reaches it.
+    pub kubeconfig: PathBuf,
+    /// The kubeconfig's context, if not its current one.
+    pub context: Option<String>,
+}
+
+fn cluster_arg(s: &str) -> Result<ClusterArg, String> {
+    let (name, rest) = s.split_once('=').ok_or("expected NAME=KUBECONFIG[#CONTEXT]")?;
+    if !crate::manifest::is_dns1123_label(name) {
+        return Err(format!(
+            "cluster name {name:?}: not a DNS-1123 label (lower-case alphanumerics and '-', at most 63)"
+        ));
+    }
+    if name == crate::serve::fleet::DEFAULT_CLUSTER {
+        return Err("the cluster of --kubeconfig/--context is named `default`; pick another name".to_owned());
+    }
+    let (path, context) = match rest.rsplit_once('#') {
+        Some((path, context)) if !context.is_empty() => (path, Some(context.to_owned())),
+        Some(_) => return Err("an empty context after '#'".to_owned()),
+        None => (rest, None),
+    };
+    if path.is_empty() {
+        return Err("no kubeconfig after '='".to_owned());
+    }
+    Ok(ClusterArg { name: name.to_owned(), kubeconfig: PathBuf::from(path), context })
+}
+
+fn secrets_source(s: &str) -> Result<crate::serve::fleet::secrets::Source, String> {
+    let (namespace, selector) = match s.split_once(',') {
+        Some((namespace, selector)) => (namespace, Some(selector.to_owned()).filter(|s| !s.is_empty())),
+        None => (s, None),
+    };
+    Ok(crate::serve::fleet::secrets::Source { namespace: namespace_name(namespace)?, selector })
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -795,11 +851,6 @@ async fn pull(reference: &str, output: &std::path::Path, registry: &RegistryArgs
     Ok(0)
 }
 
-/// First wait between attempts to reach the API server at startup.
-pub const CONNECT_BACKOFF_START: std::time::Duration = std::time::Duration::from_millis(500);
-/// Longest wait between attempts to reach the API server at startup.
-pub const CONNECT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Connects to the cluster the arguments name and checks it answers.
 ///
 /// # Errors
@@ -814,7 +865,8 @@ pub async fn connect(kubeconfig: Option<&std::path::Path>, context: Option<Strin
 
 /// Connects like [`connect`], but waits for an API server that does not
 /// answer yet: tries again with a growing delay (from
-/// [`CONNECT_BACKOFF_START`], doubling up to [`CONNECT_BACKOFF_MAX`]) until
+/// [`crate::cluster::kube::CONNECT_BACKOFF_START`], doubling up to
+/// [`crate::cluster::kube::CONNECT_BACKOFF_MAX`]) until
 /// it answers. A kubeconfig that cannot be read still fails at once.
 ///
 /// # Errors
@@ -829,22 +881,8 @@ pub async fn connect_with_retry(
     context: Option<String>,
 ) -> anyhow::Result<kube::Client> {
     let client = client(kubeconfig, context).await?;
-    let mut delay = CONNECT_BACKOFF_START;
-    let mut attempt = 1u32;
-    loop {
-        match client.apiserver_version().await {
-            Ok(version) => {
-                tracing::info!(version = %version.git_version, attempt, "connected");
-                return Ok(client);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, attempt, retry_in_ms = delay.as_millis() as u64, "cannot reach the cluster, retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(CONNECT_BACKOFF_MAX);
-                attempt = attempt.saturating_add(1);
-            }
-        }
-    }
+    crate::cluster::kube::wait_until_answers(&client).await;
+    Ok(client)
 }
 
 /// Prints each case's outcome and what did not hold; the exit code: 0 when
@@ -887,22 +925,8 @@ async fn client(kubeconfig: Option<&std::path::Path>, context: Option<String>) -
     kube::Client::try_from(config).context("cannot build a client")
 }
 
-/// Whether a host start failed for a reason that may pass (the API server
-/// went away between connecting and loading): the start is tried again.
-fn transient(error: &crate::serve::host::Error) -> bool {
-    use crate::serve::host::Error as E;
-    match error {
-        E::Access { error: crate::control::access::Error::Review(_), .. } => true,
-        E::InstallCrd { error, .. } => matches!(error, crate::cluster::Error::Unavailable(_)),
-        E::CrdNotEstablished(_) => true,
-        // A registry that does not answer yet.
-        E::Pull { error, .. } => error.is_unavailable(),
-        _ => false,
-    }
-}
-
 async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
-    use std::sync::{Arc, OnceLock};
+    use std::sync::Arc;
     let leader_election = args.leader_election()?;
     let poll_interval = std::time::Duration::try_from_secs_f64(args.poll_interval)
         .ok()
@@ -924,53 +948,41 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         .events(args.max_events)
         .log(crate::runtime::limits::LogBudget::new(args.log_lines_per_second, args.log_burst));
     let instance = args.instance.clone().or_else(|| std::env::var("HOSTNAME").ok());
-    // The probes answer from the start: alive, and not ready until the
-    // host runs (it may wait for the API server first).
-    let started: Arc<OnceLock<Arc<crate::serve::host::Host>>> = Arc::default();
-    let probes = crate::serve::server::Probes {
-        ready: Box::new({
-            let started = Arc::clone(&started);
-            move || match started.get() {
-                Some(host) => host.readiness(),
-                None => Err(vec!["host: starting (connecting to the API server, loading components)".to_owned()]),
-            }
-        }),
-        status: Box::new({
-            let started = Arc::clone(&started);
-            move || match started.get() {
-                Some(host) => host.status_document(),
-                None => json!({"components": [], "ready": false, "notReady": ["host: starting"]}),
-            }
-        }),
-    };
-    let options = crate::serve::server::Options::default().status_from_anywhere(args.status_from_anywhere);
-    let server = crate::serve::server::serve(&args.listen, Arc::new(probes), options)
-        .await
-        .with_context(|| format!("cannot listen on {:?}", args.listen))?;
+    let names: std::collections::BTreeSet<&str> = args.clusters.iter().map(|c| c.name.as_str()).collect();
+    if names.len() < args.clusters.len() {
+        anyhow::bail!("--cluster: a cluster name is given twice");
+    }
+    if !args.clusters.is_empty() && args.webhook_listen.is_some() {
+        anyhow::bail!(
+            "--webhook-listen serves one cluster; it cannot be combined with --cluster yet (run one host per cluster for webhooks)"
+        );
+    }
+    let runtime = crate::serve::host::HostBuilder::new_runtime(limits, 0, args.baseline_compile)?;
     let webhooks = match serve_webhooks(&args).await {
         Ok(webhooks) => webhooks,
-        Err(e) => {
-            server.shutdown().await;
-            return Err(e);
-        }
+        Err(e) => return Err(e),
     };
-    let start = async {
-        let client = connect_with_retry(args.kubeconfig.as_deref(), args.context.clone()).await?;
-        let mut delay = CONNECT_BACKOFF_START;
-        loop {
-            let mut builder = crate::serve::host::HostBuilder::new(client.clone())
-                .namespaces(args.namespaces.clone())
-                .install_crds(args.install_crds)
-                .adopt_crds(args.adopt_crds.clone())
-                .check_permissions(!args.skip_permission_check)
-                .allow_wildcard_permissions(args.allow_wildcard_permissions)
-                .canary(args.canary)
-                .limits(limits)
-                .baseline(args.baseline_compile)
+    let fleet = Arc::new(crate::serve::fleet::Fleet::new({
+        let namespaces = args.namespaces.clone();
+        let adopt_crds = args.adopt_crds.clone();
+        let components_dir = args.components_dir.clone();
+        let (install_crds, check_permissions) = (args.install_crds, !args.skip_permission_check);
+        let (allow_wildcards, canary) = (args.allow_wildcard_permissions, args.canary);
+        let webhooks = webhooks.as_ref().map(|w| Arc::clone(&w.registry));
+        let registry = Arc::clone(&registry);
+        move |client| {
+            let mut builder = crate::serve::host::HostBuilder::new(client)
+                .runtime(Some(runtime.clone()))
+                .namespaces(namespaces.clone())
+                .install_crds(install_crds)
+                .adopt_crds(adopt_crds.clone())
+                .check_permissions(check_permissions)
+                .allow_wildcard_permissions(allow_wildcards)
+                .canary(canary)
                 .cache_dir(default_cache_dir())
                 .instance(instance.clone())
-                .components_dir(args.components_dir.clone())
-                .webhooks(webhooks.as_ref().map(|w| Arc::clone(&w.registry)))
+                .components_dir(components_dir.clone())
+                .webhooks(webhooks.clone())
                 .leader_election(leader_election.clone())
                 .registry(Some(Arc::clone(&registry)))
                 .poll_interval(poll_interval);
@@ -980,39 +992,83 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
             for r in &references {
                 builder = builder.reference(r.clone());
             }
-            match builder.start().await {
-                Ok(host) => return anyhow::Ok(host),
-                Err(e) if transient(&e) => {
-                    tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot start yet, retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(CONNECT_BACKOFF_MAX);
-                }
-                Err(e) => return Err(e.into()),
+            builder
+        }
+    }));
+    // The probes answer from the start: alive, and not ready until every
+    // cluster's host runs (each may wait for its API server first).
+    let probes = crate::serve::server::Probes {
+        ready: Box::new({
+            let fleet = Arc::clone(&fleet);
+            move || fleet.readiness()
+        }),
+        status: Box::new({
+            let fleet = Arc::clone(&fleet);
+            move || fleet.status_document()
+        }),
+    };
+    let options = crate::serve::server::Options::default().status_from_anywhere(args.status_from_anywhere);
+    let server = match crate::serve::server::serve(&args.listen, Arc::new(probes), options).await {
+        Ok(server) => server,
+        Err(e) => {
+            if let Some(webhooks) = webhooks {
+                webhooks.server.shutdown().await;
             }
+            return Err(anyhow::Error::new(e).context(format!("cannot listen on {:?}", args.listen)));
         }
     };
-    let host = tokio::select! {
-        host = start => match host {
-            Ok(host) => Arc::new(host),
-            Err(e) => {
-                server.shutdown().await;
+    let started = fleet.engage(crate::serve::fleet::DEFAULT_CLUSTER, {
+        let (kubeconfig, context) = (args.kubeconfig.clone(), args.context.clone());
+        async move { connect_with_retry(kubeconfig.as_deref(), context).await }
+    });
+    for cluster in &args.clusters {
+        let cluster = cluster.clone();
+        // Its first start is reported in `/readyz` and `/status`; a
+        // cluster that cannot be served does not stop the others.
+        drop(fleet.engage(&cluster.name, async move {
+            connect_with_retry(Some(&cluster.kubeconfig), cluster.context).await
+        }));
+    }
+    let secrets = args.clusters_from_secrets.clone().map(|source| {
+        let (kubeconfig, context, fleet) = (args.kubeconfig.clone(), args.context.clone(), Arc::clone(&fleet));
+        tokio::spawn(async move {
+            match connect_with_retry(kubeconfig.as_deref(), context).await {
+                Ok(client) => drop(crate::serve::fleet::secrets::follow(fleet, client, source).await),
+                Err(e) => tracing::error!(error = %format!("{e:#}"), "cannot follow kubeconfig Secrets"),
+            }
+        })
+    });
+    let stop = {
+        let fleet = Arc::clone(&fleet);
+        async move {
+            if let Some(secrets) = secrets {
+                secrets.abort();
+            }
+            server.shutdown().await;
+            if let Some(webhooks) = webhooks {
+                webhooks.server.shutdown().await;
+            }
+            fleet.shutdown().await;
+        }
+    };
+    tokio::select! {
+        first = started => match first {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                stop.await;
                 return Err(e);
             }
+            Err(_) => {}
         },
         () = shutdown_signal() => {
             tracing::info!("shutting down before the host started");
-            server.shutdown().await;
+            stop.await;
             return Ok(0);
         }
-    };
-    let _ = started.set(Arc::clone(&host));
+    }
     shutdown_signal().await;
     tracing::info!("shutting down");
-    server.shutdown().await;
-    if let Some(webhooks) = webhooks {
-        webhooks.server.shutdown().await;
-    }
-    host.shutdown().await;
+    stop.await;
     Ok(0)
 }
 
