@@ -52,6 +52,20 @@ async fn converges(client: &kube::Client, ns: &str, name: &str, within: Duration
         .map(drop)
 }
 
+/// A fleet whose hosts run the greeter in namespace `ns`, on one runtime.
+fn greeter_fleet(ns: &str) -> Result<Fleet> {
+    let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
+    let runtime = HostBuilder::new_runtime(Default::default(), 0, false)?;
+    let ns = ns.to_owned();
+    Ok(Fleet::new(move |client| {
+        HostBuilder::new(client)
+            .runtime(Some(runtime.clone()))
+            .namespace(Some(ns.clone()))
+            .install_crds(true)
+            .component(&greeter)
+    }))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn one_fleet_serves_two_clusters_and_a_member_down_holds_up_only_itself() -> Result<()> {
     let home = TestNamespace::new("fleet").await?;
@@ -59,16 +73,7 @@ async fn one_fleet_serves_two_clusters_and_a_member_down_holds_up_only_itself() 
     let member_client = member.plane().client()?;
     // The member's namespace has the home one's name: one `-n` serves both.
     namespace(&member_client, home.name()).await?;
-    let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
-    let runtime = HostBuilder::new_runtime(Default::default(), 0, false)?;
-    let ns = home.name().to_owned();
-    let fleet = Fleet::new(move |client| {
-        HostBuilder::new(client)
-            .runtime(Some(runtime.clone()))
-            .namespace(Some(ns.clone()))
-            .install_crds(true)
-            .component(&greeter)
-    });
+    let fleet = greeter_fleet(home.name())?;
     let dir = std::env::temp_dir();
     let unreachable = unreachable_kubeconfig(&dir)?;
     let home_client = home.client();
@@ -77,9 +82,8 @@ async fn one_fleet_serves_two_clusters_and_a_member_down_holds_up_only_itself() 
         let client = member_client.clone();
         async move { Ok(client) }
     });
-    let _never = fleet.engage("gone", async move {
-        capstan_host::tooling::cli::connect_with_retry(Some(&unreachable), None).await
-    });
+    let _never = fleet
+        .engage("gone", async move { capstan_host::tooling::cli::connect_with_retry(Some(&unreachable), None).await });
     started.await?.context("the home cluster starts")?;
     member_started.await?.context("the member starts")?;
 
@@ -96,7 +100,8 @@ async fn one_fleet_serves_two_clusters_and_a_member_down_holds_up_only_itself() 
         .map(|c| (c["name"].as_str().unwrap_or_default(), c["state"].as_str().unwrap_or_default()))
         .collect();
     assert_eq!(states, [("b", "running"), ("default", "running"), ("gone", "connecting")]);
-    let component_clusters: Vec<&Value> = doc["components"].as_array().context("components")?.iter().map(|c| &c["cluster"]).collect();
+    let component_clusters: Vec<&Value> =
+        doc["components"].as_array().context("components")?.iter().map(|c| &c["cluster"]).collect();
     assert_eq!(component_clusters, [&json!("b"), &json!("default")], "each cluster runs the greeter once");
 
     // The member's API server down for a while: the home cluster keeps
@@ -186,5 +191,56 @@ async fn capstan_run_serves_every_cluster_it_is_given() -> Result<()> {
         assert!(stderr.contains("--cluster"), "{args:?}: {stderr}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+    home.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubeconfig_secrets_engage_rotate_and_disengage_clusters() -> Result<()> {
+    use capstan_host::serve::fleet::secrets::{self, Source};
+    use k8s_openapi::api::core::v1::Secret;
+    let home = TestNamespace::new("fleet-secrets").await?;
+    let member = PrivateControlPlane::start(false).await?;
+    let member_client = member.plane().client()?;
+    namespace(&member_client, home.name()).await?;
+    let fleet = std::sync::Arc::new(greeter_fleet(home.name())?);
+    let home_client = home.client();
+    fleet.engage("default", async move { Ok(home_client) }).await?.context("the home cluster starts")?;
+    let source = Source { namespace: home.name().to_owned(), selector: None };
+    let follow = secrets::follow(std::sync::Arc::clone(&fleet), home.client(), source);
+
+    let kubeconfig = std::fs::read_to_string(member.plane().kubeconfig_path())?;
+    let secret = |name: &str, text: &str| -> Result<Secret> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name}, "stringData": {"value": text}}))?)
+    };
+    let secrets_api: Api<Secret> = home.api();
+    secrets_api.create(&PostParams::default(), &secret("b-kubeconfig", &kubeconfig)?).await?;
+    // A kubeconfig that would run a command in the host is never engaged.
+    let exec = kubeconfig.replace(
+        "  user:\n",
+        "  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/true\n",
+    );
+    secrets_api.create(&PostParams::default(), &secret("evil-kubeconfig", &exec)?).await?;
+    let engaged = wait_for(TIMEOUT, || async { fleet.host("b") }).await.context("the Secret's cluster is engaged")?;
+    converges(&member_client, home.name(), "via-secret", TIMEOUT).await?;
+    assert_eq!(fleet.names(), ["b", "default"], "the exec kubeconfig is refused");
+
+    // Rotated credentials: a changed kubeconfig engages the cluster again.
+    let rotated = secret("b-kubeconfig", &format!("{kubeconfig}\n# rotated\n"))?;
+    secrets_api.replace("b-kubeconfig", &PostParams::default(), &rotated).await?;
+    wait_for(TIMEOUT, || async { fleet.host("b").filter(|h| !std::sync::Arc::ptr_eq(h, &engaged)) })
+        .await
+        .context("a changed kubeconfig engages the cluster again")?;
+    converges(&member_client, home.name(), "after-rotation", TIMEOUT).await?;
+
+    // The Secret gone, the cluster is disengaged; back, it is engaged again.
+    secrets_api.delete("b-kubeconfig", &Default::default()).await?;
+    wait_for(TIMEOUT, || async { (!fleet.names().contains(&"b".to_owned())).then_some(()) })
+        .await
+        .context("a deleted Secret disengages its cluster")?;
+    secrets_api.create(&PostParams::default(), &secret("b-kubeconfig", &kubeconfig)?).await?;
+    wait_for(TIMEOUT, || async { fleet.host("b") }).await.context("a re-created Secret engages its cluster")?;
+
+    follow.abort();
+    fleet.shutdown().await;
     home.cleanup().await
 }
