@@ -16,6 +16,7 @@ use crate::runtime::bindings::capstan::operator::types as wit;
 use crate::runtime::bindings::v0_1::capstan::operator::types as wit_v0_1;
 
 mod children;
+pub mod egress;
 mod roles;
 pub use children::Unwritable;
 pub use roles::{
@@ -353,6 +354,8 @@ pub struct Manifest {
     pub max_concurrency: u32,
     /// What the component serves: a reconcile loop, webhooks, a scheduler.
     pub roles: Roles,
+    /// The origins it may call over HTTP(S) (contract 0.4.0; none before).
+    pub egress: egress::Egress,
 }
 
 /// Why a manifest is invalid.
@@ -420,6 +423,9 @@ pub enum Error {
         .0.index, .0.controller, .0.kind, .0.reason, .0.fix
     )]
     Unwritable(Box<Unwritable>),
+    /// A declared egress origin is malformed.
+    #[error(transparent)]
+    Egress(egress::Error),
     /// A number or a list length is outside the range the host accepts.
     #[error("{field}: {value} is out of range (allowed: {range})")]
     Range {
@@ -680,6 +686,7 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
             resync: m.resync_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s.into())),
             max_concurrency: m.max_concurrency.max(1),
             roles: Roles::reconcile_only(),
+            egress: Default::default(),
         };
         manifest.check_children()?;
         Ok(manifest)
@@ -780,6 +787,7 @@ impl Manifest {
             resync: None,
             max_concurrency: 1,
             roles: Roles::reconcile_only(),
+            egress: Default::default(),
         }
     }
 

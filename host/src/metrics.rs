@@ -24,6 +24,7 @@
 //! | `capstan_host_calls_total` | `controller`, `verb`, `kind`, `result` | `kube` and `events` imports by outcome |
 //! | `capstan_grant_denials_total` | `controller`, `verb`, `kind` | import calls refused by the grants |
 //! | `capstan_host_call_limits_total` | `controller`, `limit` | import calls refused over a per-invocation limit (`host_calls`, `events`) |
+//! | `capstan_egress_requests_total` | `controller`, `origin`, `result` | outbound HTTP requests: `ok` (sent), `denied` (not a declared origin; `origin` is `undeclared`), `budget` (over `http_calls`) |
 //! | `capstan_guest_log_lines_dropped_total` | `controller`, `reason` | log lines dropped: over the controller's log budget (`budget`) or the per-invocation cap (`cap`) |
 //! | `capstan_guest_stdio_dropped_bytes_total` | `controller`, `stream` | guest `stdout` / `stderr` bytes dropped over the capture cap |
 //! | `capstan_watch_restarts_total` | `kind` | watches that relisted after their first list |
@@ -197,6 +198,14 @@ struct DenialLabels {
     controller: String,
     verb: &'static str,
     kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EgressLabels {
+    controller: String,
+    /// A declared origin (bounded by the manifest), or `undeclared`.
+    origin: String,
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -390,6 +399,7 @@ pub struct Metrics {
     host_calls: Family<HostCallLabels, Counter>,
     grant_denials: Family<DenialLabels, Counter>,
     call_limits: Family<LimitLabels, Counter>,
+    egress_requests: Family<EgressLabels, Counter>,
     log_dropped: Family<DroppedLogLabels, Counter>,
     stdio_dropped: Family<StdioLabels, Counter>,
     watch_restarts: Family<KindLabels, Counter>,
@@ -432,6 +442,7 @@ impl Metrics {
             host_calls: Family::default(),
             grant_denials: Family::default(),
             call_limits: Family::default(),
+            egress_requests: Family::default(),
             log_dropped: Family::default(),
             stdio_dropped: Family::default(),
             watch_restarts: Family::default(),
@@ -476,6 +487,11 @@ impl Metrics {
         r.register("host_calls", "Host import calls by controller, verb, kind and result", m.host_calls.clone());
         r.register("grant_denials", "Host import calls refused by the controller's grants", m.grant_denials.clone());
         r.register("host_call_limits", "Host import calls refused over a per-invocation limit", m.call_limits.clone());
+        r.register(
+            "egress_requests",
+            "Outbound HTTP requests of guests, by declared origin and result",
+            m.egress_requests.clone(),
+        );
         r.register(
             "guest_log_lines_dropped",
             "Log lines dropped over a controller's log budget or the per-invocation cap",
@@ -611,6 +627,13 @@ impl Metrics {
             kind: kind.as_str().to_owned(),
         };
         self.grant_denials.get_or_create(&labels).inc();
+    }
+
+    /// Counts an outbound HTTP request: `origin` is the declared origin it
+    /// matched or `undeclared`; `result` is `ok`, `denied` or `budget`.
+    pub fn egress_request(&self, controller_name: &str, origin: &str, result: &'static str) {
+        let labels = EgressLabels { controller: controller_name.to_owned(), origin: origin.to_owned(), result };
+        self.egress_requests.get_or_create(&labels).inc();
     }
 
     /// Counts a call refused over a per-invocation limit (`limit`:

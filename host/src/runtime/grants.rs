@@ -13,6 +13,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use crate::manifest::egress::Egress;
 use crate::manifest::{Manifest, Scope, Verb};
 use crate::object::Gvk;
 
@@ -138,6 +139,8 @@ pub struct Grants {
     /// The namespaces the host watches, if it watches a list: writes to
     /// namespaced objects elsewhere are denied.
     namespaces: Option<Vec<String>>,
+    /// The origins it may call over HTTP(S).
+    egress: Egress,
 }
 
 impl Grants {
@@ -185,7 +188,21 @@ impl Grants {
                 resource_names: p.resource_names.clone(),
             });
         }
-        Self { controller: manifest.name.clone(), rules, namespaces: None }
+        Self { controller: manifest.name.clone(), rules, namespaces: None, egress: manifest.egress.clone() }
+    }
+
+    /// The origins the component may call over HTTP(S): exactly those its
+    /// manifest declares (none by default).
+    pub fn egress(&self) -> &Egress {
+        &self.egress
+    }
+
+    /// The same grants with `egress` as the declared origins (the mock
+    /// host's and tests' way to grant origins without a manifest).
+    #[must_use]
+    pub fn with_egress(mut self, egress: Egress) -> Self {
+        self.egress = egress;
+        self
     }
 
     /// The same grants on a host that watches only `namespaces` (empty:
@@ -322,6 +339,7 @@ mod tests {
             resync: None,
             max_concurrency: 1,
             roles: crate::manifest::Roles::reconcile_only(),
+            egress: Default::default(),
         }
     }
 

@@ -37,6 +37,7 @@ use crate::runtime::grants::Grants;
 use crate::runtime::limits::{Limiter, Limits};
 
 pub(crate) mod events;
+pub mod http;
 mod kube;
 mod log;
 mod stdio;
@@ -159,6 +160,8 @@ pub struct HostState {
     pub caller: Option<Caller>,
     /// What the guest did.
     pub journal: Journal,
+    /// Outbound HTTP: the declared origins and the invocation's budgets.
+    outbound: http::Outbound,
 }
 
 impl std::fmt::Debug for HostState {
@@ -190,6 +193,7 @@ impl HostState {
             kube_calls: 0,
             events_recorded: 0,
             limiter: Limiter::new(limits),
+            outbound: http::Outbound::new(limits, caller.as_ref()),
             caller,
             journal: Journal::default(),
         }
@@ -202,6 +206,7 @@ impl HostState {
         let (stdout, stdout_dropped) = self.stdout.take();
         let (stderr, stderr_dropped) = self.stderr.take();
         let mut journal = std::mem::take(&mut self.journal);
+        journal.calls.extend(self.outbound.hooks.take_journal());
         journal.stdout = String::from_utf8_lossy(&stdout).into_owned();
         journal.stdout_dropped = stdout_dropped;
         journal.stderr = String::from_utf8_lossy(&stderr).into_owned();
@@ -214,7 +219,14 @@ impl HostState {
 
     /// Starts another invocation of this store on behalf of `caller`.
     pub fn begin(&mut self, caller: Option<Caller>) {
+        self.outbound.hooks.begin(caller.as_ref());
         self.caller = caller;
+    }
+
+    /// Sets when the invocation about to run ends: outbound requests end
+    /// with it.
+    pub fn until(&mut self, deadline: std::time::Instant) {
+        self.outbound.hooks.until(deadline);
     }
 
     fn journal_call(&mut self, function: &'static str, target: String, result: CallResult, duration: Duration) {
@@ -239,6 +251,16 @@ impl WasiView for HostState {
     }
 }
 
+impl wasmtime_wasi_http::WasiHttpView for HostState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView {
+            ctx: &mut self.outbound.ctx,
+            table: &mut self.table,
+            hooks: &mut self.outbound.hooks,
+        }
+    }
+}
+
 impl wit_types::Host for HostState {}
 
 /// The `result` label of a call the cluster answered: `ok`, or the error's
@@ -248,7 +270,7 @@ fn result_label<T>(result: &cluster::Result<T>) -> &'static str {
 }
 
 /// Adds the `capstan:operator` imports of every contract version the host
-/// runs, and WASI p2, to a linker.
+/// runs, WASI p2 and `wasi:http/outgoing-handler`, to a linker.
 ///
 /// # Errors
 ///
@@ -257,6 +279,9 @@ pub fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> was
     // Guests of some languages import all of WASI p2 even if they use little
     // of it; everything is linked, nothing is granted.
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    // Outbound HTTP: linked for every component, each request checked
+    // against the caller's declared egress (none: every request refused).
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     crate::runtime::bindings::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
         linker,
         |s| s,

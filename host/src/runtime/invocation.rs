@@ -454,6 +454,7 @@ impl Runtime {
     /// Sets the wall-clock deadline of the invocation about to start.
     fn arm(store: &mut Store<HostState>, deadline: Duration) {
         let deadline = Instant::now() + deadline;
+        store.data_mut().until(deadline);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline { Err(Trap::Interrupt.into()) } else { Ok(UpdateDeadline::Yield(1)) }

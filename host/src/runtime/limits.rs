@@ -42,6 +42,14 @@ pub struct Limits {
     /// deadline, a memory fault, or once its memory has grown past half
     /// of [`Limits::memory`]. Default: [`DEFAULT_REUSE`].
     pub reuse: u32,
+    /// Most outbound HTTP requests one invocation may make; later ones
+    /// fail for the guest (`internal-error` naming the limit) without a
+    /// connection. Default: [`DEFAULT_HTTP_CALLS`].
+    pub http_calls: u32,
+    /// Most response body bytes one invocation may read, summed over its
+    /// requests; a body past it fails with `HTTP-response-body-size`.
+    /// Default: [`DEFAULT_HTTP_BYTES`].
+    pub http_bytes: u64,
 }
 
 /// Default of [`Limits::host_calls`]: 1000 `kube.*` calls per invocation.
@@ -53,6 +61,16 @@ pub const DEFAULT_REUSE: u32 = 1000;
 /// Default of [`Limits::events`]: 100 events recorded per invocation.
 pub const DEFAULT_EVENTS: u32 = 100;
 
+/// Default most outbound HTTP requests per invocation.
+pub const DEFAULT_HTTP_CALLS: u32 = 16;
+
+/// Default most response bytes (bodies, summed) per invocation: 16 MiB.
+pub const DEFAULT_HTTP_BYTES: u64 = 16 << 20;
+
+/// Longest a connection (TCP and TLS) may take to open, however long the
+/// invocation has left.
+pub const HTTP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
@@ -62,6 +80,8 @@ impl Default for Limits {
             events: DEFAULT_EVENTS,
             log: LogBudget::default(),
             reuse: DEFAULT_REUSE,
+            http_calls: DEFAULT_HTTP_CALLS,
+            http_bytes: DEFAULT_HTTP_BYTES,
         }
     }
 }
@@ -94,6 +114,18 @@ impl Limits {
     /// Sets the log budget of each controller.
     pub fn log(mut self, budget: LogBudget) -> Self {
         self.log = budget;
+        self
+    }
+
+    /// Sets the most outbound HTTP requests per invocation.
+    pub fn http_calls(mut self, n: u32) -> Self {
+        self.http_calls = n;
+        self
+    }
+
+    /// Sets the most response bytes (bodies, summed) per invocation.
+    pub fn http_bytes(mut self, bytes: u64) -> Self {
+        self.http_bytes = bytes;
         self
     }
 

@@ -1,0 +1,402 @@
+//! The `wasi:http/outgoing-handler` import: outbound HTTP(S) to the origins
+//! a component declared, and nowhere else.
+//!
+//! Every request a guest hands `outgoing-handler.handle` passes here
+//! ([`Outbound`], the store's [`WasiHttpHooks`]) before anything leaves
+//! the host:
+//!
+//! 1. outside a call on behalf of a component (`manifest()`), or to an
+//!    origin its [`Egress`] does not declare, it is refused with
+//!    `HTTP-request-denied`: no name is looked up, no connection made;
+//! 2. past [`Limits::http_calls`] requests in one invocation it fails with
+//!    `internal-error` naming the limit;
+//! 3. a declared *name* that resolves to a link-local address
+//!    (169.254.0.0/16, fe80::/10, `fd00:ec2::254`: where clouds serve
+//!    instance metadata and credentials) is refused with `destination-IP-prohibited`, whatever
+//!    the DNS says; only an origin declared as that very IP reaches it;
+//! 4. the connection (TCP, then TLS with the platform's roots plus the
+//!    host's `--egress-ca` bundle) gets at most [`HTTP_CONNECT_TIMEOUT`],
+//!    and everything — connect, first byte, body — ends with the
+//!    invocation's deadline: the host never waits past it;
+//! 5. response bodies are counted against [`Limits::http_bytes`] per
+//!    invocation; a body past it fails with `HTTP-response-body-size`.
+//!
+//! Redirects are the guest's to follow (`wasi:http` does not), so each hop
+//! is a request of its own, checked again. Each request is counted in
+//! `capstan_egress_requests_total{controller, origin, result}` (`origin`
+//! the declared origin, or `undeclared`) and kept in the invocation's
+//! [`Journal`](super::Journal) as `http.request` with its method, scheme,
+//! host, port and path — never its query, headers or body, which may carry
+//! credentials. A refused request is logged as a warning naming the origin,
+//! within the controller's log budget.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming};
+use tokio::net::TcpStream;
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::{CallResult, Caller, ImportCall, throttle};
+use crate::manifest::egress::Egress;
+use crate::metrics::metrics;
+use crate::runtime::limits::{HTTP_CONNECT_TIMEOUT, Limits};
+
+/// The longest request target kept in the journal, in bytes.
+const MAX_TARGET: usize = 256;
+
+/// What one boxed response future resolves to, as `wasmtime-wasi-http`
+/// wants it: the response and the connection's own future.
+type Sent = Result<(hyper::Response<WasiBody>, Box<dyn Future<Output = Result<(), Error>> + Send>), Error>;
+
+/// The TLS roots outbound requests trust besides the platform's, set once
+/// at start (`capstan run --egress-ca FILE`).
+static EXTRA_ROOTS: OnceLock<Vec<rustls::pki_types::CertificateDer<'static>>> = OnceLock::new();
+
+/// Trusts the certificates of a PEM bundle for outbound HTTPS, beside the
+/// platform's roots. Call before the first request; later calls change
+/// nothing.
+///
+/// # Errors
+///
+/// When the bundle holds no certificate or cannot be parsed.
+pub fn trust_bundle(pem: &[u8]) -> anyhow::Result<usize> {
+    use rustls::pki_types::pem::PemObject;
+    let certs = rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("the CA bundle is not PEM certificates: {e}"))?;
+    anyhow::ensure!(!certs.is_empty(), "the CA bundle holds no certificate");
+    let count = certs.len();
+    let _ = EXTRA_ROOTS.set(certs);
+    Ok(count)
+}
+
+/// The client TLS configuration: the platform's roots and the extra
+/// bundle, ring's provider (the host's), HTTP/1.1 only.
+fn tls() -> Result<Arc<rustls::ClientConfig>, Error> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            let native = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(native.certs);
+            roots.add_parsable_certificates(EXTRA_ROOTS.get().cloned().unwrap_or_default());
+            if roots.is_empty() {
+                return Err("no trusted root certificates (none on the platform and no --egress-ca)".to_owned());
+            }
+            let mut config =
+                rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                    .with_safe_default_protocol_versions()
+                    .map_err(|e| e.to_string())?
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Ok(Arc::new(config))
+        })
+        .clone()
+        .map_err(|e| Error::InternalError(Some(e)))
+}
+
+/// The outbound-HTTP state of one store: the `wasi:http` context and the
+/// hooks that check, budget and send each request.
+pub struct Outbound {
+    /// `wasi:http`'s own context (field size limits).
+    pub ctx: wasmtime_wasi_http::WasiHttpCtx,
+    /// The checks.
+    pub hooks: Hooks,
+}
+
+impl Outbound {
+    /// Fresh state for a store serving `caller` (none: no request passes).
+    pub fn new(limits: &Limits, caller: Option<&Caller>) -> Self {
+        Self { ctx: wasmtime_wasi_http::WasiHttpCtx::new(), hooks: Hooks::new(limits, caller) }
+    }
+}
+
+/// Checks each request against the caller's declared egress and the
+/// invocation's budgets, then sends it.
+pub struct Hooks {
+    controller: Option<Arc<str>>,
+    egress: Option<Arc<crate::runtime::grants::Grants>>,
+    limits: Limits,
+    deadline: Option<Instant>,
+    calls: u32,
+    bytes: Arc<AtomicU64>,
+    /// Requests made in this invocation, for the journal.
+    pub journal: Vec<ImportCall>,
+}
+
+impl Hooks {
+    fn new(limits: &Limits, caller: Option<&Caller>) -> Self {
+        Self {
+            controller: caller.map(|c| Arc::clone(&c.controller)),
+            egress: caller.map(|c| Arc::clone(&c.grants)),
+            limits: *limits,
+            deadline: None,
+            calls: 0,
+            bytes: Arc::new(AtomicU64::new(0)),
+            journal: Vec::new(),
+        }
+    }
+
+    /// Starts another invocation of the store on behalf of `caller`.
+    pub fn begin(&mut self, caller: Option<&Caller>) {
+        self.controller = caller.map(|c| Arc::clone(&c.controller));
+        self.egress = caller.map(|c| Arc::clone(&c.grants));
+    }
+
+    /// Sets the end of the invocation about to run.
+    pub fn until(&mut self, deadline: Instant) {
+        self.deadline = Some(deadline);
+    }
+
+    /// Ends an invocation: the requests made, and the counters reset.
+    pub fn take_journal(&mut self) -> Vec<ImportCall> {
+        self.calls = 0;
+        self.bytes = Arc::new(AtomicU64::new(0));
+        std::mem::take(&mut self.journal)
+    }
+
+    fn egress(&self) -> Option<&Egress> {
+        self.egress.as_deref().map(crate::runtime::grants::Grants::egress)
+    }
+
+    /// Records a request's fate: journal, metric and (when refused) a
+    /// warning within the controller's log budget.
+    fn record(&mut self, target: String, origin: &str, result: Result<(), (&'static str, String)>) {
+        let controller = self.controller.as_deref().unwrap_or("-");
+        let (label, call_result) = match &result {
+            Ok(()) => ("ok", CallResult::Ok),
+            Err((label, why)) => (*label, CallResult::Denied(why.clone())),
+        };
+        metrics().egress_request(controller, origin, label);
+        if let Err((_, why)) = &result
+            && self.controller.as_ref().is_none_or(|c| throttle::admit(c, self.limits.log))
+        {
+            tracing::warn!(controller, request = %target, "outbound HTTP refused: {why}");
+        }
+        self.journal.push(ImportCall {
+            function: "http.request",
+            target,
+            result: call_result,
+            duration: std::time::Duration::ZERO,
+        });
+    }
+
+    /// Decides whether a request may go: the declared origin it matches.
+    fn admit(&mut self, request: &hyper::Request<WasiBody>) -> Result<Admitted, Error> {
+        let uri = request.uri();
+        let scheme = uri.scheme_str().unwrap_or("").to_ascii_lowercase();
+        let host = uri.host().unwrap_or("").to_owned();
+        let https = scheme == "https";
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let target = crate::cluster::bounded(
+            &format!("{} {scheme}://{host}:{port}{}", request.method(), uri.path()),
+            MAX_TARGET,
+        );
+        let Some(egress) = self.egress() else {
+            self.record(target, "undeclared", Err(("denied", "no outbound HTTP outside a call".to_owned())));
+            return Err(Error::HttpRequestDenied);
+        };
+        let Some(origin) = egress.allows(&scheme, &host, port) else {
+            let why = if egress.is_empty() {
+                "the component declares no egress".to_owned()
+            } else {
+                format!("{scheme}://{host}:{port} is not a declared origin")
+            };
+            self.record(target, "undeclared", Err(("denied", why)));
+            return Err(Error::HttpRequestDenied);
+        };
+        let origin_label = origin.as_str().to_owned();
+        let by_ip = origin.ip().is_some();
+        if self.calls >= self.limits.http_calls {
+            let why = format!("more than {} outbound requests in one call (http_calls)", self.limits.http_calls);
+            self.record(target, &origin_label, Err(("budget", why.clone())));
+            return Err(Error::InternalError(Some(why)));
+        }
+        self.calls += 1;
+        self.record(target, &origin_label, Ok(()));
+        Ok(Admitted { host, port, https, by_ip })
+    }
+}
+
+/// A request let through, and where it goes.
+struct Admitted {
+    host: String,
+    port: u16,
+    https: bool,
+    /// The declared origin names the IP itself (link-local allowed).
+    by_ip: bool,
+}
+
+/// True for addresses where clouds serve instance metadata and
+/// credentials: IPv4 and IPv6 link-local (169.254.0.0/16, fe80::/10) and
+/// AWS's IPv6 endpoint `fd00:ec2::254`.
+fn is_metadata_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => {
+            v6.to_ipv4_mapped().is_some_and(|v4| v4.is_link_local())
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6 == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254)
+        }
+    }
+}
+
+impl WasiHttpHooks for Hooks {
+    fn send_request(
+        &mut self,
+        request: hyper::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _body_done: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> Box<dyn Future<Output = Sent> + Send> {
+        let admitted = self.admit(&request);
+        let deadline = self.deadline.unwrap_or_else(|| Instant::now() + self.limits.deadline);
+        let budget = ByteBudget { used: Arc::clone(&self.bytes), max: self.limits.http_bytes };
+        Box::new(async move { send(request, admitted?, options, deadline, budget).await })
+    }
+}
+
+/// The response bytes one invocation may still read.
+#[derive(Clone)]
+struct ByteBudget {
+    used: Arc<AtomicU64>,
+    max: u64,
+}
+
+async fn connect(to: &Admitted, deadline: tokio::time::Instant) -> Result<TcpStream, Error> {
+    let lookup =
+        tokio::time::timeout_at(deadline, tokio::net::lookup_host((to.host.trim_matches(['[', ']']), to.port)))
+            .await
+            .map_err(|_| Error::DnsTimeout)?
+            .map_err(|_| Error::DnsError { rcode: Some("address not found".to_owned()), info_code: None })?;
+    let addresses: Vec<SocketAddr> = lookup.collect();
+    let allowed: Vec<SocketAddr> =
+        addresses.iter().copied().filter(|a| to.by_ip || !is_metadata_address(a.ip())).collect();
+    if allowed.is_empty() {
+        return Err(if addresses.is_empty() { Error::DestinationNotFound } else { Error::DestinationIpProhibited });
+    }
+    let mut last = Error::ConnectionRefused;
+    for address in allowed {
+        match tokio::time::timeout_at(deadline, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => last = Error::Connect(e),
+            Err(_) => return Err(Error::ConnectionTimeout),
+        }
+    }
+    Err(last)
+}
+
+async fn send(
+    mut request: hyper::Request<WasiBody>,
+    to: Admitted,
+    options: Option<RequestOptions>,
+    deadline: Instant,
+    budget: ByteBudget,
+) -> Sent {
+    let deadline = tokio::time::Instant::from_std(deadline);
+    let now = tokio::time::Instant::now();
+    let connect_by = options
+        .and_then(|o| o.connect_timeout)
+        .map_or(HTTP_CONNECT_TIMEOUT, |t| t.min(HTTP_CONNECT_TIMEOUT))
+        .min(deadline.saturating_duration_since(now));
+    let connect_by = now + connect_by;
+    let tcp = connect(&to, connect_by).await?;
+    let _ = tcp.set_nodelay(true);
+    let io: Box<dyn Stream> = if to.https {
+        let name = match to.host.trim_matches(['[', ']']).parse::<IpAddr>() {
+            Ok(ip) => rustls::pki_types::ServerName::IpAddress(ip.into()),
+            Err(_) => {
+                rustls::pki_types::ServerName::try_from(to.host.clone()).map_err(|_| Error::HttpRequestUriInvalid)?
+            }
+        };
+        let tls = tokio_rustls::TlsConnector::from(tls()?);
+        let stream = tokio::time::timeout_at(connect_by, tls.connect(name, tcp))
+            .await
+            .map_err(|_| Error::ConnectionTimeout)?
+            .map_err(Error::Tls)?;
+        Box::new(stream)
+    } else {
+        Box::new(tcp)
+    };
+    let (mut sender, connection) = tokio::time::timeout_at(
+        connect_by,
+        hyper::client::conn::http1::handshake::<_, WasiBody>(hyper_util::rt::TokioIo::new(io)),
+    )
+    .await
+    .map_err(|_| Error::ConnectionTimeout)??;
+    // The connection lives no longer than the invocation: nothing reads
+    // its body after that.
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout_at(deadline, connection).await;
+    });
+    // Origin form on the wire: the path and query only.
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    *request.uri_mut() = path.parse().map_err(|_| Error::HttpRequestUriInvalid)?;
+    let first_byte = options.and_then(|o| o.first_byte_timeout).map_or(deadline, |t| deadline.min(now + t));
+    let response = tokio::time::timeout_at(first_byte, sender.send_request(request))
+        .await
+        .map_err(|_| Error::ConnectionReadTimeout)??;
+    let response = response.map(|incoming| Capped { incoming, budget }.boxed_unsync());
+    Ok((response, Box::new(async { Ok(()) })))
+}
+
+/// A connection, plain or TLS.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Stream for T {}
+
+/// A response body counted against the invocation's byte budget.
+struct Capped {
+    incoming: Incoming,
+    budget: ByteBudget,
+}
+
+impl Body for Capped {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        match Pin::new(&mut self.incoming).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                let used = self.budget.used.fetch_add(len, Ordering::Relaxed) + len;
+                if used > self.budget.max {
+                    return Poll::Ready(Some(Err(Error::HttpResponseBodySize(Some(self.budget.max)))));
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_addresses_are_link_local_and_aws_ipv6() {
+        for ip in ["169.254.169.254", "169.254.0.1", "fe80::1", "::ffff:169.254.169.254", "fd00:ec2::254"] {
+            assert!(is_metadata_address(ip.parse().expect("ip")), "{ip}");
+        }
+        for ip in ["127.0.0.1", "10.0.0.1", "::1", "fd00:ec2::253", "8.8.8.8"] {
+            assert!(!is_metadata_address(ip.parse().expect("ip")), "{ip}");
+        }
+    }
+}
