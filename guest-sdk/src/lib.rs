@@ -65,6 +65,7 @@ mod context;
 pub mod conversion;
 mod error;
 mod export;
+pub mod http;
 mod imports;
 #[doc(hidden)]
 pub use export::__private;

@@ -53,6 +53,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::context::{Context, EventKind};
+use crate::http::{HttpError, Request, Response, Url};
 use crate::wit::capstan::operator::kube::{Error as WitError, PatchType, Status};
 use crate::wit::capstan::operator::log::{Field, Level};
 use crate::wit::capstan::operator::types::{self as wit, GroupVersionKind, Json, ObjectRef};
@@ -167,6 +168,9 @@ pub struct FakeHost {
     events: Vec<Value>,
     logs: Vec<LogLine>,
     resource_version: u64,
+    egress: Vec<String>,
+    stubs: Vec<(String, String, std::result::Result<Response, HttpError>)>,
+    requests: Vec<Request>,
 }
 
 impl FakeHost {
@@ -220,6 +224,47 @@ impl FakeHost {
     /// Every log line so far.
     pub fn logs(&self) -> &[LogLine] {
         &self.logs
+    }
+
+    /// Declares the origins requests may go to, as the manifest's
+    /// [`egress`](crate::Manifest) does on the host: a request to any
+    /// other fails with [`HttpError::Denied`], as there.
+    #[must_use]
+    pub fn egress<S: AsRef<str>>(mut self, origins: &[S]) -> Self {
+        self.egress = origins.iter().map(|o| o.as_ref().to_owned()).collect();
+        self
+    }
+
+    /// Answers requests of `method` to `url` (exactly, query included)
+    /// with `answer`: a response, or a failure such as
+    /// `HttpError::Transport("connection refused".into())`. A later stub
+    /// of the same request replaces it. A declared request with no stub
+    /// fails with a transport error naming it.
+    pub fn stub_http(&mut self, method: &str, url: &str, answer: std::result::Result<Response, HttpError>) {
+        let method = method.to_ascii_uppercase();
+        self.stubs.retain(|(m, u, _)| !(*m == method && u == url));
+        self.stubs.push((method, url.to_owned(), answer));
+    }
+
+    /// Every outbound request made so far, refused ones included.
+    pub fn http_requests(&self) -> &[Request] {
+        &self.requests
+    }
+
+    pub(crate) fn http(&mut self, request: &Request, url: &Url<'_>) -> std::result::Result<Response, HttpError> {
+        self.requests.push(request.clone());
+        let (host, port) = split_authority(url.authority, url.https);
+        let scheme = if url.https { "https" } else { "http" };
+        if !self.egress.iter().any(|o| origin_allows(o, scheme, host, port)) {
+            return Err(HttpError::Denied(format!("{scheme}://{host}:{port} is not a declared origin")));
+        }
+        let method = request.method.to_ascii_uppercase();
+        self.stubs
+            .iter()
+            .rev()
+            .find(|(m, u, _)| *m == method && *u == request.url)
+            .map(|(_, _, answer)| answer.clone())
+            .unwrap_or_else(|| Err(HttpError::Transport(format!("FakeHost: no stub for {method} {}", request.url))))
     }
 
     /// Calls `C`'s callback for `event` (`add` for
@@ -448,6 +493,45 @@ fn not_found(r: &ObjectRef) -> WitError {
 
 fn not_found_key(key: &Key) -> WitError {
     WitError::NotFound(status(404, "NotFound", &format!("{} {:?} not found", key.1, key.3)))
+}
+
+/// `host` and port of an authority (`[v6]:port`, `host:port`, `host`).
+fn split_authority(authority: &str, https: bool) -> (&str, u16) {
+    let default = if https { 443 } else { 80 };
+    let (host, port) = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => (&authority[..i], authority[i + 1..].parse().unwrap_or(0)),
+        _ => (authority, default),
+    };
+    (host, port)
+}
+
+/// Whether a declared origin (`SCHEME://HOST[:PORT|:LOW-HIGH]`, `*.DOMAIN`)
+/// allows a request, as the host decides it.
+fn origin_allows(origin: &str, scheme: &str, host: &str, port: u16) -> bool {
+    let Some((s, rest)) = origin.split_once("://") else { return false };
+    if s != scheme {
+        return false;
+    }
+    let (pattern, ports) = match rest.rfind(':') {
+        Some(i) if !rest[i..].contains(']') => (&rest[..i], &rest[i + 1..]),
+        _ => (rest, ""),
+    };
+    let port_ok = match (ports, ports.split_once('-')) {
+        ("", _) => port == if scheme == "https" { 443 } else { 80 },
+        (_, Some((low, high))) => {
+            low.parse::<u16>().is_ok_and(|l| l <= port) && high.parse::<u16>().is_ok_and(|h| port <= h)
+        }
+        (p, None) => p.parse::<u16>() == Ok(port),
+    };
+    let host_ok = match pattern.strip_prefix("*.") {
+        _ if pattern == "*" => true,
+        Some(domain) => {
+            let host = host.to_ascii_lowercase();
+            host.len() > domain.len() + 1 && host.ends_with(&format!(".{}", domain.to_ascii_lowercase()))
+        }
+        None => pattern.eq_ignore_ascii_case(host),
+    };
+    port_ok && host_ok
 }
 
 #[cfg(test)]
