@@ -620,6 +620,29 @@ mod tests {
     }
 
     #[test]
+    fn requests_go_to_stubs_of_declared_origins_only() {
+        use crate::http::{HttpError, Request, Response};
+        let mut host = FakeHost::new().egress(&["https://*.example.com", "http://127.0.0.1:9000-9100"]);
+        let ok = Response { status: 200, headers: vec![], body: br#"{"id":"s1"}"#.to_vec() };
+        host.stub_http("post", "https://am.example.com/api/v2/silences", Ok(ok.clone()));
+        host.stub_http("GET", "http://127.0.0.1:9093/", Err(HttpError::Transport("connection refused".into())));
+        let installed = Installed::new(&mut host);
+        let sent = Request::post("https://am.example.com/api/v2/silences").json(&json!({"a": 1})).expect("json");
+        assert_eq!(sent.clone().send(), Ok(ok));
+        assert!(matches!(Request::get("http://127.0.0.1:9093/").send(), Err(HttpError::Transport(_))));
+        for undeclared in
+            ["https://example.com/", "http://am.example.com/", "http://127.0.0.1:8080/", "https://169.254.169.254/"]
+        {
+            assert!(matches!(Request::get(undeclared).send(), Err(HttpError::Denied(_))), "{undeclared}");
+        }
+        let missing = Request::get("https://other.example.com/").send();
+        assert!(matches!(missing, Err(HttpError::Transport(m)) if m.contains("no stub")));
+        drop(installed);
+        assert_eq!(host.http_requests().len(), 7);
+        assert_eq!(host.http_requests()[0], sent);
+    }
+
+    #[test]
     #[should_panic(expected = "outside capstan_guest::testing::FakeHost::reconcile")]
     fn an_api_call_outside_a_reconcile_names_the_way() {
         let _ = Api::<ConfigMap>::new(Some("demo")).get("x");
