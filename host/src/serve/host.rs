@@ -118,6 +118,17 @@ pub enum Error {
         /// The first wildcard permission.
         what: String,
     },
+    /// The component's egress names any host (`*`) and the host does not
+    /// allow that.
+    #[error(
+        "{path}: declares egress to any host ({origin}), which this host refuses; declare the origins it calls, or run with --allow-wildcard-egress to accept it"
+    )]
+    WildcardEgress {
+        /// The rejected file.
+        path: PathBuf,
+        /// The wildcard origin.
+        origin: String,
+    },
     /// A CRD could not be installed.
     #[error("cannot install CRD {name}: {error}")]
     InstallCrd {
@@ -203,7 +214,7 @@ impl Error {
             Self::Component(e) => e.reason(),
             Self::Duplicate { .. } | Self::DuplicateScheduler { .. } => "duplicate",
             Self::Canary { .. } => "canary",
-            Self::Access { .. } | Self::Wildcard { .. } => "permissions",
+            Self::Access { .. } | Self::Wildcard { .. } | Self::WildcardEgress { .. } => "permissions",
             Self::InstallCrd { .. } | Self::CrdNotEstablished(_) | Self::CrdOwned { .. } => "crd",
             Self::Webhook { .. } => "webhook",
             Self::Pull { error, .. } => error.reason(),
@@ -228,6 +239,7 @@ pub struct HostBuilder {
     adopt_crds: BTreeSet<String>,
     check_permissions: bool,
     allow_wildcards: bool,
+    allow_wildcard_egress: bool,
     limits: Limits,
     function_cache: usize,
     baseline: bool,
@@ -269,6 +281,7 @@ impl HostBuilder {
             adopt_crds: BTreeSet::new(),
             check_permissions: false,
             allow_wildcards: false,
+            allow_wildcard_egress: false,
             limits: Limits::default(),
             function_cache: 0,
             baseline: false,
@@ -399,6 +412,13 @@ impl HostBuilder {
     /// (`*`), which come close to cluster-admin. Default: refused.
     pub fn allow_wildcard_permissions(mut self, on: bool) -> Self {
         self.allow_wildcards = on;
+        self
+    }
+
+    /// Accepts components whose egress declares a bare `*` host (any
+    /// server on the network). Default: refused.
+    pub fn allow_wildcard_egress(mut self, on: bool) -> Self {
+        self.allow_wildcard_egress = on;
         self
     }
 
@@ -535,6 +555,7 @@ impl HostBuilder {
             adopt_crds: self.adopt_crds,
             check_permissions: self.check_permissions,
             allow_wildcards: self.allow_wildcards,
+            allow_wildcard_egress: self.allow_wildcard_egress,
             canary: self.canary,
             elections,
             webhooks: self.webhooks,
@@ -749,6 +770,7 @@ pub(crate) struct Shared {
     adopt_crds: BTreeSet<String>,
     check_permissions: bool,
     allow_wildcards: bool,
+    allow_wildcard_egress: bool,
     canary: Option<u8>,
     elections: Option<Elections>,
     webhooks: Option<Arc<crate::serve::webhook::Registry>>,
@@ -899,6 +921,9 @@ impl Shared {
             let verbs: Vec<&str> = p.verbs.iter().map(|v| v.as_str()).collect();
             let what = format!("{} on {}/{}", verbs.join(","), p.group, p.kind);
             return Err(Error::Wildcard { path: path.to_owned(), what });
+        }
+        if let Some(origin) = loaded.manifest.egress.wildcard().filter(|_| !self.allow_wildcard_egress) {
+            return Err(Error::WildcardEgress { path: path.to_owned(), origin: origin.to_string() });
         }
         // A new version that declares what the running one declares asks
         // nothing new of the cluster: its access was checked, its CRDs and

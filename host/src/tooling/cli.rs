@@ -154,6 +154,20 @@ pub struct RunArgs {
     /// (`*`), close to cluster-admin; refused by default.
     #[arg(long)]
     pub allow_wildcard_permissions: bool,
+    /// Accept components whose egress names any host (`https://*`);
+    /// refused by default.
+    #[arg(long)]
+    pub allow_wildcard_egress: bool,
+    /// PEM bundle of CA certificates that components' outbound HTTPS
+    /// trusts besides the platform's roots (e.g. an internal CA).
+    #[arg(long, value_name = "FILE")]
+    pub egress_ca: Option<PathBuf>,
+    /// Most outbound HTTP requests of one guest call.
+    #[arg(long, value_name = "N", default_value_t = crate::runtime::limits::DEFAULT_HTTP_CALLS)]
+    pub max_http_calls: u32,
+    /// Most response body bytes one guest call reads over HTTP, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = crate::runtime::limits::DEFAULT_HTTP_BYTES >> 20)]
+    pub max_http_mib: u64,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the
     /// in-cluster service account).
     #[arg(long, env = "KUBECONFIG")]
@@ -730,7 +744,10 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
             "status": r.status,
             "resourceNames": r.resource_names,
         })).collect::<Vec<_>>(),
-        "warnings": wildcards.iter().map(|w| format!("wildcard permission {w}: the host refuses it unless run with --allow-wildcard-permissions")).collect::<Vec<_>>(),
+        "egress": manifest.egress.origins().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "warnings": wildcards.iter().map(|w| format!("wildcard permission {w}: the host refuses it unless run with --allow-wildcard-permissions"))
+            .chain(manifest.egress.wildcard().map(|o| format!("egress to any host ({o}): the host refuses it unless run with --allow-wildcard-egress")))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -946,7 +963,15 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         .reuse(args.instance_reuse)
         .host_calls(args.max_host_calls)
         .events(args.max_events)
+        .http_calls(args.max_http_calls)
+        .http_bytes(args.max_http_mib << 20)
         .log(crate::runtime::limits::LogBudget::new(args.log_lines_per_second, args.log_burst));
+    if let Some(file) = &args.egress_ca {
+        let pem = std::fs::read(file).map_err(|e| anyhow::anyhow!("--egress-ca {}: {e}", file.display()))?;
+        let count = crate::runtime::imports::http::trust_bundle(&pem)
+            .map_err(|e| anyhow::anyhow!("--egress-ca {}: {e}", file.display()))?;
+        tracing::info!(file = %file.display(), certificates = count, "outbound HTTPS trusts the CA bundle");
+    }
     let instance = args.instance.clone().or_else(|| std::env::var("HOSTNAME").ok());
     let names: std::collections::BTreeSet<&str> = args.clusters.iter().map(|c| c.name.as_str()).collect();
     if names.len() < args.clusters.len() {
@@ -968,6 +993,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
         let components_dir = args.components_dir.clone();
         let (install_crds, check_permissions) = (args.install_crds, !args.skip_permission_check);
         let (allow_wildcards, canary) = (args.allow_wildcard_permissions, args.canary);
+        let allow_wildcard_egress = args.allow_wildcard_egress;
         let webhooks = webhooks.as_ref().map(|w| Arc::clone(&w.registry));
         let registry = Arc::clone(&registry);
         move |client| {
@@ -978,6 +1004,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
                 .adopt_crds(adopt_crds.clone())
                 .check_permissions(check_permissions)
                 .allow_wildcard_permissions(allow_wildcards)
+                .allow_wildcard_egress(allow_wildcard_egress)
                 .canary(canary)
                 .cache_dir(default_cache_dir())
                 .instance(instance.clone())
