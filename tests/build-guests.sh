@@ -58,6 +58,8 @@ build capstan-fixture-guests --features snooper
 cp "$release/capstan_fixture_guests.wasm" "$out/snooper.wasm"
 build capstan-fixture-guests --features unwritable
 cp "$release/capstan_fixture_guests.wasm" "$out/unwritable.wasm"
+build capstan-fixture-guests --features fetcher
+cp "$release/capstan_fixture_guests.wasm" "$out/fetcher.wasm"
 build capstan-fixture-guests --features invalid-manifest
 cp "$release/capstan_fixture_guests.wasm" "$out/invalid-manifest.wasm"
 build capstan-fixture-guests

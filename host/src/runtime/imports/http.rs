@@ -16,8 +16,9 @@
 //!    the DNS says; only an origin declared as that very IP reaches it;
 //! 4. the connection (TCP, then TLS with the platform's roots plus the
 //!    host's `--egress-ca` bundle) gets at most [`HTTP_CONNECT_TIMEOUT`],
-//!    and everything — connect, first byte, body — ends with the
-//!    invocation's deadline: the host never waits past it;
+//!    and everything — connect, first byte, body — ends a little before
+//!    the invocation's deadline (a tenth of it, at most 500 ms, is kept
+//!    for the guest to handle the timeout): the host never waits past it;
 //! 5. response bodies are counted against [`Limits::http_bytes`] per
 //!    invocation; a body past it fails with `HTTP-response-body-size`.
 //!
@@ -50,6 +51,10 @@ use crate::runtime::limits::{HTTP_CONNECT_TIMEOUT, Limits};
 
 /// The longest request target kept in the journal, in bytes.
 const MAX_TARGET: usize = 256;
+
+/// Most of a call's time kept back from its network waits (a tenth of the
+/// deadline, at most this), for the guest to handle a timeout.
+const MAX_RESERVE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// What one boxed response future resolves to, as `wasmtime-wasi-http`
 /// wants it: the response and the connection's own future.
@@ -257,7 +262,12 @@ impl WasiHttpHooks for Hooks {
         _body_done: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> Box<dyn Future<Output = Sent> + Send> {
         let admitted = self.admit(&request);
+        // Network waits end a little before the call does, so the guest
+        // gets the error in time to answer with it (a transient failure,
+        // a status) instead of being stopped at its deadline.
+        let reserve = (self.limits.deadline / 10).min(MAX_RESERVE);
         let deadline = self.deadline.unwrap_or_else(|| Instant::now() + self.limits.deadline);
+        let deadline = deadline.checked_sub(reserve).unwrap_or(deadline).max(Instant::now());
         let budget = ByteBudget { used: Arc::clone(&self.bytes), max: self.limits.http_bytes };
         Box::new(async move { send(request, admitted?, options, deadline, budget).await })
     }

@@ -1,0 +1,188 @@
+//! Outbound HTTP from guests (declared egress), on the mock host, whose
+//! runtime is the host's own, against real HTTP servers on loopback: a
+//! declared origin is reached; every other one — another port on loopback,
+//! a name instead of the declared address, another scheme, a metadata
+//! address, anything for a component that declares nothing — is refused
+//! before a connection is made; budgets hold against a server that sends
+//! forever or never answers, and the host serves the next call.
+//!
+//! Needs `fixture.wasm` and `fetcher.wasm` from `tests/build-guests.sh`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use capstan_host::object::{Gvk, ObjectRef};
+use capstan_host::runtime::limits::Limits;
+use capstan_host::testing::MockHost;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+fn guest(name: &str) -> PathBuf {
+    capstan_host::testing::find_component(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The value of one series of the process-wide metrics; 0 when absent.
+fn metric(series: &str) -> f64 {
+    let scrape = capstan_host::metrics::metrics().encode();
+    scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
+}
+
+/// A tiny HTTP/1.1 server: `/ok` answers `hello`, `/huge` sends zeros
+/// forever, `/hang` never answers. Counts the connections it accepted.
+struct Server {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+}
+
+impl Server {
+    /// On a free port of the fixture's declared range (18000-18099), or
+    /// any free port when `declared` is false.
+    async fn start(declared: bool) -> Self {
+        let listener = if declared {
+            let mut bound = None;
+            for port in 18000..18100 {
+                if let Ok(l) = TcpListener::bind(("127.0.0.1", port)).await {
+                    bound = Some(l);
+                    break;
+                }
+            }
+            bound.expect("a free port in 18000-18099")
+        } else {
+            TcpListener::bind(("127.0.0.1", 0)).await.expect("bind")
+        };
+        let port = listener.local_addr().expect("addr").port();
+        assert!(declared || !(18000..18100).contains(&port), "an ephemeral port in the declared range");
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&connections);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let path = String::from_utf8_lossy(&request).split(' ').nth(1).unwrap_or("/").to_owned();
+                    match path.as_str() {
+                        "/ok" => {
+                            let _ = stream
+                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello")
+                                .await;
+                        }
+                        "/huge" => {
+                            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\nconnection: close\r\n\r\n";
+                            if stream.write_all(head).await.is_err() {
+                                return;
+                            }
+                            let chunk = vec![0u8; 64 << 10];
+                            while stream.write_all(&chunk).await.is_ok() {}
+                        }
+                        _ => tokio::time::sleep(Duration::from_secs(3600)).await,
+                    }
+                });
+            }
+        });
+        Self { port, connections }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// Reconciles one ConfigMap with `behaviour: fetch` of `urls` (each
+/// `times` times) and returns the result lines of its `-fetch` child.
+async fn fetch(host: &mut MockHost, name: &str, urls: &[String], times: usize) -> Vec<String> {
+    host.seed(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"behaviour": "fetch", "urls": urls.join(","), "times": times.to_string()},
+    }))
+    .expect("seed");
+    let run = host.run_until_idle().await.expect("runs");
+    assert!(run.failures().next().is_none(), "{:?}", run.failures().collect::<Vec<_>>());
+    let child = ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("default"), &format!("{name}-fetch"));
+    let cm = host.cluster().get_sync(&child).expect("the -fetch child");
+    cm["data"]["results"].as_str().unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+#[tokio::test]
+async fn a_declared_origin_is_reached_and_every_other_is_refused_before_a_connection() {
+    let declared = Server::start(true).await;
+    let other = Server::start(false).await;
+    let mut host = MockHost::new().expect("host");
+    host.load(guest("fetcher")).await.expect("loads");
+    let denied = r#"capstan_egress_requests_total{controller="fetcher",origin="undeclared",result="denied"}"#;
+    let ok = r#"capstan_egress_requests_total{controller="fetcher",origin="http://127.0.0.1:18000-18099",result="ok"}"#;
+    let (denied_before, ok_before) = (metric(denied), metric(ok));
+    let urls = [
+        declared.url("/ok"),
+        other.url("/ok"),
+        format!("http://localhost:{}/ok", declared.port),
+        format!("https://127.0.0.1:{}/ok", declared.port),
+        "http://169.254.169.254/latest/meta-data/iam/security-credentials/".to_owned(),
+    ];
+    let results = fetch(&mut host, "probe", &urls, 1).await;
+    assert_eq!(results.len(), 5, "{results:?}");
+    assert_eq!(results[0], "status:200 bytes:5");
+    for (url, result) in urls.iter().zip(&results).skip(1) {
+        assert!(result.starts_with("denied:"), "{url}: {result}");
+    }
+    assert_eq!(declared.connections(), 1, "only the declared request connected");
+    assert_eq!(other.connections(), 0, "the undeclared port saw no connection");
+    assert_eq!(metric(denied) - denied_before, 4.0);
+    assert_eq!(metric(ok) - ok_before, 1.0);
+}
+
+#[tokio::test]
+async fn a_component_that_declares_no_egress_reaches_nothing() {
+    let server = Server::start(true).await;
+    let mut host = MockHost::new().expect("host");
+    host.load(guest("fixture")).await.expect("loads");
+    let results = fetch(&mut host, "quiet", &[server.url("/ok")], 1).await;
+    assert_eq!(results.len(), 1);
+    assert!(results[0].starts_with("denied:"), "{results:?}");
+    assert_eq!(server.connections(), 0);
+}
+
+#[tokio::test]
+async fn requests_past_the_budget_fail_for_the_guest_and_are_not_sent() {
+    let server = Server::start(true).await;
+    let mut host = MockHost::with_limits(Limits::default().http_calls(3), None).expect("host");
+    host.load(guest("fetcher")).await.expect("loads");
+    let results = fetch(&mut host, "greedy", &[server.url("/ok")], 5).await;
+    assert_eq!(results[..3], ["status:200 bytes:5"; 3], "{results:?}");
+    for result in &results[3..] {
+        assert!(result.starts_with("denied:") && result.contains("http_calls"), "{result}");
+    }
+    assert_eq!(server.connections(), 3);
+}
+
+#[tokio::test]
+async fn a_huge_body_and_a_silent_server_cost_only_the_call_and_the_host_serves_on() {
+    let server = Server::start(true).await;
+    let limits = Limits::default().deadline(Duration::from_secs(2)).http_bytes(1 << 20);
+    let mut host = MockHost::with_limits(limits, None).expect("host");
+    host.load(guest("fetcher")).await.expect("loads");
+    let huge = fetch(&mut host, "huge", &[server.url("/huge")], 1).await;
+    assert_eq!(huge.len(), 1);
+    assert!(huge[0].starts_with("error:") && huge[0].contains("ResponseBodySize"), "{huge:?}");
+    let silent = fetch(&mut host, "silent", &[server.url("/hang")], 1).await;
+    assert_eq!(silent.len(), 1);
+    assert!(silent[0].starts_with("error:"), "{silent:?}");
+    // The host goes on: the next call reaches the server.
+    let after = fetch(&mut host, "after", &[server.url("/ok")], 1).await;
+    assert_eq!(after, ["status:200 bytes:5"]);
+}
