@@ -353,6 +353,10 @@ pub struct Manifest {
     pub max_concurrency: u32,
     /// What the component serves: a reconcile loop, webhooks, a scheduler.
     pub roles: Roles,
+    /// Origins the component may call over HTTP(S) (contract 0.4.0's
+    /// `egress`), exactly as it declared them; empty for an older
+    /// component, and by default.
+    pub egress: Vec<String>,
 }
 
 /// Why a manifest is invalid.
@@ -680,19 +684,22 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
             resync: m.resync_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s.into())),
             max_concurrency: m.max_concurrency.max(1),
             roles: Roles::reconcile_only(),
+            egress: Vec::new(),
         };
         manifest.check_children()?;
         Ok(manifest)
     }
 }
 
-/// A 0.3.0 manifest: the controller part as before, and the roles.
+/// A component's manifest (0.3.0 and later): the controller part as
+/// before, the roles, and (0.4.0) the origins it may call.
 impl TryFrom<wit::ComponentManifest> for Manifest {
     type Error = Error;
 
     fn try_from(m: wit::ComponentManifest) -> Result<Self, Error> {
         let mut manifest = Manifest::try_from(m.controller)?;
         manifest.roles = roles::roles_of(m.roles, &manifest.crds)?;
+        manifest.egress = m.egress;
         manifest.check_admission_grants()?;
         Ok(manifest)
     }
@@ -780,6 +787,7 @@ impl Manifest {
             resync: None,
             max_concurrency: 1,
             roles: Roles::reconcile_only(),
+            egress: Vec::new(),
         }
     }
 

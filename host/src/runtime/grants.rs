@@ -322,6 +322,7 @@ mod tests {
             resync: None,
             max_concurrency: 1,
             roles: crate::manifest::Roles::reconcile_only(),
+            egress: vec![],
         }
     }
 

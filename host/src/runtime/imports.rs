@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::cluster::{self, Cluster};
 use crate::metrics::KindLabel;
@@ -43,6 +44,7 @@ mod stdio;
 mod throttle;
 mod v0_1;
 mod v0_2;
+mod v0_3;
 pub mod validate;
 
 use stdio::CappedPipe;
@@ -145,6 +147,8 @@ pub struct Journal {
 /// and the journal.
 pub struct HostState {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    http_hooks: DenyHttp,
     table: ResourceTable,
     stdout: CappedPipe,
     stderr: CappedPipe,
@@ -183,6 +187,8 @@ impl HostState {
             .build();
         Self {
             wasi,
+            http: WasiHttpCtx::new(),
+            http_hooks: DenyHttp,
             table: ResourceTable::new(),
             stdout,
             stderr,
@@ -239,6 +245,39 @@ impl WasiView for HostState {
     }
 }
 
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.http_hooks }
+    }
+}
+
+/// Outgoing HTTP (`wasi:http/outgoing-handler`, contract 0.4.0) as it is
+/// until egress is granted: linked so that 0.4.0 components instantiate,
+/// and every request refused with `HTTP-request-denied` before a
+/// connection is made.
+struct DenyHttp;
+
+impl wasmtime_wasi_http::WasiHttpHooks for DenyHttp {
+    fn send_request(
+        &mut self,
+        _request: hyper::Request<wasmtime_wasi_http::WasiBody>,
+        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (
+                        hyper::Response<wasmtime_wasi_http::WasiBody>,
+                        Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                    ),
+                    wasmtime_wasi_http::Error,
+                >,
+            > + Send,
+    > {
+        Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
+    }
+}
+
 impl wit_types::Host for HostState {}
 
 /// The `result` label of a call the cluster answered: `ok`, or the error's
@@ -248,7 +287,8 @@ fn result_label<T>(result: &cluster::Result<T>) -> &'static str {
 }
 
 /// Adds the `capstan:operator` imports of every contract version the host
-/// runs, and WASI p2, to a linker.
+/// runs, WASI p2 and `wasi:http` (every request refused, see [`DenyHttp`]),
+/// to a linker.
 ///
 /// # Errors
 ///
@@ -257,15 +297,28 @@ pub fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> was
     // Guests of some languages import all of WASI p2 even if they use little
     // of it; everything is linked, nothing is granted.
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
-    crate::runtime::bindings::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
-        linker,
-        |s| s,
-    )?;
+    // Only wasi:http's own interfaces: wasi:io and wasi:clocks are linked
+    // above.
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+    // The current world's own interfaces one by one: its `add_to_linker`
+    // would link wasi:http, wasi:io and wasi:clocks a second time.
+    {
+        use crate::runtime::bindings::capstan::operator::{events, kube, log, types};
+        type Data = wasmtime::component::HasSelf<HostState>;
+        types::add_to_linker::<HostState, Data>(linker, |s| s)?;
+        kube::add_to_linker::<HostState, Data>(linker, |s| s)?;
+        events::add_to_linker::<HostState, Data>(linker, |s| s)?;
+        log::add_to_linker::<HostState, Data>(linker, |s| s)?;
+    }
     crate::runtime::bindings::v0_1::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
         linker,
         |s| s,
     )?;
     crate::runtime::bindings::v0_2::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+        linker,
+        |s| s,
+    )?;
+    crate::runtime::bindings::v0_3::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
         linker,
         |s| s,
     )?;
