@@ -34,6 +34,9 @@ build greeter-webhooks
 cp "$release/greeter_webhooks.wasm" "$out/greeter-webhooks.wasm"
 # A greeter built against contract 0.1.0, kept as a binary (see its README).
 gunzip -c "$root/tests/fixtures/contract-0.1.0/greeter.wasm.gz" > "$out/greeter-0.1.0.wasm"
+# Built from source against the frozen 0.3.0 WIT (see its lib.rs).
+build fixture-contract-0-3
+cp "$release/fixture_contract_0_3.wasm" "$out/contract-0.3.0.wasm"
 build fixture-other-world
 cp "$release/fixture_other_world.wasm" "$out/other-world.wasm"
 build fixture-future-contract

@@ -185,6 +185,11 @@ pub struct UserInfo {
 pub struct Request<K> {
     /// The declared webhook this request is for.
     pub webhook: String,
+    /// The kind in the version the user's request was made in: differs
+    /// from `K`'s version when the API server converted the object for
+    /// this webhook (`matchPolicy: Equivalent`). A host before contract
+    /// 0.4.0 does not tell; this is then the webhook's kind.
+    pub request_kind: kube::core::GroupVersionKind,
     /// The operation.
     pub operation: Operation,
     /// The object's name (empty on a create with `generateName`).
@@ -341,8 +346,14 @@ fn typed<K: serde::de::DeserializeOwned>(bytes: Option<&[u8]>) -> (Option<K>, Op
 pub(crate) fn review<A: Admission>(request: wit::AdmissionRequest) -> wit::AdmissionResponse {
     let (object, undecodable_object) = typed(request.object.as_deref());
     let (old_object, undecodable_old_object) = typed(request.old_object.as_deref());
+    let request_kind = kube::core::GroupVersionKind {
+        group: request.request_kind.group,
+        version: request.request_kind.version,
+        kind: request.request_kind.kind,
+    };
     let typed_request = Request {
         webhook: request.webhook,
+        request_kind,
         operation: request.operation.into(),
         name: request.name,
         namespace: request.namespace,
@@ -451,6 +462,11 @@ mod tests {
             webhook_type,
             uid: "u".into(),
             kind: wit::GroupVersionKind { group: "example.com".into(), version: "v1".into(), kind: "Sized".into() },
+            request_kind: wit::GroupVersionKind {
+                group: "example.com".into(),
+                version: "v1beta1".into(),
+                kind: "Sized".into(),
+            },
             sub_resource: None,
             name: "s".into(),
             namespace: Some("default".into()),
@@ -515,6 +531,26 @@ mod tests {
             let message = answer.message.expect("a message");
             assert!(message.starts_with("object does not match the webhook's type: missing field `size`"), "{message}");
         }
+    }
+
+    /// Says in a warning which kind the user's request was made in.
+    #[derive(Default)]
+    struct Echo;
+
+    impl Admission for Echo {
+        type Resource = Sized;
+
+        fn validate(&self, request: &Request<Sized>) -> Verdict {
+            let k = &request.request_kind;
+            Verdict::allow().warn(format!("{}/{} {}", k.group, k.version, k.kind))
+        }
+    }
+
+    #[test]
+    fn the_handler_sees_the_kind_of_the_users_request() {
+        let answer =
+            review::<Echo>(request(wit::WebhookType::Validating, wit::Operation::Create, Some(sized(Some(1))), None));
+        assert_eq!(answer.warnings, ["example.com/v1beta1 Sized"]);
     }
 
     /// Lets an undecodable object through, for the one change it knows.

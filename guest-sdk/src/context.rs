@@ -9,6 +9,9 @@ use crate::log::Log;
 use crate::outcome::Event;
 use crate::wit::capstan::operator::types as wit;
 
+/// The name of a host's own cluster, as [`Context::cluster`] gives it.
+pub const DEFAULT_CLUSTER: &str = "default";
+
 /// Why the host called: derived from state by comparing the object with what
 /// this controller last handled successfully.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +46,7 @@ pub struct Context {
     namespace: Option<String>,
     name: String,
     failed_children: Vec<FailedChild>,
+    cluster: String,
 }
 
 /// A child of the previous outcome for this object that the API server
@@ -88,7 +92,14 @@ impl From<wit::ChildFailure> for FailedChild {
 impl Context {
     #[doc(hidden)]
     pub fn new(event: EventKind, namespace: Option<String>, name: String) -> Self {
-        Self { event, namespace, name, failed_children: Vec::new() }
+        Self { event, namespace, name, failed_children: Vec::new(), cluster: DEFAULT_CLUSTER.to_owned() }
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn in_cluster(mut self, cluster: String) -> Self {
+        self.cluster = cluster;
+        self
     }
 
     #[doc(hidden)]
@@ -102,6 +113,22 @@ impl Context {
     /// and have not been applied since; empty when all were applied.
     pub fn failed_children(&self) -> &[FailedChild] {
         &self.failed_children
+    }
+
+    /// The name of the cluster the object is in: `default` for the host's
+    /// own cluster, else the name the host engaged it by (`capstan run
+    /// --cluster NAME=…`, or a kubeconfig Secret's). The API calls of this
+    /// context go to that cluster. Hosts before contract 0.4.0 run one
+    /// cluster, `default`.
+    ///
+    /// ```no_run
+    /// # use capstan_guest::prelude::*;
+    /// # fn f(ctx: &Context) {
+    /// ctx.log().info("reconciling", &[("cluster", ctx.cluster())]);
+    /// # }
+    /// ```
+    pub fn cluster(&self) -> &str {
+        &self.cluster
     }
 
     /// Why this reconcile happens.

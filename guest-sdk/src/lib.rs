@@ -78,8 +78,11 @@ pub mod testing;
 
 #[doc(hidden)]
 pub mod wit {
-    //! Generated bindings of the `capstan:operator` WIT package. Not a
-    //! stable interface: use the typed wrappers of this crate.
+    //! Generated bindings of the `capstan:operator` WIT package, and of
+    //! the `wasi:http` interfaces its world imports (`wit::wasi::http`,
+    //! for calls to the origins a manifest declares with
+    //! [`Manifest::egress`](crate::Manifest::egress)). Not a stable
+    //! interface: use the typed wrappers of this crate.
     #![allow(missing_docs, reason = "generated code")]
     wit_bindgen::generate!({
         path: "../wit",
@@ -87,11 +90,13 @@ pub mod wit {
         pub_export_macro: true,
         export_macro_name: "export_operator",
         default_bindings_module: "capstan_guest::wit",
+        // wasi:http (0.4.0) and what it uses: generated here, under `wit::wasi`.
+        generate_all,
     });
 }
 
 pub use api::{Api, ListParams, PatchType, Propagation};
-pub use context::{Context, EventKind, FailedChild};
+pub use context::{Context, DEFAULT_CLUSTER, EventKind, FailedChild};
 pub use error::{ApiError, ApiStatus, Error, Result};
 pub use log::{Level, Log};
 pub use manifest::{Field, Manifest, Mapping, Owns, Permission, Scope, Verb, Watch};

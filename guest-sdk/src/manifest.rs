@@ -289,7 +289,7 @@ impl Owns {
 ///     .max_concurrency(4);
 /// ```
 #[derive(Clone, Debug)]
-pub struct Manifest(wit::ControllerManifest, wit::Roles);
+pub struct Manifest(wit::ControllerManifest, wit::Roles, Vec<String>);
 
 impl Manifest {
     /// A manifest for a controller named `name` (a DNS-1123 label, unique
@@ -308,6 +308,7 @@ impl Manifest {
                 max_concurrency: 1,
             },
             wit::Roles { reconcile: false, admission: Vec::new(), conversion: Vec::new(), scheduler: None },
+            Vec::new(),
         )
     }
 
@@ -398,6 +399,30 @@ impl Manifest {
         self
     }
 
+    /// An origin this component may call over HTTP(S) (through
+    /// `wasi:http/outgoing-handler`, contract 0.4.0); every other request
+    /// is refused before a connection is made. Call once per origin.
+    ///
+    /// An origin is `SCHEME://HOST[:PORT]`: scheme `http` or `https`; host
+    /// a DNS name, `*.` and a domain for any name below it, or an IP
+    /// address (IPv6 in brackets); port a number or a range `LOW-HIGH`,
+    /// the scheme's default when left out. No path, query, user or bare
+    /// `*`. The host checks them when it loads the component.
+    ///
+    /// ```
+    /// use capstan_guest::Manifest;
+    ///
+    /// let manifest = Manifest::new("notifier")
+    ///     .egress("https://hooks.slack.com")
+    ///     .egress("https://*.example.com")
+    ///     .egress("http://alertmanager.monitoring.svc:9093");
+    /// ```
+    #[must_use]
+    pub fn egress(mut self, origin: &str) -> Self {
+        self.2.push(origin.to_owned());
+        self
+    }
+
     /// This component schedules the Pods whose `spec.schedulerName` is
     /// `name` (see [`scheduler`](crate::scheduler)).
     #[must_use]
@@ -430,6 +455,6 @@ impl Manifest {
                 self.0.primary = wit::GroupVersionKind { group: gk.group.clone(), version, kind: gk.kind.clone() };
             }
         }
-        wit::ComponentManifest { controller: self.0, roles: self.1 }
+        wit::ComponentManifest { controller: self.0, roles: self.1, egress: self.2 }
     }
 }

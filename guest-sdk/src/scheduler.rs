@@ -290,6 +290,68 @@ pub trait Scheduler: Default + 'static {
     ///
     /// Why the Pod fits nowhere now.
     fn schedule(&self, pod: &Pod, nodes: &[NodeInfo]) -> Result<String, Unschedulable>;
+
+    /// What the host calls: by default [`schedule`](Self::schedule) with
+    /// the request's Pod and Nodes. Implement it (and have `schedule`
+    /// answer for the default cluster) when the choice depends on
+    /// what only the request tells, such as [`Request::cluster`].
+    ///
+    /// # Errors
+    ///
+    /// Why the Pod fits nowhere now.
+    fn schedule_request(&self, request: &Request<'_>) -> Result<String, Unschedulable> {
+        self.schedule(request.pod(), request.nodes())
+    }
+}
+
+/// One scheduling attempt, as the host asks it: the Pod, every Node, and
+/// the cluster they are in.
+///
+/// ```
+/// use capstan_guest::k8s_openapi::api::core::v1::Pod;
+/// use capstan_guest::scheduler::Request;
+///
+/// let pod = Pod::default();
+/// let request = Request::new(&pod, &[]).in_cluster("east");
+/// assert_eq!(request.cluster(), "east");
+/// assert!(request.nodes().is_empty());
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pod: &'a Pod,
+    nodes: &'a [NodeInfo],
+    cluster: &'a str,
+}
+
+impl<'a> Request<'a> {
+    /// A request for `pod` among `nodes`, in the cluster `default`.
+    pub fn new(pod: &'a Pod, nodes: &'a [NodeInfo]) -> Self {
+        Self { pod, nodes, cluster: crate::DEFAULT_CLUSTER }
+    }
+
+    /// The same request, in the cluster named `cluster`.
+    #[must_use]
+    pub fn in_cluster(mut self, cluster: &'a str) -> Self {
+        self.cluster = cluster;
+        self
+    }
+
+    /// The Pod to place.
+    pub fn pod(&self) -> &'a Pod {
+        self.pod
+    }
+
+    /// Every Node the host knows, in name order.
+    pub fn nodes(&self) -> &'a [NodeInfo] {
+        self.nodes
+    }
+
+    /// The name of the cluster the Pod is in: `default` for the host's own
+    /// cluster, else the name the host engaged it by. Hosts before contract
+    /// 0.4.0 run one cluster, `default`.
+    pub fn cluster(&self) -> &'a str {
+        self.cluster
+    }
 }
 
 /// True if one of the Pod's tolerations (`spec.tolerations`) tolerates
@@ -421,7 +483,8 @@ pub(crate) fn schedule<S: Scheduler>(request: wit::ScheduleRequest) -> Result<St
     let pod: Pod =
         serde_json::from_slice(&request.pod).map_err(|e| unschedulable(format!("the Pod does not decode: {e}")))?;
     let nodes = request.nodes.into_iter().map(NodeInfo::from_wit).collect::<Result<Vec<_>, _>>()?;
-    S::default().schedule(&pod, &nodes).map_err(|u| wit::Unschedulable { reasons: u.reasons })
+    let request = Request::new(&pod, &nodes).in_cluster(&request.cluster);
+    S::default().schedule_request(&request).map_err(|u| wit::Unschedulable { reasons: u.reasons })
 }
 
 #[cfg(test)]
@@ -578,5 +641,27 @@ mod tests {
         assert_eq!(parse_quantity("0.1m"), Some(1));
         assert_eq!(parse_quantity("lots"), None);
         assert_eq!(parse_quantity("1Qi"), None);
+    }
+
+    /// Places every Pod on the Node named like its cluster.
+    #[derive(Default)]
+    struct ByCluster;
+
+    impl Scheduler for ByCluster {
+        fn schedule(&self, _pod: &Pod, _nodes: &[NodeInfo]) -> Result<String, Unschedulable> {
+            Err(Unschedulable::new("asked without a cluster"))
+        }
+
+        fn schedule_request(&self, request: &Request<'_>) -> Result<String, Unschedulable> {
+            Ok(request.cluster().to_owned())
+        }
+    }
+
+    #[test]
+    fn a_scheduler_sees_the_cluster_the_host_names() {
+        let pod =
+            serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})).expect("json");
+        let request = wit::ScheduleRequest { pod, nodes: vec![], cluster: "east".into() };
+        assert_eq!(schedule::<ByCluster>(request).ok().as_deref(), Some("east"));
     }
 }

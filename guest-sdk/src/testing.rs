@@ -171,6 +171,9 @@ pub struct FakeHost {
     egress: Vec<String>,
     stubs: Vec<(String, String, std::result::Result<Response, HttpError>)>,
     requests: Vec<Request>,
+    /// The cluster's name, as [`Context::cluster`] gives it; `None`:
+    /// [`DEFAULT_CLUSTER`](crate::DEFAULT_CLUSTER).
+    cluster: Option<String>,
 }
 
 impl FakeHost {
@@ -189,6 +192,14 @@ impl FakeHost {
     #[must_use]
     pub fn with<K: Serialize>(mut self, object: &K) -> Self {
         self.put(object);
+        self
+    }
+
+    /// The fake as the host of the cluster named `name`: what
+    /// [`Context::cluster`] gives (default `default`).
+    #[must_use]
+    pub fn in_cluster(mut self, name: &str) -> Self {
+        self.cluster = Some(name.to_owned());
         self
     }
 
@@ -279,7 +290,9 @@ impl FakeHost {
     /// passed on.
     pub fn reconcile<C: Controller>(&mut self, event: EventKind, object: &C::Resource) -> Result<Reconciled> {
         let meta = object.meta();
-        let ctx = Context::new(event, meta.namespace.clone(), meta.name.clone().unwrap_or_default());
+        let cluster = self.cluster.clone().unwrap_or_else(|| crate::DEFAULT_CLUSTER.to_owned());
+        let ctx =
+            Context::new(event, meta.namespace.clone(), meta.name.clone().unwrap_or_default()).in_cluster(cluster);
         let copy: C::Resource = serde_json::to_vec(object)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
@@ -646,5 +659,30 @@ mod tests {
     #[should_panic(expected = "outside capstan_guest::testing::FakeHost::reconcile")]
     fn an_api_call_outside_a_reconcile_names_the_way() {
         let _ = Api::<ConfigMap>::new(Some("demo")).get("x");
+    }
+
+    /// Reports the cluster it runs in.
+    #[derive(Default)]
+    struct Where;
+
+    impl Controller for Where {
+        type Resource = ConfigMap;
+
+        fn manifest(&self) -> Manifest {
+            Manifest::new("where").primary::<ConfigMap>()
+        }
+
+        fn reconcile(&self, ctx: &Context, _object: ConfigMap) -> Result<Outcome> {
+            Ok(Outcome::new().status(&json!({"cluster": ctx.cluster()})))
+        }
+    }
+
+    #[test]
+    fn the_context_names_the_fake_hosts_cluster() {
+        let web = cm("web", json!({}));
+        let done = FakeHost::new().reconcile::<Where>(EventKind::Resync, &web).expect("reconciled");
+        assert_eq!(done.status, Some(json!({"cluster": "default"})));
+        let done = FakeHost::new().in_cluster("east").reconcile::<Where>(EventKind::Resync, &web).expect("reconciled");
+        assert_eq!(done.status, Some(json!({"cluster": "east"})));
     }
 }

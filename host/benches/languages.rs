@@ -265,6 +265,7 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtimes: &R
             event: EventKind::Resync.into(),
             object: object.clone(),
             failed_children: Vec::new(),
+            cluster: "default".into(),
         };
         let outcome =
             instance.capstan_operator_controller().call_reconcile(&mut store, &request).await.expect("no trap");

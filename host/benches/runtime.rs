@@ -162,6 +162,7 @@ fn request(
         event: black_box(event).into(),
         object: object.to_vec(),
         failed_children: Vec::new(),
+        cluster: "default".into(),
     }
 }
 

@@ -693,13 +693,15 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
     }
 }
 
-/// A 0.3.0 manifest: the controller part as before, and the roles.
+/// A component's manifest (0.3.0 and later): the controller part as
+/// before, the roles, and (0.4.0) the origins it may call.
 impl TryFrom<wit::ComponentManifest> for Manifest {
     type Error = Error;
 
     fn try_from(m: wit::ComponentManifest) -> Result<Self, Error> {
         let mut manifest = Manifest::try_from(m.controller)?;
         manifest.roles = roles::roles_of(m.roles, &manifest.crds)?;
+        manifest.egress = egress::Egress::parse(&m.egress).map_err(Error::Egress)?;
         manifest.check_admission_grants()?;
         Ok(manifest)
     }

@@ -1,7 +1,8 @@
 //! Components built against an earlier contract keep loading and running,
 //! unchanged: the greeter as the 0.1.0 SDK built it
-//! (`tests/fixtures/contract-0.1.0`) against today's host, and the `noop`
-//! fixture, built against the frozen 0.2.0 WIT.
+//! (`tests/fixtures/contract-0.1.0`) against today's host, the `noop`
+//! fixture, built against the frozen 0.2.0 WIT, and the `contract-0.3.0`
+//! fixture, built against the frozen 0.3.0 WIT.
 
 use capstan_host::runtime::component::Loader;
 use capstan_host::runtime::engine::{Engine, EngineConfig};
@@ -84,4 +85,61 @@ async fn a_terminal_error_of_a_0_1_0_component_gets_the_hosts_condition() {
         "{}",
         g["status"]
     );
+}
+
+fn contract_0_3_0() -> std::path::PathBuf {
+    find_component("contract-0.3.0").unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn a_component_of_contract_0_3_0_loads_with_its_roles_and_no_egress() {
+    let engine = Engine::new(EngineConfig::default()).expect("engine");
+    let runtime = Runtime::new(&engine, Limits::default()).expect("linker");
+    let loaded = Loader::new(runtime, None).load(&contract_0_3_0()).await.expect("loads");
+    assert_eq!(loaded.contract, "0.3.0");
+    assert_eq!(loaded.pre.contract(), "0.3.0");
+    assert_eq!(loaded.manifest.name, "legacy");
+    assert!(loaded.manifest.roles.reconcile);
+    let webhooks: Vec<&str> = loaded.manifest.roles.admission.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(webhooks, ["legacy.configmaps.example.com"]);
+    assert!(loaded.manifest.egress.is_empty(), "a 0.3.0 component calls no origin");
+}
+
+#[tokio::test]
+async fn a_component_of_contract_0_3_0_reconciles_through_its_own_imports() {
+    let mut host = MockHost::new().expect("host");
+    host.load(contract_0_3_0()).await.expect("loads");
+    host.seed(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "old", "namespace": "default"},
+    }))
+    .expect("seeded");
+    let run = host.run_until_idle().await.expect("settles");
+    assert_eq!(run.failures().count(), 0, "a 0.3.0 reconcile succeeds");
+    let step = run.steps.iter().find(|s| s.report.object.name == "old").expect("the ConfigMap is reconciled");
+    let calls: Vec<(&str, &str)> = step.report.journal.calls.iter().map(|c| (c.function, c.target.as_str())).collect();
+    assert!(calls.iter().any(|(f, t)| *f == "kube.get" && t.contains("default/old")), "{calls:?}");
+    assert!(calls.iter().any(|(f, _)| *f == "events.record"), "{calls:?}");
+    assert!(step.report.journal.logs.iter().any(|l| l.message == "reconciled"));
+    let reasons: Vec<String> = host.events().into_iter().map(|e| e.reason).collect();
+    assert!(reasons.iter().any(|r| r == "Seen") && reasons.iter().any(|r| r == "Reconciled"), "{reasons:?}");
+}
+
+#[tokio::test]
+async fn a_component_of_contract_0_3_0_reviews_admission_requests() {
+    use capstan_host::manifest::Operation;
+    use capstan_host::testing::Admission;
+    let mut host = MockHost::new().expect("host");
+    host.load(contract_0_3_0()).await.expect("loads");
+    let cm = |data: serde_json::Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}, "data": data});
+    match host.admit(Operation::Create, Some(cm(json!({"ok": "1"}))), None).await.expect("reviewed") {
+        Admission::Allowed { warnings, .. } => assert_eq!(warnings, ["reviewed at v1"]),
+        denied => panic!("allowed expected: {denied:?}"),
+    }
+    match host.admit(Operation::Create, Some(cm(json!({"forbidden": "1"}))), None).await.expect("reviewed") {
+        Admission::Denied { webhook, code, .. } => {
+            assert_eq!((webhook.as_str(), code), ("legacy.configmaps.example.com", 422));
+        }
+        allowed => panic!("denied expected: {allowed:?}"),
+    }
 }

@@ -55,5 +55,5 @@ pub fn schedule_request(n: usize, trimmed: bool) -> ScheduleRequest {
             }
         })
         .collect();
-    ScheduleRequest { pod: serde_json::to_vec(&pod).expect("json"), nodes }
+    ScheduleRequest { pod: serde_json::to_vec(&pod).expect("json"), nodes, cluster: "default".into() }
 }

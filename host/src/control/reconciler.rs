@@ -445,6 +445,8 @@ pub struct Reconciler {
     trial: Mutex<Option<Trial>>,
     runtime: Runtime,
     cluster: Arc<dyn Cluster>,
+    /// The name of `cluster`, as guests see it in their requests.
+    cluster_name: Arc<str>,
     /// The namespaces the host watches (empty: all); writes stay inside.
     namespaces: Vec<String>,
     handled: Mutex<HashMap<ObjectRef, Handled>>,
@@ -502,6 +504,7 @@ impl Reconciler {
             trial: Mutex::new(None),
             runtime,
             cluster,
+            cluster_name: crate::serve::fleet::DEFAULT_CLUSTER.into(),
             namespaces: namespaces.to_vec(),
             handled: Mutex::new(HashMap::new()),
             adding: Mutex::new(HashSet::new()),
@@ -513,6 +516,22 @@ impl Reconciler {
             applied: Mutex::new(HashMap::new()),
             without_conditions: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Names the cluster this reconciler's objects are in, as guests see it
+    /// in their requests (`cluster` of a reconcile or schedule request).
+    /// Default: [`DEFAULT_CLUSTER`](crate::serve::fleet::DEFAULT_CLUSTER),
+    /// `default`.
+    #[must_use]
+    pub fn in_cluster(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.cluster_name = name.into();
+        self
+    }
+
+    /// The name of the cluster this reconciler's objects are in (see
+    /// [`in_cluster`](Self::in_cluster)).
+    pub fn cluster_name(&self) -> &str {
+        &self.cluster_name
     }
 
     fn grants_of(&self, manifest: &Manifest) -> Arc<Grants> {
@@ -1014,6 +1033,7 @@ impl Reconciler {
             event: event.into(),
             object: serde_json::to_vec(&object).expect("a JSON value always serializes"),
             failed_children,
+            cluster: self.cluster_name.to_string(),
         };
         let invocation = component.traced("reconcile", self.runtime.reconcile(&component.pre, caller, request)).await;
         report.journal = invocation.journal;

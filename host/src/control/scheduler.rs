@@ -775,7 +775,7 @@ impl Parts {
                 })
                 .collect();
             let json = serde_json::to_vec(&*pod).expect("a Pod always serializes");
-            (pod, wit::ScheduleRequest { pod: json, nodes })
+            (pod, wit::ScheduleRequest { pod: json, nodes, cluster: self.reconciler.cluster_name().to_owned() })
         };
         // The version in use with the grants the reconciler keeps for it,
         // on behalf of the Pod being scheduled.

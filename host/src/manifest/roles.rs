@@ -321,7 +321,7 @@ mod tests {
     }
 
     fn parse(crds: Vec<Vec<u8>>, roles: wit::Roles) -> Result<Manifest, Error> {
-        Manifest::try_from(wit::ComponentManifest { controller: controller(crds), roles })
+        Manifest::try_from(wit::ComponentManifest { controller: controller(crds), roles, egress: vec![] })
     }
 
     fn crd(versions: &[&str]) -> Vec<u8> {
@@ -421,6 +421,7 @@ mod tests {
             Manifest::try_from(wit::ComponentManifest {
                 controller,
                 roles: wit::Roles { admission: vec![on_secrets(mutating)], ..roles() },
+                egress: vec![],
             })
         };
         // No grant on Secrets: seeing them through admission is refused.

@@ -3,7 +3,8 @@
 //! `wit/v<version>/`.
 //!
 //! Generated types stay in here and in the conversions at the boundary
-//! (`imports::v0_1`, `runtime`): the rest of the host works on the current
+//! (`imports::v0_1`, `imports::v0_2`, `imports::v0_3`, `runtime`, and
+//! [`v0_3`]'s `From` impls): the rest of the host works on the current
 //! version's types or its own (`object`, `cluster`, `manifest`), so an
 //! older component differs from a current one only in how it is called.
 
@@ -17,7 +18,17 @@ wasmtime::component::bindgen!({
     // trap.
     imports: { default: async },
     exports: { default: async },
+    // `wasi:http/outgoing-handler` (new in 0.4.0) and what it uses are
+    // wasmtime's own bindings: they are linked once, by
+    // `imports::add_to_linker`, not by this world's `add_to_linker`.
+    with: {
+        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+        "wasi:io": wasmtime_wasi::p2::bindings::io,
+        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+    },
 });
+
+pub mod v0_3;
 
 /// `capstan:operator@0.1.0`, the first contract version: a controller that
 /// returns an outcome or a bare error, owns bare kinds, and cannot see what
@@ -32,27 +43,27 @@ pub mod v0_1 {
 }
 
 /// `capstan:operator@0.2.0`: a controller only. Its `types` interface is
-/// a subset of the current one, unchanged, so both share the current
-/// version's Rust types; only the interfaces differ by name.
+/// a subset of 0.3.0's, unchanged, so both share [`v0_3`]'s Rust types;
+/// only the interfaces differ by name.
 pub mod v0_2 {
     wasmtime::component::bindgen!({
         path: "../wit/v0.2.0",
         world: "operator",
         imports: { default: async },
         exports: { default: async },
-        with: { "capstan:operator/types": crate::runtime::bindings::capstan::operator::types },
+        with: { "capstan:operator/types": crate::runtime::bindings::v0_3::capstan::operator::types },
     });
 }
 
 /// The contract version this host implements natively.
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 /// Every contract version this host runs, oldest first.
-pub const CONTRACT_VERSIONS: &[&str] = &["0.1.0", "0.2.0", CONTRACT_VERSION];
+pub const CONTRACT_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", CONTRACT_VERSION];
 
 /// The fully qualified name of the controller interface guests export, at
 /// the current contract version.
-pub const CONTROLLER_EXPORT: &str = "capstan:operator/controller@0.3.0";
+pub const CONTROLLER_EXPORT: &str = "capstan:operator/controller@0.4.0";
 
 use capstan::operator::types as current;
 use v0_1::capstan::operator::types as old;

@@ -19,7 +19,7 @@ use wasmtime::component::Component;
 
 use crate::manifest::{self, Manifest};
 use crate::metrics::{Export, metrics};
-use crate::runtime::bindings::{CONTRACT_VERSION, CONTRACT_VERSIONS, CONTROLLER_EXPORT, OperatorPre, v0_1, v0_2};
+use crate::runtime::bindings::{CONTRACT_VERSION, CONTRACT_VERSIONS, CONTROLLER_EXPORT, OperatorPre, v0_1, v0_2, v0_3};
 use crate::runtime::invocation::{self as runtime, Pre, PreKind, Runtime, Tier, WeakPre};
 
 /// Why a component was rejected. Every variant names the file.
@@ -525,6 +525,7 @@ impl Loader {
             |e: wasmtime::Error| Error::WrongWorld { path: path.to_owned(), exports: vec![format!("{e:#}")] };
         let kind = match contract.as_str() {
             CONTRACT_VERSION => PreKind::Current(OperatorPre::new(instance_pre).map_err(wrong_world)?),
+            "0.3.0" => PreKind::V0_3(v0_3::OperatorPre::new(instance_pre).map_err(wrong_world)?),
             "0.2.0" => PreKind::V0_2(v0_2::OperatorPre::new(instance_pre).map_err(wrong_world)?),
             _ => PreKind::V0_1(v0_1::OperatorPre::new(instance_pre).map_err(wrong_world)?),
         };
@@ -904,7 +905,10 @@ mod tests {
         let e = Error::CoreModule { path: "a.wasm".into() };
         assert!(e.to_string().starts_with("a.wasm: a core WebAssembly module, not a component"));
         let e = Error::UnsupportedContract { path: "b.wasm".into(), found: "9.9.9".into() };
-        assert_eq!(e.to_string(), "b.wasm: built against contract 9.9.9, this host supports 0.1.0, 0.2.0, 0.3.0");
+        assert_eq!(
+            e.to_string(),
+            "b.wasm: built against contract 9.9.9, this host supports 0.1.0, 0.2.0, 0.3.0, 0.4.0"
+        );
         let e = Error::TooLarge { path: "c.wasm".into(), size: 300 << 20 };
         assert_eq!(e.to_string(), "c.wasm: too large: 314572800 bytes, the most a component may have is 268435456");
     }

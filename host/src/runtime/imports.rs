@@ -44,6 +44,7 @@ mod stdio;
 mod throttle;
 mod v0_1;
 mod v0_2;
+mod v0_3;
 pub mod validate;
 
 use stdio::CappedPipe;
@@ -281,16 +282,28 @@ pub fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> was
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     // Outbound HTTP: linked for every component, each request checked
     // against the caller's declared egress (none: every request refused).
+    // Only wasi:http's own interfaces: wasi:io and wasi:clocks are linked
+    // above.
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
-    crate::runtime::bindings::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
-        linker,
-        |s| s,
-    )?;
+    // The current world's own interfaces one by one: its `add_to_linker`
+    // would link wasi:http, wasi:io and wasi:clocks a second time.
+    {
+        use crate::runtime::bindings::capstan::operator::{events, kube, log, types};
+        type Data = wasmtime::component::HasSelf<HostState>;
+        types::add_to_linker::<HostState, Data>(linker, |s| s)?;
+        kube::add_to_linker::<HostState, Data>(linker, |s| s)?;
+        events::add_to_linker::<HostState, Data>(linker, |s| s)?;
+        log::add_to_linker::<HostState, Data>(linker, |s| s)?;
+    }
     crate::runtime::bindings::v0_1::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
         linker,
         |s| s,
     )?;
     crate::runtime::bindings::v0_2::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
+        linker,
+        |s| s,
+    )?;
+    crate::runtime::bindings::v0_3::Operator::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(
         linker,
         |s| s,
     )?;

@@ -25,7 +25,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use crate::cluster;
 use crate::metrics::{Export, metrics};
 use crate::runtime::bindings::capstan::operator::types as wit;
-use crate::runtime::bindings::{OperatorPre, v0_1, v0_2};
+use crate::runtime::bindings::{OperatorPre, v0_1, v0_2, v0_3};
 use crate::runtime::engine::Engine;
 use crate::runtime::imports::{self, Caller, HostState, Journal};
 use crate::runtime::limits::Limits;
@@ -209,6 +209,8 @@ pub enum PreKind {
     V0_1(v0_1::OperatorPre<HostState>),
     /// `capstan:operator@0.2.0`.
     V0_2(v0_2::OperatorPre<HostState>),
+    /// `capstan:operator@0.3.0`.
+    V0_3(v0_3::OperatorPre<HostState>),
     /// The current contract version.
     Current(OperatorPre<HostState>),
 }
@@ -217,6 +219,7 @@ pub enum PreKind {
 enum Instance {
     V0_1(v0_1::Operator),
     V0_2(v0_2::Operator),
+    V0_3(v0_3::Operator),
     Current(crate::runtime::bindings::Operator),
 }
 
@@ -286,6 +289,7 @@ impl Pre {
         match self.read().kind {
             PreKind::V0_1(_) => "0.1.0",
             PreKind::V0_2(_) => "0.2.0",
+            PreKind::V0_3(_) => "0.3.0",
             PreKind::Current(_) => crate::runtime::bindings::CONTRACT_VERSION,
         }
     }
@@ -326,6 +330,7 @@ impl PreKind {
         match self {
             PreKind::V0_1(pre) => pre.instance_pre().engine(),
             PreKind::V0_2(pre) => pre.instance_pre().engine(),
+            PreKind::V0_3(pre) => pre.instance_pre().engine(),
             PreKind::Current(pre) => pre.instance_pre().engine(),
         }
     }
@@ -334,6 +339,7 @@ impl PreKind {
         Ok(match self {
             PreKind::V0_1(pre) => Instance::V0_1(pre.instantiate_async(store).await?),
             PreKind::V0_2(pre) => Instance::V0_2(pre.instantiate_async(store).await?),
+            PreKind::V0_3(pre) => Instance::V0_3(pre.instantiate_async(store).await?),
             PreKind::Current(pre) => Instance::Current(pre.instantiate_async(store).await?),
         })
     }
@@ -570,13 +576,25 @@ impl Runtime {
     pub async fn manifest(&self, pre: &Pre) -> Invocation<wit::ComponentManifest> {
         self.invoke(pre, None, async |store, instance| match instance {
             Instance::Current(op) => op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call),
+            Instance::V0_3(op) => {
+                let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
+                Ok(m.into())
+            }
             Instance::V0_2(op) => {
                 let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
-                Ok(wit::ComponentManifest { controller: m, roles: wit::Roles::reconcile_only() })
+                Ok(wit::ComponentManifest {
+                    controller: m.into(),
+                    roles: wit::Roles::reconcile_only(),
+                    egress: Vec::new(),
+                })
             }
             Instance::V0_1(op) => {
                 let m = op.capstan_operator_controller().call_manifest(store).await.map_err(Failed::Call)?;
-                Ok(wit::ComponentManifest { controller: m.into(), roles: wit::Roles::reconcile_only() })
+                Ok(wit::ComponentManifest {
+                    controller: m.into(),
+                    roles: wit::Roles::reconcile_only(),
+                    egress: Vec::new(),
+                })
             }
         })
         .await
@@ -584,8 +602,9 @@ impl Runtime {
 
     /// Calls the guest's `reconcile(request)` on behalf of `caller`; counts
     /// its duration and any trap in the [`metrics`](crate::metrics). A
-    /// 0.1.0 guest gets the event and object and cannot see
-    /// `failed-children`; its answer is converted.
+    /// guest of 0.2.0 or 0.3.0 gets the request without `cluster`; a 0.1.0
+    /// guest gets the event and object and cannot see `failed-children`;
+    /// their answers are converted.
     pub async fn reconcile(
         &self,
         pre: &Pre,
@@ -598,8 +617,17 @@ impl Runtime {
                 Instance::Current(op) => {
                     op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)
                 }
+                Instance::V0_3(op) => {
+                    let request = request.clone().into();
+                    let result =
+                        op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)?;
+                    Ok(result.map(wit::Outcome::from).map_err(wit::Failure::from))
+                }
                 Instance::V0_2(op) => {
-                    op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)
+                    let request = request.clone().into();
+                    let result =
+                        op.capstan_operator_controller().call_reconcile(store, &request).await.map_err(Failed::Call)?;
+                    Ok(result.map(wit::Outcome::from).map_err(wit::Failure::from))
                 }
                 Instance::V0_1(op) => {
                     let event = v0_1_event(request.event);
@@ -623,7 +651,8 @@ impl Runtime {
 impl Runtime {
     /// Calls the guest's `admission.review(request)` on behalf of
     /// `caller`, within `deadline` (a webhook's, below the API server's
-    /// timeout). Only components of the current contract serve admission.
+    /// timeout). Only components of 0.3.0 and later serve admission; a
+    /// 0.3.0 webhook gets the request without `request-kind`.
     pub async fn review(
         &self,
         pre: &Pre,
@@ -633,8 +662,17 @@ impl Runtime {
     ) -> Invocation<wit::AdmissionResponse> {
         let controller = Arc::clone(&caller.controller);
         let invocation = self
-            .invoke_within(deadline, pre, Some(caller), async |store, instance| {
-                current(instance)?.capstan_operator_admission().call_review(store, &request).await.map_err(Failed::Call)
+            .invoke_within(deadline, pre, Some(caller), async |store, instance| match instance {
+                Instance::Current(op) => {
+                    op.capstan_operator_admission().call_review(store, &request).await.map_err(Failed::Call)
+                }
+                Instance::V0_3(op) => {
+                    let request = request.clone().into();
+                    let response =
+                        op.capstan_operator_admission().call_review(store, &request).await.map_err(Failed::Call)?;
+                    Ok(response.into())
+                }
+                other => Err(reconcile_only(other)),
             })
             .await;
         count(&controller, Export::Review, &invocation);
@@ -652,12 +690,15 @@ impl Runtime {
     ) -> Invocation<Result<Vec<wit::Json>, String>> {
         let controller = Arc::clone(&caller.controller);
         let invocation = self
-            .invoke_within(deadline, pre, Some(caller), async |store, instance| {
-                current(instance)?
-                    .capstan_operator_conversion()
-                    .call_convert(store, &request)
-                    .await
-                    .map_err(Failed::Call)
+            .invoke_within(deadline, pre, Some(caller), async |store, instance| match instance {
+                Instance::Current(op) => {
+                    op.capstan_operator_conversion().call_convert(store, &request).await.map_err(Failed::Call)
+                }
+                Instance::V0_3(op) => {
+                    let request = request.clone().into();
+                    op.capstan_operator_conversion().call_convert(store, &request).await.map_err(Failed::Call)
+                }
+                other => Err(reconcile_only(other)),
             })
             .await;
         count(&controller, Export::Convert, &invocation);
@@ -674,12 +715,17 @@ impl Runtime {
     ) -> Invocation<Result<String, wit::Unschedulable>> {
         let controller = Arc::clone(&caller.controller);
         let invocation = self
-            .invoke(pre, Some(caller), async |store, instance| {
-                current(instance)?
-                    .capstan_operator_scheduler()
-                    .call_schedule(store, &request)
-                    .await
-                    .map_err(Failed::Call)
+            .invoke(pre, Some(caller), async |store, instance| match instance {
+                Instance::Current(op) => {
+                    op.capstan_operator_scheduler().call_schedule(store, &request).await.map_err(Failed::Call)
+                }
+                Instance::V0_3(op) => {
+                    let request = request.clone().into();
+                    let result =
+                        op.capstan_operator_scheduler().call_schedule(store, &request).await.map_err(Failed::Call)?;
+                    Ok(result.map_err(wit::Unschedulable::from))
+                }
+                other => Err(reconcile_only(other)),
             })
             .await;
         count(&controller, Export::Schedule, &invocation);
@@ -687,16 +733,17 @@ impl Runtime {
     }
 }
 
-/// The current contract's instance: only it exports the roles beyond
-/// reconcile (the manifest of an older component declares none, so the
-/// host never routes one to it).
-fn current(instance: &Instance) -> Result<&crate::runtime::bindings::Operator, Failed> {
+/// Why `instance` was not called: only components of 0.3.0 and later
+/// export the roles beyond reconcile (the manifest of an older component
+/// declares none, so the host never routes one to it).
+fn reconcile_only(instance: &Instance) -> Failed {
     let contract = match instance {
-        Instance::Current(op) => return Ok(op),
-        Instance::V0_2(_) => "0.2.0",
         Instance::V0_1(_) => "0.1.0",
+        Instance::V0_2(_) => "0.2.0",
+        Instance::V0_3(_) => "0.3.0",
+        Instance::Current(_) => crate::runtime::bindings::CONTRACT_VERSION,
     };
-    Err(Failed::Instantiate(wasmtime::format_err!("a component of contract {contract} serves only reconcile")))
+    Failed::Instantiate(wasmtime::format_err!("a component of contract {contract} serves only reconcile"))
 }
 
 fn count<T>(controller: &str, export: Export, invocation: &Invocation<T>) {

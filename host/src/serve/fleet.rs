@@ -305,7 +305,7 @@ async fn run_member(
     let host = loop {
         // A start runs to its end: cancelling it half-way would leave what
         // it started running.
-        match builder(client.clone()).start().await {
+        match builder(client.clone()).cluster_name(name.as_str()).start().await {
             Ok(host) => break Arc::new(host),
             Err(e) if e.is_transient() => {
                 tracing::warn!(cluster = %name, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot start yet, retrying");

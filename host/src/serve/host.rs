@@ -254,6 +254,7 @@ pub struct HostBuilder {
     registry: Option<Arc<crate::serve::oci::Registry>>,
     poll_interval: Duration,
     runtime: Option<Runtime>,
+    cluster_name: String,
 }
 
 impl std::fmt::Debug for HostBuilder {
@@ -296,6 +297,7 @@ impl HostBuilder {
             registry: None,
             poll_interval: crate::serve::follow::POLL_INTERVAL,
             runtime: None,
+            cluster_name: crate::serve::fleet::DEFAULT_CLUSTER.to_owned(),
         }
     }
 
@@ -467,6 +469,16 @@ impl HostBuilder {
         self
     }
 
+    /// The name of the cluster this host serves, as components see it in
+    /// their requests (`cluster` of a reconcile or schedule request):
+    /// the name a [`Fleet`](crate::serve::fleet::Fleet) engaged it by.
+    /// Default: [`DEFAULT_CLUSTER`](crate::serve::fleet::DEFAULT_CLUSTER),
+    /// `default`.
+    pub fn cluster_name(mut self, name: impl Into<String>) -> Self {
+        self.cluster_name = name.into();
+        self
+    }
+
     /// Name of this replica in Events (`reportingInstance`).
     pub fn instance(mut self, instance: Option<String>) -> Self {
         self.instance = instance;
@@ -551,6 +563,7 @@ impl HostBuilder {
             informers,
             settings: self.settings,
             namespaces: self.namespaces,
+            cluster_name: self.cluster_name.into(),
             install_crds: self.install_crds,
             adopt_crds: self.adopt_crds,
             check_permissions: self.check_permissions,
@@ -766,6 +779,8 @@ pub(crate) struct Shared {
     informers: Arc<Informers>,
     settings: Settings,
     namespaces: Vec<String>,
+    /// The name of the cluster, as components see it.
+    cluster_name: Arc<str>,
     install_crds: bool,
     adopt_crds: BTreeSet<String>,
     check_permissions: bool,
@@ -1100,12 +1115,10 @@ impl Shared {
                     self.resign(path).await;
                 }
                 self.publish(&loaded);
-                let reconciler = Arc::new(Reconciler::within(
-                    self.runtime.clone(),
-                    loaded,
-                    Arc::clone(&self.backend),
-                    &self.namespaces,
-                ));
+                let reconciler = Arc::new(
+                    Reconciler::within(self.runtime.clone(), loaded, Arc::clone(&self.backend), &self.namespaces)
+                        .in_cluster(Arc::clone(&self.cluster_name)),
+                );
                 let controller = Controller::start(
                     reconciler,
                     self.cluster.clone(),

@@ -1,13 +1,13 @@
 //! The imports of contract `capstan:operator@0.2.0`: the same `kube`,
-//! `events` and `log` functions as the current version, with the same
-//! `types` (shared, see `bindings::v0_2`), so each call is handed to the
-//! current implementation with only the interfaces' own types converted.
-//! Nothing is checked or sent here: grants, journal and metrics are those
-//! of the current version's code.
+//! `events` and `log` functions as 0.3.0, with the same `types` (shared,
+//! see `bindings::v0_2`), so each call is handed to the 0.3.0
+//! implementation ([`super::v0_3`]) with only the interfaces' own types
+//! converted. Nothing is checked or sent here: grants, journal and metrics
+//! are those of the current version's code.
 
-use crate::runtime::bindings::capstan::operator::types::{Event, GroupVersionKind, ObjectRef};
-use crate::runtime::bindings::capstan::operator::{events, kube, log};
 use crate::runtime::bindings::v0_2::capstan::operator::{events as old_events, kube as old_kube, log as old_log};
+use crate::runtime::bindings::v0_3::capstan::operator::types::{Event, GroupVersionKind, ObjectRef};
+use crate::runtime::bindings::v0_3::capstan::operator::{events, kube, log};
 
 use super::HostState;
 

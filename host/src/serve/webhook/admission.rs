@@ -57,6 +57,10 @@ pub const MAX_WARNING: usize = 256;
 struct Request {
     uid: String,
     kind: Kind,
+    /// The kind of the user's request; `kind` when the API server left it
+    /// out.
+    #[serde(default)]
+    request_kind: Option<Kind>,
     #[serde(default)]
     sub_resource: Option<String>,
     #[serde(default)]
@@ -80,6 +84,12 @@ struct Kind {
     group: String,
     version: String,
     kind: String,
+}
+
+impl From<&Kind> for wit::GroupVersionKind {
+    fn from(k: &Kind) -> Self {
+        Self { group: k.group.clone(), version: k.version.clone(), kind: k.kind.clone() }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -126,7 +136,8 @@ pub fn parse(webhook: &AdmissionWebhook, body: &[u8]) -> Result<Parsed, Error> {
         webhook: webhook.name.clone(),
         webhook_type: if webhook.mutating { wit::WebhookType::Mutating } else { wit::WebhookType::Validating },
         uid: r.uid.clone(),
-        kind: wit::GroupVersionKind { group: r.kind.group, version: r.kind.version, kind: r.kind.kind },
+        request_kind: r.request_kind.as_ref().unwrap_or(&r.kind).into(),
+        kind: (&r.kind).into(),
         sub_resource: r.sub_resource.filter(|s| !s.is_empty()),
         name: r.name,
         namespace: r.namespace.filter(|n| !n.is_empty()),

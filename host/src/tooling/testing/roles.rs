@@ -152,6 +152,11 @@ impl MockHost {
                             version: at.version.clone(),
                             kind: at.kind.clone(),
                         },
+                        request_kind: wit::GroupVersionKind {
+                            group: gvk.group.clone(),
+                            version: gvk.version.clone(),
+                            kind: gvk.kind.clone(),
+                        },
                         sub_resource: None,
                         name: object::meta_str(&subject, "name").unwrap_or_default().to_owned(),
                         namespace: object::meta_str(&subject, "namespace").map(str::to_owned),

@@ -135,6 +135,10 @@ impl MockHost {
                 })
             })
             .collect();
-        wit::ScheduleRequest { pod: serde_json::to_vec(pod).expect("a Pod serializes"), nodes }
+        wit::ScheduleRequest {
+            pod: serde_json::to_vec(pod).expect("a Pod serializes"),
+            nodes,
+            cluster: crate::serve::fleet::DEFAULT_CLUSTER.to_owned(),
+        }
     }
 }
