@@ -466,7 +466,7 @@ fn parent(owns: Vec<manifest::Owned>) -> Manifest {
         resync: None,
         max_concurrency: 1,
         roles: manifest::Roles::reconcile_only(),
-        egress: vec![],
+        egress: Default::default(),
     }
 }
 
