@@ -143,3 +143,48 @@ async fn a_component_of_contract_0_3_0_reviews_admission_requests() {
         allowed => panic!("denied expected: {allowed:?}"),
     }
 }
+
+/// A ConfigMap for the fixture guest asking it to report its cluster.
+fn reports_its_cluster() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "where", "namespace": "default"},
+        "data": {"behaviour": "cluster"},
+    })
+}
+
+fn cluster_child(cluster: &capstan_host::cluster::mock::MockCluster) -> serde_json::Value {
+    let gvk = capstan_host::object::Gvk::new("", "v1", "ConfigMap");
+    let r = capstan_host::object::ObjectRef::new(gvk, Some("default"), "where-cluster");
+    cluster.get_sync(&r).expect("the child is applied")["data"]["cluster"].clone()
+}
+
+#[tokio::test]
+async fn a_reconcile_request_names_the_cluster_the_reconciler_serves() {
+    use capstan_host::cluster::Cluster;
+    use capstan_host::control::reconciler::Reconciler;
+    use std::sync::Arc;
+    let engine = Engine::new(EngineConfig::default()).expect("engine");
+    let loader = Loader::new(Runtime::new(&engine, Limits::default()).expect("linker"), None);
+    let loaded = loader.load(&find_component("fixture").unwrap_or_else(|e| panic!("{e}"))).await.expect("loads");
+    assert_eq!(loaded.contract, capstan_host::CONTRACT_VERSION);
+    let cluster = Arc::new(capstan_host::cluster::mock::MockCluster::new());
+    let seeded = cluster.seed(reports_its_cluster()).expect("seeded");
+    let r = capstan_host::object::ObjectRef::of(&seeded).expect("a reference");
+    let backend: Arc<dyn Cluster> = cluster.clone();
+    let reconciler = Reconciler::new(loader.runtime().clone(), loaded, backend).in_cluster("east");
+    assert_eq!(reconciler.cluster_name(), "east");
+    let report = reconciler.reconcile(&r).await;
+    assert!(report.result.is_ok(), "{:?}", report.result);
+    assert_eq!(cluster_child(&cluster), "east");
+}
+
+#[tokio::test]
+async fn the_mock_host_names_its_cluster_default() {
+    let mut host = MockHost::new().expect("host");
+    host.load(find_component("fixture").unwrap_or_else(|e| panic!("{e}"))).await.expect("loads");
+    host.seed(reports_its_cluster()).expect("seeded");
+    let run = host.run_until_idle().await.expect("settles");
+    assert_eq!(run.failures().count(), 0);
+    assert_eq!(cluster_child(host.cluster()), "default");
+}

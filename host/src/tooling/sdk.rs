@@ -8,6 +8,7 @@
 //!
 //! ```text
 //! DIR/wit/*.wit                      the contract this binary runs (capstan:operator)
+//! DIR/wit/deps/*/*.wit               the WASI packages it uses (wasi:http and its dependencies)
 //! DIR/guest-sdk/                     the Rust crate capstan-guest (a standalone Cargo.toml)
 //! DIR/guest-sdk/python/              the Python package capstan-guest (pyproject.toml)
 //! DIR/guest-sdk/js/                  the npm package capstan-guest (package.json)
@@ -41,6 +42,13 @@ const CHECKOUT_FILES: &[File] = files![
     "wit/kube.wit",
     "wit/log.wit",
     "wit/types.wit",
+    "wit/deps/cli/cli.wit",
+    "wit/deps/clocks/clocks.wit",
+    "wit/deps/filesystem/filesystem.wit",
+    "wit/deps/http/http.wit",
+    "wit/deps/io/io.wit",
+    "wit/deps/random/random.wit",
+    "wit/deps/sockets/sockets.wit",
     "guest-sdk/src/admission.rs",
     "guest-sdk/src/api.rs",
     "guest-sdk/src/conditions.rs",
@@ -191,6 +199,7 @@ mod tests {
                 found.push(format!("wit/{}", entry.file_name().to_string_lossy()));
             }
         }
+        walk(Path::new("wit/deps"), &mut found);
         let carried: Vec<&str> = files().map(|f| f.path).collect();
         let missing: Vec<&String> = found.iter().filter(|f| !carried.contains(&f.as_str())).collect();
         assert!(missing.is_empty(), "files of the checkout not in sdk::CHECKOUT_FILES: {missing:?}");

@@ -368,6 +368,19 @@ mod tests {
     }
 
     #[test]
+    fn the_request_kind_is_the_reviews_or_else_its_kind() {
+        let parsed = parse(&webhook(false), &review(&greeting(None))).expect("a review");
+        let k = parsed.request.request_kind;
+        assert_eq!((k.group.as_str(), k.version.as_str(), k.kind.as_str()), ("example.com", "v1", "Greeting"));
+        let mut converted: Value = serde_json::from_slice(&review(&greeting(None))).expect("JSON");
+        converted["request"]["requestKind"] =
+            json!({"group": "example.com", "version": "v1alpha1", "kind": "Greeting"});
+        let parsed = parse(&webhook(false), &to_bytes(&converted)).expect("a review");
+        assert_eq!(parsed.request.kind.version, "v1", "the kind the webhook asked for");
+        assert_eq!(parsed.request.request_kind.version, "v1alpha1", "the kind the user wrote");
+    }
+
+    #[test]
     fn review_becomes_the_guests_request() {
         let parsed = parse(&webhook(false), &review(&greeting(None))).expect("a review");
         assert_eq!(parsed.uid, "705ab4f5");
