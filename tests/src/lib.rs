@@ -26,6 +26,7 @@
 //! failed test left behind are deleted by the harness the next time it starts
 //! once they are older than [`STALE_NAMESPACE_AGE`].
 
+pub mod alertmanager;
 pub mod bench;
 pub mod jaeger;
 pub mod registry;
