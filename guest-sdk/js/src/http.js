@@ -179,13 +179,15 @@ function payloadOf(e) {
 }
 
 /**
- * The HttpError for a wasi:http `error-code` (`{tag: "dns-error", val}`).
+ * The HttpError for a wasi:http `error-code` (`{tag: "DNS-error", val}`):
+ * its code is the case's name in lower case (`dns-error`), as in the Python
+ * SDK.
  * @param {any} code
  */
 export function errorCode(code) {
   if (code && typeof code === "object" && typeof code.tag === "string") {
     const val = code.val;
-    return new HttpError(code.tag, val === undefined ? "" : typeof val === "object" ? JSON.stringify(val) : String(val));
+    return new HttpError(code.tag.toLowerCase(), val === undefined ? "" : typeof val === "object" ? JSON.stringify(val) : String(val));
   }
   return new HttpError("internal-error", String(code));
 }
@@ -198,9 +200,12 @@ export function errorCode(code) {
  */
 function wasiSend(req, timeout) {
   const [, scheme, authority, path, query] = /** @type {RegExpExecArray} */ (URL_PARTS.exec(req.url));
+  const headers = { ...req.headers };
+  // The length, not chunks: the body is known whole, and not every server takes chunks.
+  if (req.body.length > 0) headers["content-length"] ??= String(req.body.length);
   let fields;
   try {
-    fields = Fields.fromList(Object.entries(req.headers).map(([k, v]) => [k, utf8Encode(v)]));
+    fields = Fields.fromList(Object.entries(headers).map(([k, v]) => [k, utf8Encode(v)]));
   } catch (e) {
     throw new HttpError("http-request-header-invalid", String(payloadOf(e)?.tag ?? e));
   }
@@ -212,7 +217,7 @@ function wasiSend(req, timeout) {
     throw new HttpError("http-request-method-invalid", req.method);
   }
   try {
-    outgoing.setScheme({ tag: scheme.toLowerCase() === "https" ? "https" : "http" });
+    outgoing.setScheme({ tag: scheme.toLowerCase() === "https" ? "HTTPS" : "HTTP" });
     outgoing.setAuthority(authority);
     outgoing.setPathWithQuery((path || "/") + (query ?? ""));
   } catch {

@@ -29,7 +29,7 @@ test("a request goes out through the outgoing handler and the response is read w
   });
   const sent = wasi.request;
   assert.deepEqual(sent.method, { tag: "put" });
-  assert.deepEqual(sent.scheme, { tag: "https" });
+  assert.deepEqual(sent.scheme, { tag: "HTTPS" });
   assert.equal(sent.authority, "api.example.com:8443");
   assert.equal(sent.path, "/v1/items?id=7");
   assert.deepEqual(
@@ -37,6 +37,7 @@ test("a request goes out through the outgoing handler and the response is read w
     [
       ["x-token", "t"],
       ["content-type", "application/json"],
+      ["content-length", String(toBytes(big).length)],
     ],
   );
   const written = Buffer.concat(wasi.written.map((c) => Buffer.from(c)));
@@ -55,14 +56,14 @@ test("a request goes out through the outgoing handler and the response is read w
 });
 
 test("an error code from the future or from handle is an HttpError with the wasi code", () => {
-  wasi.respond = { tag: "ok", val: { tag: "err", val: { tag: "http-request-denied" } } };
+  wasi.respond = { tag: "ok", val: { tag: "err", val: { tag: "HTTP-request-denied" } } };
   assert.throws(
     () => http.request("GET", "http://metadata.internal/"),
     (e) => e instanceof http.HttpError && e.code === "http-request-denied",
   );
   assert.equal(wasi.options, undefined);
   assert.deepEqual(wasi.written, []);
-  wasi.refuse = { tag: "dns-error", val: { rcode: "NXDOMAIN", infoCode: undefined } };
+  wasi.refuse = { tag: "DNS-error", val: { rcode: "NXDOMAIN", infoCode: undefined } };
   assert.throws(
     () => http.request("GET", "https://nowhere.example.com"),
     (e) => e instanceof http.HttpError && e.code === "dns-error" && /NXDOMAIN/.test(e.message),

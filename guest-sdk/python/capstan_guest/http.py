@@ -198,8 +198,12 @@ def error_code(code: Any) -> HttpError:
 def _wasi_send(req: Request, timeout: Optional[float]) -> Response:
     """Sends ``req`` through ``wasi:http/outgoing-handler``."""
     parts = urlsplit(req.url)
+    headers = dict(req.headers)
+    if req.body:
+        # The length, not chunks: the body is known whole, and not every server takes chunks.
+        headers.setdefault("content-length", str(len(req.body)))
     try:
-        fields = _http.Fields.from_list([(k, v.encode()) for k, v in req.headers.items()])
+        fields = _http.Fields.from_list([(k, v.encode()) for k, v in headers.items()])
     except Err as e:
         raise HttpError("http-request-header-invalid", f"{type(e.value).__name__}") from None
     outgoing = _http.OutgoingRequest(fields)

@@ -258,7 +258,8 @@ def test_a_request_goes_out_through_the_outgoing_handler_and_the_response_is_rea
     assert isinstance(sent.method, real.Method_Put)
     assert isinstance(sent.scheme, real.Scheme_Https)
     assert (sent.authority, sent.path) == ("api.example.com:8443", "/v1/items?id=7")
-    assert dict(seen["headers"]) == {"x-token": b"t", "content-type": b"application/json"}
+    length = str(len(http._json.dumps(big))).encode()
+    assert dict(seen["headers"]) == {"x-token": b"t", "content-type": b"application/json", "content-length": length}
     assert b"".join(seen["written"]) == http._json.dumps(big).encode()
     assert len(seen["written"]) == 3, "the body goes in chunks of at most 4096 bytes"
     assert seen["finished"] and seen["handled"] is sent
