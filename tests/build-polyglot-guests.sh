@@ -120,24 +120,39 @@ python_component() { # <app dir> <module>
 }
 
 # One ES module with the SDK and JSON files inlined; only the WIT imports
-# (capstan:*) stay imports.
+# (capstan:*, and wasi:* for the SDK's http) stay imports.
 js_bundle() { # <entry>
   "$bin/esbuild" "$1" --bundle --format=esm --platform=neutral --target=es2020 \
-    --alias:capstan-guest="$root/guest-sdk/js/src/index.js" --external:'capstan:*' \
+    --alias:capstan-guest="$root/guest-sdk/js/src/index.js" --external:'capstan:*' --external:'wasi:*' \
     --log-level=warning --outfile="$TMP/bundle.js"
 }
 
 # QuickJS (through jco): small and quick to compile. The sync mode keeps
 # component-model-async out, which the host does not enable.
+#
+# componentize-qjs 0.4.5 (jco 1.35's QuickJS backend) cannot build a world
+# that imports wasi:http: its build-time snapshot fills unknown imports with
+# traps and gives `wasi:http/types` an `input-stream` of its own ("component
+# imports instance `wasi:http/types@0.2.12`, but a matching implementation
+# was not found in the linker: instance export `input-stream` has the wrong
+# type: mismatched resource types"). So QuickJS components are built against
+# the operator world less that import: still capstan:operator@0.4.0, without
+# HTTP (an app that uses capstan-guest's `http` fails to build there).
+qjs_wit=$(mktemp -d)/wit
+trap 'rm -rf "${qjs_wit%/wit}"' EXIT
+mkdir "$qjs_wit"
+for f in "$root"/wit/*.wit; do
+  sed '/^[[:space:]]*import wasi:http\//d' "$f" >"$qjs_wit/${f##*/}"
+done
 js_quickjs() { # <entry>
   js_bundle "$1"
   # jco reads the WIT through a WASI sandbox rooted at the working directory.
-  (cd "$root" && "$bin/jco" componentize "$TMP/bundle.js" --wit "$wit" --world-name operator \
+  (cd "$qjs_wit/.." && "$bin/jco" componentize "$TMP/bundle.js" --wit "${qjs_wit##*/}" --world-name operator \
     --backend quickjs --backend-qjs-disable-async -o "$OUT")
 }
 
-# SpiderMonkey (componentize-js). wasi:http is disabled: the host does not
-# link it and the guests do not need it.
+# SpiderMonkey (componentize-js). The engine's own fetch and HTTP server are
+# disabled; capstan-guest's `http` calls the world's wasi:http import itself.
 js_spidermonkey() { # <entry>
   js_bundle "$1"
   (cd "$root" && "$bin/componentize-js" "$TMP/bundle.js" --wit "$wit" --world-name operator \

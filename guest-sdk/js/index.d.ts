@@ -194,9 +194,21 @@ export interface FailedChild {
 
 /** Handed to every callback. */
 export class Context {
-  constructor(event: EventKind, namespace: string | undefined, name: string, failedChildren?: readonly FailedChild[]);
+  constructor(
+    event: EventKind,
+    namespace: string | undefined,
+    name: string,
+    failedChildren?: readonly FailedChild[],
+    cluster?: string,
+  );
   /** Why this reconcile happens. */
   readonly event: EventKind;
+  /**
+   * The name of the cluster the object is in: `default` for the host's own
+   * cluster, else the name the host engaged it by. `api` and `record`
+   * address this cluster.
+   */
+  readonly cluster: string;
   /** Namespace of the reconciled object (`undefined` if cluster-scoped). */
   readonly namespace: string | undefined;
   /** Name of the reconciled object. */
@@ -405,6 +417,12 @@ export class Manifest {
   converts(apiVersion: string, kind: string): this;
   /** This component schedules the Pods whose `spec.schedulerName` is `name`. */
   scheduler(name: string): this;
+  /**
+   * Origins (`SCHEME://HOST[:PORT]`, e.g. `https://api.example.com`,
+   * `https://*.example.com`, `http://10.0.0.7:8000-8010`) the component may
+   * call over HTTP(S); the host refuses every other. None by default.
+   */
+  egress(...origins: (string | string[])[]): this;
 }
 
 /**
@@ -434,9 +452,11 @@ export interface ReconcileRequest {
     reason: string;
     message: string;
   }[];
+  /** The cluster the object is in (`default`: the host's own). */
+  cluster: string;
 }
 
-/** The shape of the `capstan:operator/controller@0.3.0` export. */
+/** The shape of the `capstan:operator/controller@0.4.0` export. */
 export interface ControllerExport {
   /** Returns the WIT `component-manifest`. */
   manifest(): unknown;
@@ -531,6 +551,21 @@ export interface AdmissionRequest<T extends KubeObject = KubeObject> {
   userInfo: { username: string; uid: string; groups: string[] };
   dryRun: boolean;
   uid: string;
+  /** The object's kind, in the version the webhook asked for. */
+  kind: GroupVersionKind;
+  /**
+   * The kind in the version the user's request was made in: differs from
+   * `kind` when the API server converted the object for this webhook
+   * (`matchPolicy: Equivalent`).
+   */
+  requestKind: GroupVersionKind;
+}
+
+/** A kind in one version of its API group (`group` is `""` for the core group). */
+export interface GroupVersionKind {
+  readonly group: string;
+  readonly version: string;
+  readonly kind: string;
 }
 
 /** An object of a request that does not decode: what came, and why. */
@@ -650,6 +685,8 @@ export class Unschedulable extends Error {
 
 /** A scheduling policy. */
 export class Scheduler extends Component {
+  /** The cluster the Pod is in (`default`: the host's own), set before `schedule` is called. */
+  cluster: string;
   /** The name of the Node for `pod`, or `Unschedulable`. */
   schedule(pod: any, nodes: NodeInfo[]): string | Unschedulable;
 }
@@ -667,3 +704,62 @@ export function tolerates(pod: any, taint: { key?: string; value?: string; effec
 
 /** A Kubernetes quantity in milli-units, or undefined. */
 export function parseQuantity(quantity: string): number | undefined;
+
+/**
+ * HTTP(S) calls to the origins the manifest declares in `egress`, through
+ * `wasi:http/outgoing-handler`. Components built with SpiderMonkey
+ * (componentize-js) only: the QuickJS engine cannot build a world that
+ * imports wasi:http, and a QuickJS build of an app that uses `http` fails.
+ *
+ * ```js
+ * const r = http.request("POST", "https://hooks.example.com/notify", { json: { name: ctx.name } });
+ * if (!r.ok) throw new Transient(`hooks.example.com answered ${r.status}`);
+ * ```
+ */
+export namespace http {
+  /** A request that got no response: refused by the host, or failed on the way. */
+  class HttpError extends Error {
+    constructor(code: string, message?: string);
+    /** What failed, as wasi:http names it: `http-request-denied`, `dns-error`, `connection-refused`, ... */
+    readonly code: string;
+    /** Details, when there are any. */
+    readonly detail: string;
+  }
+  /** A request as `request` sends it (and as a FakeHost stub gets it). */
+  class Request {
+    readonly method: string;
+    readonly url: string;
+    /** Header names in lower case. */
+    readonly headers: Record<string, string>;
+    readonly body: Uint8Array;
+    /** `scheme://host[:port]` of the URL, without the scheme's default port. */
+    readonly origin: string;
+    json(): any;
+  }
+  /** A response, read whole. */
+  class Response {
+    constructor(status: number, headers?: Record<string, string>, body?: Uint8Array);
+    readonly status: number;
+    /** Header names in lower case; repeated headers joined with `, `. */
+    readonly headers: Record<string, string>;
+    readonly body: Uint8Array;
+    /** True for a status from 200 to 299. */
+    readonly ok: boolean;
+    text(): string;
+    json(): any;
+    /** A response with `value` as its JSON body. */
+    static ofJson(value: unknown, status?: number): Response;
+  }
+  /**
+   * Sends a request and reads the whole response; throws `HttpError` when
+   * none came (the origin is not declared in `egress`, DNS, connection,
+   * TLS, timeout). `timeout`: seconds to connect, and between bytes.
+   */
+  function request(
+    method: string,
+    url: string,
+    options?: { json?: unknown; body?: Uint8Array | string; headers?: Record<string, string>; timeout?: number },
+  ): Response;
+  /** `scheme://host[:port]` of `url`, lower case, without the scheme's default port. */
+  function originOf(url: string): string;
+}

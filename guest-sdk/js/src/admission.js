@@ -244,6 +244,14 @@ export class Admission extends Component {
  * @property {{username: string, uid: string, groups: string[]}} userInfo who makes the request
  * @property {boolean} dryRun nothing will be stored
  * @property {string} uid the request's UID
+ * @property {{group: string, version: string, kind: string}} kind the
+ *   object's kind, in the version the webhook asked for (the version
+ *   `object` and `oldObject` are in)
+ * @property {{group: string, version: string, kind: string}} requestKind the
+ *   kind in the version the user's request was made in: differs from `kind`
+ *   when the API server converted the object for this webhook
+ *   (`matchPolicy: Equivalent`), e.g. a webhook declared for `apps/v1`
+ *   called for a request made in `apps/v1beta2`
  */
 
 /**
@@ -264,6 +272,14 @@ function decode(bytes, what) {
     return [undefined, { raw: raw(), error: `${what} is not a JSON object` }];
   }
   return [obj, undefined];
+}
+
+/**
+ * A WIT `group-version-kind` as a frozen plain object.
+ * @param {{group: string, version: string, kind: string} | undefined} g
+ */
+function kindOf(g) {
+  return Object.freeze({ group: g?.group ?? "", version: g?.version ?? "", kind: g?.kind ?? "" });
 }
 
 /**
@@ -289,6 +305,8 @@ export function runReview(AdmissionClass, request) {
     userInfo: { ...request.userInfo, groups: [...(request.userInfo?.groups ?? [])] },
     dryRun: request.dryRun,
     uid: request.uid,
+    kind: kindOf(request.kind),
+    requestKind: kindOf(request.requestKind ?? request.kind),
   };
   const admission = new AdmissionClass();
   let verdict;

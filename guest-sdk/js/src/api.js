@@ -3,7 +3,7 @@
 // checks it against the controller's grants, and throws an `ApiError`
 // subclass on failure.
 
-import * as kube from "capstan:operator/kube@0.3.0";
+import * as kube from "capstan:operator/kube@0.4.0";
 
 import { ApiError, BadRequest, Decode, apiError } from "./errors.js";
 import { fromBytes, toBytes } from "./json.js";

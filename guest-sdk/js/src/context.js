@@ -1,6 +1,6 @@
 // What a callback gets besides the object: the `Context`.
 
-import { record } from "capstan:operator/events@0.3.0";
+import { record } from "capstan:operator/events@0.4.0";
 
 import { Api, call } from "./api.js";
 import { log } from "./log.js";
@@ -48,8 +48,8 @@ export function failedChild(failure) {
 
 /**
  * Handed to every callback: the event kind, the reconciled object's
- * namespace and name, the children refused last time, the Kubernetes
- * client, events and logging.
+ * cluster, namespace and name, the children refused last time, the
+ * Kubernetes client, events and logging.
  */
 export class Context {
   /**
@@ -58,8 +58,9 @@ export class Context {
    * @param {string | undefined} namespace
    * @param {string} name
    * @param {readonly FailedChild[]} [failedChildren]
+   * @param {string} [cluster]
    */
-  constructor(event, namespace, name, failedChildren = []) {
+  constructor(event, namespace, name, failedChildren = [], cluster = "default") {
     /** Why this reconcile happens. */
     this.event = event;
     /** Namespace of the reconciled object (`undefined` if cluster-scoped). */
@@ -72,6 +73,13 @@ export class Context {
      * @type {readonly FailedChild[]}
      */
     this.failedChildren = Object.freeze([...failedChildren]);
+    /**
+     * The name of the cluster the object is in: `default` for the host's own
+     * cluster, else the name the host engaged it by (`capstan run --cluster
+     * NAME=...`, or a kubeconfig Secret's). `api` and `record` address this
+     * cluster; a controller run over a fleet tells the clusters apart by it.
+     */
+    this.cluster = cluster;
     /** Structured logging under this reconcile's span. */
     this.log = log;
   }

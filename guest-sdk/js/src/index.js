@@ -29,3 +29,4 @@ export { ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Ver
 export { exportComponent } from "./export.js";
 export { Event, Outcome } from "./outcome.js";
 export { NodeInfo, Scheduler, Unschedulable, parseQuantity, podRequests, tolerates } from "./scheduler.js";
+export * as http from "./http.js";

@@ -1,7 +1,7 @@
 // Structured logging through the host: lines are re-emitted as tracing
 // events under the span of the current reconcile.
 
-import { log as hostLog } from "capstan:operator/log@0.3.0";
+import { log as hostLog } from "capstan:operator/log@0.4.0";
 
 /**
  * Logger handed out as `ctx.log` (and exported as `log`). Keep messages

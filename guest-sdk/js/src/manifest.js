@@ -194,7 +194,8 @@ export class Watch {
  *   .watches(new Watch("v1", "ConfigMap", Mapping.reference(Field.annotation("example.com/owner"))))
  *   .finalizer("example.com/cleanup")
  *   .resync(600)
- *   .maxConcurrency(4);
+ *   .maxConcurrency(4)
+ *   .egress("https://api.example.com");
  * ```
  */
 export class Manifest {
@@ -206,6 +207,8 @@ export class Manifest {
   constructor(name) {
     /** @internal */
     this.roles = { reconcile: false, admission: [], conversion: [], scheduler: undefined };
+    /** @internal @type {string[]} */
+    this.origins = [];
     /** @internal */
     this.wit = {
       name,
@@ -332,6 +335,32 @@ export class Manifest {
   }
 
   /**
+   * Origins the component may call over HTTP(S), given as arguments or as
+   * one array; adds to those declared before. The host refuses every other
+   * request before it connects; none is declared by default.
+   *
+   * Each origin is `SCHEME://HOST[:PORT]`: scheme `http` or `https`; host a
+   * DNS name, `*.` and a domain for any name below it, or an IP address
+   * (IPv6 in brackets); port a number or a range `LOW-HIGH`, the scheme's
+   * default when left out. No path, query, user or bare `*`; the host checks
+   * them when it loads the component. Components built with the QuickJS
+   * engine cannot make HTTP calls (see docs/guests/javascript.md); those
+   * built with SpiderMonkey can, with `fetch` or `http.request`.
+   *
+   * ```js
+   * .egress("https://api.example.com", "http://alertmanager.monitoring.svc:9093")
+   * ```
+   * @param {...(string | string[])} origins
+   */
+  egress(...origins) {
+    for (const o of origins.flat()) {
+      if (typeof o !== "string") throw new TypeError(`an egress origin is a string, not ${typeof o}`);
+      this.origins.push(o);
+    }
+    return this;
+  }
+
+  /**
    * The contract's `component-manifest`. Without a primary kind, the
    * component is about `v1` `Pod` when it schedules, else about the first
    * kind its webhooks check or the first CRD it converts.
@@ -351,7 +380,7 @@ export class Manifest {
         this.wit.primary = { group, version: this.crdVersion(kind), kind };
       }
     }
-    return { controller: this.wit, roles: this.roles };
+    return { controller: this.wit, roles: this.roles, egress: [...this.origins] };
   }
 
   /** @internal The first version of the declared CRD of `kind`, or "". @param {string} kind */

@@ -177,6 +177,17 @@ export class Unschedulable extends Error {
 
 /** A scheduling policy. A fresh instance is made for every call. */
 export class Scheduler extends Component {
+  constructor() {
+    super();
+    /**
+     * The name of the cluster the Pod is in, set before `schedule` is
+     * called: `default` for the host's own cluster, else the name the host
+     * engaged it by. The Nodes are that cluster's.
+     * @type {string}
+     */
+    this.cluster = "default";
+  }
+
   /**
    * Picks the Node for `pod` among `nodes` (every Node the host knows, in
    * name order) and returns its name; throws or returns `Unschedulable` when
@@ -306,7 +317,7 @@ const unschedulable = (reasons) => ({ reasons });
  * policy first reads it); throws the WIT `unschedulable` record with the
  * reasons (an exception is one).
  * @param {new () => Scheduler} SchedulerClass
- * @param {{pod: Uint8Array, nodes: any[]}} request
+ * @param {{pod: Uint8Array, nodes: any[], cluster?: string}} request
  * @returns {string}
  */
 export function runSchedule(SchedulerClass, request) {
@@ -321,9 +332,11 @@ export function runSchedule(SchedulerClass, request) {
     info[JSON_BYTES] = n.node;
     return info;
   });
+  const scheduler = new SchedulerClass();
+  scheduler.cluster = request.cluster ?? "default";
   let picked;
   try {
-    picked = new SchedulerClass().schedule(pod, nodes);
+    picked = scheduler.schedule(pod, nodes);
   } catch (e) {
     if (e instanceof Unschedulable) throw unschedulable([...e.reasons]);
     const name = e instanceof Error ? e.name : typeof e;

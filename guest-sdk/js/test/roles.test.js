@@ -46,11 +46,12 @@ const greeting = (replicas) => ({
   spec: replicas === undefined ? { message: "hello" } : { message: "hello", replicas },
 });
 
-const admissionRequest = (webhookType, object, operation = "create", oldObject = undefined) => ({
+const admissionRequest = (webhookType, object, operation = "create", oldObject = undefined, requestVersion = "v1") => ({
   webhook: "check.greetings.example.com",
   webhookType,
   uid: "u-1",
   kind: { group: "example.com", version: "v1", kind: "Greeting" },
+  requestKind: { group: "example.com", version: requestVersion, kind: "Greeting" },
   subResource: undefined,
   name: "hi",
   namespace: "demo",
@@ -103,7 +104,7 @@ test("a controller alone serves reconcile only and the other roles answer not se
     (e) => e === "this component does not serve conversion",
   );
   assert.throws(
-    () => exports.scheduler.schedule({ pod: toBytes(pod), nodes: [] }),
+    () => exports.scheduler.schedule({ pod: toBytes(pod), nodes: [], cluster: "default" }),
     (e) => assert.deepEqual(e, { reasons: ["this component does not serve scheduling"] }) ?? true,
   );
 });
@@ -416,7 +417,7 @@ test("a node from the host is decoded only when the policy reads it", () => {
   // The sentinel is not JSON: a policy that never reads it never decodes it.
   const nodes = [host("sentinel", new TextEncoder().encode("not json")), host("b1", toBytes(good))];
   const { schedule } = exportComponent({ scheduler: ByName }).scheduler;
-  assert.equal(schedule({ pod: toBytes(pod), nodes }), "b1");
+  assert.equal(schedule({ pod: toBytes(pod), nodes, cluster: "default" }), "b1");
   assert.deepEqual(
     seen.map((n) => n.name),
     ["sentinel", "b1"],
@@ -424,7 +425,7 @@ test("a node from the host is decoded only when the policy reads it", () => {
   assert.deepEqual(seen[1].node, good);
   const readsAll = { ...pod, metadata: { name: "p", labels: { read: "all" } } };
   assert.throws(
-    () => schedule({ pod: toBytes(readsAll), nodes }),
+    () => schedule({ pod: toBytes(readsAll), nodes, cluster: "default" }),
     (e) => e.reasons.length === 1 && e.reasons[0].startsWith("Node sentinel does not decode: "),
   );
 });
@@ -460,7 +461,7 @@ test("schedule returns a node name or the reasons it is unschedulable", () => {
   const exports = exportComponent({ scheduler: FirstFit });
   assert.deepEqual(exports.controller.manifest().roles.scheduler, { name: "first-fit" });
   const { schedule } = exports.scheduler;
-  const request = (p, ...nodes) => ({ pod: toBytes(p), nodes });
+  const request = (p, ...nodes) => ({ pod: toBytes(p), nodes, cluster: "default" });
   assert.equal(schedule(request(pod, wireNode("a1", 4000, "a"), wireNode("b1", 500, "b"), wireNode("b2", 4000, "b"))), "b2");
   const reasons = (p, ...nodes) => {
     try {
@@ -473,4 +474,42 @@ test("schedule returns a node name or the reasons it is unschedulable", () => {
   assert.deepEqual(reasons(pod, wireNode("b1", 500, "b")), ["1 nodes have too little cpu", "or are in the wrong zone"]);
   assert.deepEqual(reasons({ ...pod, metadata: { name: "p", labels: { mode: "return" } } }), ["returned"]);
   assert.deepEqual(reasons({ ...pod, metadata: { name: "p", labels: { mode: "bug" } } }), ["unhandled TypeError: zone"]);
+});
+
+test("an admission request has the webhook's kind and the user's request kind", () => {
+  const seen = [];
+  class Versions extends Hooks {
+    validate(request) {
+      seen.push([request.kind, request.requestKind]);
+      const verdict = Verdict.allow();
+      if (request.requestKind.version === "v1beta1") verdict.warn(`${request.requestKind.version} is deprecated`);
+      return verdict;
+    }
+  }
+  const { admission } = exportComponent({ admission: Versions });
+  const same = admission.review(admissionRequest("validating", greeting()));
+  const converted = admission.review(admissionRequest("validating", greeting(), "create", undefined, "v1beta1"));
+  const v1 = { group: "example.com", version: "v1", kind: "Greeting" };
+  assert.deepEqual(seen, [
+    [v1, v1],
+    [v1, { group: "example.com", version: "v1beta1", kind: "Greeting" }],
+  ]);
+  assert.deepEqual(same.warnings, []);
+  assert.deepEqual(converted.warnings, ["v1beta1 is deprecated"]);
+  assert.ok(Object.isFrozen(seen[0][1]));
+});
+
+test("the scheduler learns the cluster of the pod", () => {
+  class PerCluster extends Scheduler {
+    manifest() {
+      return new Manifest("per-cluster").scheduler("per-cluster");
+    }
+
+    schedule() {
+      return `${this.cluster}-node`;
+    }
+  }
+  const { scheduler } = exportComponent({ scheduler: PerCluster });
+  assert.equal(scheduler.schedule({ pod: toBytes(pod), nodes: [], cluster: "edge-3" }), "edge-3-node");
+  assert.equal(scheduler.schedule({ pod: toBytes(pod), nodes: [], cluster: "default" }), "default-node");
 });

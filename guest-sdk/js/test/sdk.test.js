@@ -148,10 +148,11 @@ class Probe extends Controller {
   }
 }
 
-const request = (event, obj, failedChildren = []) => ({
+const request = (event, obj, failedChildren = [], cluster = "default") => ({
   event,
   object: obj instanceof Uint8Array ? obj : toBytes(obj),
   failedChildren,
+  cluster,
 });
 const run = (event, spec) =>
   exportComponent({ controller: Probe }).controller.reconcile(request(event, { ...greeting, spec }));
@@ -339,4 +340,41 @@ test("watch mappings include reference and all", () => {
   });
   assert.throws(() => Mapping.reference("name"), TypeError);
   assert.throws(() => Mapping.reference(Field.NAME, { tag: "uid" }), TypeError);
+});
+
+test("the cluster of the request is on the context", () => {
+  const seen = [];
+  class Fleet extends Controller {
+    manifest() {
+      return new Manifest("fleet").primary("example.com/v1", "Greeting");
+    }
+
+    reconcile(ctx) {
+      seen.push(ctx.cluster);
+      return new Outcome();
+    }
+  }
+  const { controller } = exportComponent({ controller: Fleet });
+  controller.reconcile(request("added", greeting, [], "eu-west"));
+  controller.reconcile(request("resync", greeting));
+  controller.reconcile({ event: "resync", object: toBytes(greeting), failedChildren: [] });
+  assert.deepEqual(seen, ["eu-west", "default", "default"]);
+  assert.equal(new Context("added", "demo", "hi").cluster, "default");
+});
+
+test("egress origins go into the component manifest in order", () => {
+  const quiet = new Manifest("quiet").primary("v1", "ConfigMap").component(true);
+  assert.deepEqual(quiet.egress, []);
+  const calling = new Manifest("caller")
+    .primary("v1", "ConfigMap")
+    .egress("https://api.example.com")
+    .egress(["https://*.example.org", "http://alertmanager.monitoring.svc:9093"], "http://[::1]:8000-8010")
+    .component(true);
+  assert.deepEqual(calling.egress, [
+    "https://api.example.com",
+    "https://*.example.org",
+    "http://alertmanager.monitoring.svc:9093",
+    "http://[::1]:8000-8010",
+  ]);
+  assert.throws(() => new Manifest("bad").egress(443), /an egress origin is a string/);
 });

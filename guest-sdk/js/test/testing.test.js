@@ -2,8 +2,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Context, Controller, Event, Outcome, Terminal, NotFound, AlreadyExists } from "../src/index.js";
-import { FakeHost, node, nodeInfos, reconcile, schedule } from "../testing/index.js";
+import { Context, Controller, Event, Outcome, Terminal, Transient, NotFound, AlreadyExists, http } from "../src/index.js";
+import { FakeHost, HttpError, Response, node, nodeInfos, reconcile, schedule } from "../testing/index.js";
 import { Scheduler, Unschedulable, log, podRequests } from "../src/index.js";
 
 const greeting = {
@@ -135,4 +135,64 @@ test("schedule runs the policy under a fake host that keeps its log lines", () =
   assert.equal(schedule(Logged, { spec: {} }, [node("a1")], { host }), "a1");
   assert.deepEqual(host.logs, [["debug", "picked", { node: "a1", candidates: "1" }]]);
   assert.equal(schedule(Logged, { spec: {} }, [node("b1")]), "b1");
+});
+
+test("reconcile and schedule hand the cluster given to the code under test", () => {
+  const clusters = [];
+  class Where extends Controller {
+    reconcile(ctx) {
+      clusters.push(ctx.cluster);
+      return new Outcome();
+    }
+  }
+  reconcile(Where, greeting, { cluster: "edge-3" });
+  reconcile(Where, greeting);
+  assert.deepEqual(clusters, ["edge-3", "default"]);
+  class Named extends Scheduler {
+    schedule() {
+      return `${this.cluster}-node`;
+    }
+  }
+  assert.equal(schedule(Named, { spec: {} }, [node("a1")], { cluster: "eu" }), "eu-node");
+  assert.equal(schedule(Named, { spec: {} }, [node("a1")]), "default-node");
+});
+
+const alert = { apiVersion: "example.com/v1", kind: "Alert", metadata: { name: "disk-full", namespace: "ops" } };
+
+class Notifier extends Controller {
+  reconcile(ctx) {
+    const r = http.request("POST", "https://hooks.example.com/notify?via=capstan", { json: { name: ctx.name } });
+    if (!r.ok) throw new Transient(`hooks.example.com answered ${r.status}`);
+    return new Outcome().status({ ticket: r.json().id });
+  }
+}
+
+test("a stubbed origin answers and every request is recorded", () => {
+  const host = new FakeHost([alert]).http("https://hooks.example.com:443", Response.ofJson({ id: 7 }, 201));
+  const done = reconcile(Notifier, alert, { host });
+  assert.deepEqual(done.status, { ticket: 7 });
+  assert.equal(host.requests.length, 1);
+  const [sent] = host.requests;
+  assert.equal(sent.method, "POST");
+  assert.equal(sent.url, "https://hooks.example.com/notify?via=capstan");
+  assert.equal(sent.origin, "https://hooks.example.com");
+  assert.deepEqual(sent.json(), { name: "disk-full" });
+  assert.deepEqual(sent.headers, { "content-type": "application/json" });
+  assert.deepEqual(host.calls.at(-1), ["http.request", sent]);
+});
+
+test("a stub may be a function of the request or an error, and other origins are refused", () => {
+  const failing = new FakeHost([alert]).http("https://hooks.example.com", (req) =>
+    req.json().name === "disk-full" ? new Response(503) : Response.ofJson({ id: 1 }),
+  );
+  assert.throws(() => reconcile(Notifier, alert, { host: failing }), /answered 503/);
+  const refused = new FakeHost([alert]).http("https://hooks.example.com", new HttpError("connection-refused"));
+  assert.throws(() => reconcile(Notifier, alert, { host: refused }), (e) => e instanceof HttpError && e.code === "connection-refused");
+  const other = new FakeHost([alert]).http("http://hooks.example.com", new Response(200));
+  assert.throws(
+    () => reconcile(Notifier, alert, { host: other }),
+    (e) => e.code === "http-request-denied" && /https:\/\/hooks.example.com is not stubbed/.test(e.message),
+  );
+  assert.deepEqual(other.requests.map((r) => r.origin), ["https://hooks.example.com"]);
+  assert.throws(() => http.request("GET", "https://hooks.example.com"), /wasi:http runs only in a component/);
 });

@@ -1,5 +1,6 @@
 // The fake host: a small in-memory API server behind the WIT imports.
 
+import { HttpError, Response, originOf, transport } from "../src/http.js";
 import { fromBytes, toBytes } from "../src/json.js";
 
 /** @type {FakeHost | undefined} */
@@ -59,6 +60,11 @@ function selected(labels, selector) {
  * applied fields merged into what is stored) and their status variants are
  * answered; grants, server-side apply field ownership and admission are not
  * faked: the scenarios (`capstan test`) and `capstan e2e` cover those.
+ *
+ * HTTP calls (`http.request`) never leave the process: the fake answers the
+ * origins a test stubs with `http(origin, answer)`, refuses the others as
+ * the host refuses origins the manifest does not declare, and records every
+ * request in `requests`.
  */
 export class FakeHost {
   /** @param {object[]} [objects] objects to hold (apiVersion, kind, metadata.name) */
@@ -71,6 +77,10 @@ export class FakeHost {
     this.events = [];
     /** Log lines: `[level, message, fields]`. */
     this.logs = [];
+    /** HTTP requests made with `http.request`, in order, refused ones included. */
+    this.requests = [];
+    /** @type {Map<string, any>} */
+    this.origins = new Map();
     this.version = 0;
     for (const obj of objects) this.put(obj);
   }
@@ -88,15 +98,54 @@ export class FakeHost {
     return this.objects.get(JSON.stringify([apiVersion, kind, namespace ?? null, name]));
   }
 
+  /**
+   * Answers HTTP requests to `origin` (`scheme://host[:port]`; any path)
+   * with `answer`: a `Response`, an Error to throw (e.g. `HttpError`), or a
+   * function of the `Request` returning either. Requests to origins not
+   * stubbed throw `HttpError` `http-request-denied`, as the host refuses
+   * origins the manifest does not declare. Returns the fake, to chain:
+   *
+   * ```js
+   * const host = new FakeHost([alert]).http("https://hooks.example.com", Response.ofJson({ id: 7 }));
+   * ```
+   * @param {string} origin
+   * @param {any} answer
+   */
+  http(origin, answer) {
+    this.origins.set(originOf(origin), answer);
+    return this;
+  }
+
   /** Makes this the host the WIT imports call (until `uninstall`). */
   install() {
     active = this;
+    transport.send = (request) => this.answer(request);
     return this;
   }
 
   /** Stops answering the WIT imports. */
   uninstall() {
-    if (active === this) active = undefined;
+    if (active === this) {
+      active = undefined;
+      transport.send = transport.wasi;
+    }
+  }
+
+  /** @internal @param {import("../src/http.js").Request} request */
+  answer(request) {
+    this.requests.push(request);
+    this.calls.push(["http.request", request]);
+    if (!this.origins.has(request.origin)) {
+      throw new HttpError(
+        "http-request-denied",
+        `${request.origin} is not stubbed: new FakeHost().http(${JSON.stringify(request.origin)}, ...)`,
+      );
+    }
+    let answer = this.origins.get(request.origin);
+    if (typeof answer === "function") answer = answer(request);
+    if (answer instanceof Error) throw answer;
+    if (!(answer instanceof Response)) throw new TypeError("a FakeHost.http stub answered something other than a Response");
+    return new Response(answer.status, { ...answer.headers }, Uint8Array.from(answer.body));
   }
 
   /** @param {string} name @param {any[]} args */

@@ -12,12 +12,20 @@
 //   import { node, schedule } from "capstan-guest/testing";
 //   const nodes = [node("a1", { labels: { zone: "a" }, cpu: "2" }), node("b1", { labels: { zone: "b" } })];
 //   assert.equal(schedule(ZoneSpread, pendingPod, nodes, { pods: boundPods }), "b1");
+//
+// HTTP calls (`http.request`) never leave the process: stub an origin on the
+// FakeHost, and read what was sent in `host.requests`:
+//
+//   const host = new FakeHost([alert]).http("https://hooks.example.com", Response.ofJson({ id: 7 }));
+//   const done = reconcile(Notifier, alert, { host });
+//   assert.deepEqual(host.requests[0].json(), { name: "disk-full" });
 
 import { Context, NodeInfo, Outcome, Unschedulable, parseQuantity, podRequests } from "../src/index.js";
 import { fromBytes } from "../src/json.js";
 import { FakeHost, plainEvent } from "./host.js";
 
 export { FakeHost };
+export { HttpError, Request, Response } from "../src/http.js";
 
 /**
  * What a reconcile asked the host to do, as plain data.
@@ -43,18 +51,18 @@ export function reconciled(outcome) {
  * Calls the controller's callback for `event` (`added` → `add`, `modified`,
  * `deleted`, `resync` → `reconcile`) on a copy of `obj`, as the host would,
  * with `host` (default: a fresh FakeHost holding `obj`) answering its API
- * calls. Returns the outcome as plain data (see `reconciled`); what the
+ * calls and `cluster` (default `"default"`) as `ctx.cluster`. Returns the outcome as plain data (see `reconciled`); what the
  * callback throws (`Terminal`, `Transient`, a bug) propagates, so
  * `assert.throws` checks it.
  * @param {new () => any} ControllerClass
  * @param {object} obj
- * @param {{event?: string, host?: FakeHost, failedChildren?: any[]}} [options]
+ * @param {{event?: string, host?: FakeHost, failedChildren?: any[], cluster?: string}} [options]
  */
-export function reconcile(ControllerClass, obj, { event = "added", host, failedChildren = [] } = {}) {
+export function reconcile(ControllerClass, obj, { event = "added", host, failedChildren = [], cluster = "default" } = {}) {
   const copy = structuredClone(obj);
   const meta = copy.metadata ?? {};
   const fake = host ?? new FakeHost([copy]);
-  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "", failedChildren);
+  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "", failedChildren, cluster);
   const controller = new ControllerClass();
   const callback = { added: "add", modified: "modify", deleted: "delete" }[event] ?? "reconcile";
   fake.install();
@@ -143,20 +151,22 @@ export function nodeInfos(nodes, pods = []) {
  * checked against the Nodes: the host reports a Node that does not exist
  * as a failed attempt; assert on it. `host` (default: an empty FakeHost)
  * answers the policy's imports while it runs: what it logs is in
- * `host.logs`.
+ * `host.logs`. `cluster` (default `"default"`) is the scheduler's `cluster`.
  * @param {new () => any} SchedulerClass
  * @param {any} pod
  * @param {any[]} nodes
- * @param {{pods?: any[], host?: FakeHost}} [options]
+ * @param {{pods?: any[], host?: FakeHost, cluster?: string}} [options]
  * @returns {string}
  */
-export function schedule(SchedulerClass, pod, nodes, { pods = [], host } = {}) {
+export function schedule(SchedulerClass, pod, nodes, { pods = [], host, cluster = "default" } = {}) {
   const infos = nodeInfos(nodes, pods);
   const fake = host ?? new FakeHost();
   fake.install();
+  const scheduler = new SchedulerClass();
+  scheduler.cluster = cluster;
   let picked;
   try {
-    picked = new SchedulerClass().schedule(structuredClone(pod), infos);
+    picked = scheduler.schedule(structuredClone(pod), infos);
   } finally {
     fake.uninstall();
   }

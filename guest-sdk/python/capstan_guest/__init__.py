@@ -42,11 +42,13 @@ CRD between versions (:class:`Conversion`, :func:`between`, declared with
 :meth:`Manifest.converts`) and schedule Pods (:class:`Scheduler`,
 :class:`NodeInfo`, :func:`pod_requests`, :func:`tolerates`, declared with
 :meth:`Manifest.scheduler`), in any mix: name each role's class in
-:func:`export`.
+:func:`export`. It may call HTTP(S) origins it declares with
+:meth:`Manifest.egress`, through :func:`capstan_guest.http.request`.
 """
 
 from . import _plain  # noqa: F401 - first: the WIT bindings, also under plain CPython
 
+from . import http
 from .admission import Admission, AdmissionRequest, Operation, Undecodable, UserInfo, Verdict, Webhook
 from .api import Api, PatchType, Propagation
 from .component import Component
@@ -71,6 +73,7 @@ from .errors import (
     Transient,
     Unavailable,
 )
+from .kinds import GroupVersionKind
 from .log import Level, Log, log
 from .manifest import ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Verb, Watch
 from .export import Exports, export
@@ -99,6 +102,7 @@ __all__ = [
     "Exports",
     "FailedChild",
     "Field",
+    "GroupVersionKind",
     "Forbidden",
     "Invalid",
     "Level",
@@ -131,6 +135,7 @@ __all__ = [
     "between",
     "export",
     "find_condition",
+    "http",
     "is_condition_true",
     "log",
     "parse_quantity",

@@ -24,10 +24,10 @@ import json
 from enum import Enum
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Type
 
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from .component import Component
-from .kinds import gvk
+from .kinds import GroupVersionKind, gvk
 from .log import log
 from .tracebacks import format_exc
 
@@ -173,6 +173,8 @@ class AdmissionRequest:
         dry_run: bool = False,
         uid: str = "",
         undecodable_old_object: Optional[Undecodable] = None,
+        kind: Optional[GroupVersionKind] = None,
+        request_kind: Optional[GroupVersionKind] = None,
     ) -> None:
         self.webhook = webhook
         """The declared webhook this request is for."""
@@ -198,6 +200,19 @@ class AdmissionRequest:
         """Nothing will be stored."""
         self.uid = uid
         """The request's UID."""
+        self.kind: GroupVersionKind = kind or GroupVersionKind("", "", "")
+        """The object's kind, in the version the webhook asked for (the
+        version :attr:`object` and :attr:`old_object` are in)."""
+        self.request_kind: GroupVersionKind = request_kind or self.kind
+        """The kind in the version the user's request was made in: differs
+        from :attr:`kind` when the API server converted the object for this
+        webhook (``matchPolicy: Equivalent``), e.g. a webhook declared for
+        ``apps/v1`` called for a request made in ``apps/v1beta2``. Name the
+        user's version in messages::
+
+            if request.request_kind.version == "v1beta1":
+                verdict.warn(f"{request.request_kind.api_version} is deprecated; use {request.kind.api_version}")
+        """
 
 
 class Verdict:
@@ -311,6 +326,8 @@ def run_review(admission: Type[Admission], request: _wit.AdmissionRequest) -> _w
         dry_run=request.dry_run,
         uid=request.uid,
         undecodable_old_object=undecodable_old_object,
+        kind=GroupVersionKind._from_wit(request.kind),
+        request_kind=GroupVersionKind._from_wit(request.request_kind),
     )
     instance = admission()
     patched: Optional[bytes] = None

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
 
 from componentize_py_types import Err
 from wit_world.imports import kube as _kube
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from . import _json, errors
 from .kinds import gvk

@@ -7,7 +7,7 @@ from enum import Enum
 from typing import Iterable, List, Optional
 
 from wit_world.imports import events as _events
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from .api import Api, call
 from .log import Log, log
@@ -72,8 +72,8 @@ class FailedChild:
 
 class Context:
     """Handed to every callback: the event kind, the reconciled object's
-    namespace and name, the children refused last time, the Kubernetes
-    client, events and logging."""
+    cluster, namespace and name, the children refused last time, the
+    Kubernetes client, events and logging."""
 
     def __init__(
         self,
@@ -81,6 +81,7 @@ class Context:
         namespace: Optional[str],
         name: str,
         failed_children: Iterable[FailedChild] = (),
+        cluster: str = "default",
     ) -> None:
         """Made by the SDK for each call."""
         self.event: EventKind = event
@@ -97,12 +98,24 @@ class Context:
             for child in ctx.failed_children:
                 ctx.log.warn("child refused", kind=child.kind, name=child.name, reason=child.reason)
         """
+        self.cluster: str = cluster
+        """The name of the cluster the object is in: ``default`` for the
+        host's own cluster, else the name the host engaged it by
+        (``capstan run --cluster NAME=...``, or a kubeconfig Secret's).
+        :meth:`api` and :meth:`record` address this cluster; a controller
+        run over a fleet tells the clusters apart by it::
+
+            owner = f"{ctx.cluster}/{ctx.namespace}/{ctx.name}"
+        """
         self.log: Log = log
         """Structured logging under this reconcile's span."""
 
     def __repr__(self) -> str:
         failed = f", failed_children={len(self.failed_children)}" if self.failed_children else ""
-        return f"Context(event={self.event.value}, namespace={self.namespace!r}, name={self.name!r}{failed})"
+        cluster = f", cluster={self.cluster!r}" if self.cluster != "default" else ""
+        return (
+            f"Context(event={self.event.value}, namespace={self.namespace!r}, name={self.name!r}{cluster}{failed})"
+        )
 
     def api(self, api_version: str, kind: str, namespace: Optional[str] = None) -> Api:
         """A client for ``kind`` in ``namespace`` (``None``: all namespaces

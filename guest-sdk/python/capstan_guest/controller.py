@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional, Type
 
 from componentize_py_types import Err
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from . import _json
 from .context import Context, EventKind, FailedChild
@@ -109,7 +109,7 @@ def run_reconcile(controller: Type[Controller], request: _wit.ReconcileRequest) 
     meta = obj.get("metadata") or {}
     namespace: Optional[str] = meta.get("namespace")
     failed = [FailedChild._from_wit(c) for c in request.failed_children]
-    ctx = Context(EventKind._from_wit(request.event), namespace, meta.get("name") or "", failed)
+    ctx = Context(EventKind._from_wit(request.event), namespace, meta.get("name") or "", failed, request.cluster)
     callback = callback_for(controller(), ctx.event)
     try:
         outcome = callback(ctx, obj)

@@ -20,7 +20,7 @@ import json
 from typing import Any, Callable, Dict, List, Type
 
 from componentize_py_types import Err
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from .component import Component
 from .log import log

@@ -7,7 +7,7 @@ from typing import List, NamedTuple, Optional, Type
 
 from componentize_py_types import Err
 from wit_world import exports as _exports
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from .admission import Admission, Verdict, run_review
 from .component import Component

@@ -12,6 +12,7 @@ Example::
         .finalizer("example.com/cleanup")
         .resync(600)
         .max_concurrency(4)
+        .egress("https://api.example.com")
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from datetime import timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterable, Mapping as MappingType, Optional, Union
 
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from .kinds import gvk
 
@@ -265,6 +266,7 @@ class Manifest:
         """A manifest for a controller named ``name`` (a DNS-1123 label,
         unique in one host). Set the primary kind with :meth:`primary`."""
         self._roles = _wit.Roles(reconcile=False, admission=[], conversion=[], scheduler=None)
+        self._egress: list[str] = []
         self._wit = _wit.ControllerManifest(
             name=name,
             primary=_wit.GroupVersionKind(group="", version="", kind=""),
@@ -373,6 +375,28 @@ class Manifest:
         self._roles.scheduler = _wit.SchedulerManifest(name=name)
         return self
 
+    def egress(self, *origins: Union[str, Iterable[str]]) -> "Manifest":
+        """Origins the component may call over HTTP(S) (see
+        :mod:`capstan_guest.http`), given as arguments or as one list; adds
+        to those declared before. The host refuses every other request
+        before it connects; none is declared by default.
+
+        Each origin is ``SCHEME://HOST[:PORT]``: scheme ``http`` or
+        ``https``; host a DNS name, ``*.`` and a domain for any name below
+        it, or an IP address (IPv6 in brackets); port a number or a range
+        ``LOW-HIGH``, the scheme's default when left out. No path, query,
+        user or bare ``*``; the host checks them when it loads the
+        component::
+
+            .egress("https://api.example.com", "http://alertmanager.monitoring.svc:9093")
+        """
+        for o in origins:
+            if isinstance(o, str):
+                self._egress.append(o)
+            else:
+                self._egress.extend(o)
+        return self
+
     def _into_wit(self) -> _wit.ControllerManifest:
         return self._wit
 
@@ -391,7 +415,7 @@ class Manifest:
                 gk = self._roles.conversion[0]
                 version = self._crd_version(gk.kind)
                 self._wit.primary = _wit.GroupVersionKind(group=gk.group, version=version, kind=gk.kind)
-        return _wit.ComponentManifest(controller=self._wit, roles=self._roles)
+        return _wit.ComponentManifest(controller=self._wit, roles=self._roles, egress=list(self._egress))
 
     def _crd_version(self, kind: str) -> str:
         """The first version of the declared CRD of ``kind``, or ``""``."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Mapping, Optional, Union
 
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from ._json import dumps as _json
 from .kinds import object_ref

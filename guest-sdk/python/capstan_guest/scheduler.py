@@ -26,7 +26,7 @@ import re
 from typing import Any, Dict, Iterable, List, Optional, Type, Union
 
 from componentize_py_types import Err
-from wit_world.imports import types as _wit
+from wit_world.imports import capstan_operator_types as _wit
 
 from . import _json
 from .component import Component
@@ -194,6 +194,11 @@ class Unschedulable(Exception):
 class Scheduler(Component):
     """A scheduling policy. A fresh instance is made for every call."""
 
+    cluster: str = "default"
+    """The name of the cluster the Pod is in, set on the instance before
+    :meth:`schedule` is called: ``default`` for the host's own cluster, else
+    the name the host engaged it by. The Nodes are that cluster's."""
+
     def schedule(self, pod: Dict[str, Any], nodes: List[NodeInfo]) -> Union[str, Unschedulable]:
         """Picks the Node for ``pod`` among ``nodes`` (every Node the host
         knows, in name order) and returns its name; raises or returns
@@ -306,8 +311,10 @@ def run_schedule(scheduler: Type[Scheduler], request: _wit.ScheduleRequest) -> s
     except ValueError as e:
         raise _unschedulable([f"the Pod does not decode: {e}"]) from None
     nodes = [NodeInfo._from_wit(n) for n in request.nodes]
+    instance = scheduler()
+    instance.cluster = request.cluster
     try:
-        picked = scheduler().schedule(pod, nodes)
+        picked = instance.schedule(pod, nodes)
     except Unschedulable as e:
         raise Err(e._into_wit()) from None
     except Exception as e:  # noqa: BLE001 - a bug in the scheduler must not trap the host call

@@ -42,6 +42,25 @@ Nodes given as plain Node objects and the Pods already bound to them::
 
 It runs the policy under a :class:`FakeHost` too (``host=`` to give one),
 so a policy that logs is tested as it runs, its lines in ``host.logs``.
+
+HTTP calls (:mod:`capstan_guest.http`) never leave the process: the fake
+answers the origins a test stubs with :meth:`FakeHost.http` (a response, a
+function of the request, or an error to raise), refuses the others as the
+host refuses origins the manifest does not declare, and records every
+request in ``host.requests``::
+
+    from capstan_guest.http import HttpError, Response
+
+    def test_reports_the_ticket():
+        host = FakeHost([alert]).http("https://hooks.example.com", Response.of_json({"id": 7}))
+        done = reconcile(Notifier, alert, host=host)
+        assert host.requests[0].json() == {"name": "disk-full"}
+        assert done.status == {"ticket": 7}
+
+    def test_an_unreachable_hook_is_retried():
+        host = FakeHost([alert]).http("https://hooks.example.com", HttpError("connection-refused", ""))
+        with pytest.raises(HttpError):
+            reconcile(Notifier, alert, host=host)
 """
 
 from __future__ import annotations
@@ -49,13 +68,14 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Type, Union
 
 from componentize_py_types import Err
 from wit_world.imports import events as _events
 from wit_world.imports import kube as _kube
 from wit_world.imports import log as _log
 
+from . import http as _http
 from .context import Context, EventKind, FailedChild
 from .controller import Controller, callback_for
 from .outcome import Outcome
@@ -63,6 +83,11 @@ from .scheduler import NodeInfo, Resources, Scheduler, Unschedulable, parse_quan
 
 Key = Tuple[str, str, Optional[str], str]
 """``(apiVersion, kind, namespace, name)`` of a stored object."""
+
+Answer = Union[_http.Response, BaseException, Callable[[_http.Request], Union[_http.Response, BaseException]]]
+"""What :meth:`FakeHost.http` answers with: a response, an error to raise
+(e.g. :class:`~capstan_guest.http.HttpError`), or a function of the
+request returning either."""
 
 _KUBE = ["get", "list", "create", "replace", "patch", "apply", "delete", "replace_status", "patch_status", "apply_status"]
 
@@ -133,6 +158,10 @@ class FakeHost:
         """Events recorded with ``ctx.record``: ``type``, ``reason``, ``action``, ``note``."""
         self.logs: List[Tuple[str, str, Dict[str, str]]] = []
         """Log lines: ``(level, message, fields)``."""
+        self.requests: List[_http.Request] = []
+        """HTTP requests made with :mod:`capstan_guest.http`, in order,
+        refused ones included."""
+        self._origins: Dict[str, Answer] = {}
         self._saved: List[Tuple[Any, str, Any]] = []
         self._version = 0
         for obj in objects:
@@ -151,7 +180,38 @@ class FakeHost:
         """The stored object, or ``None``."""
         return self.objects.get((api_version, kind, namespace, name))
 
+    def http(self, origin: str, answer: Answer) -> "FakeHost":
+        """Answers HTTP requests to ``origin`` (``scheme://host[:port]``;
+        any path) with ``answer``: a :class:`~capstan_guest.http.Response`,
+        an exception to raise, or a function of the
+        :class:`~capstan_guest.http.Request` returning either. Requests to
+        origins not stubbed fail with
+        :class:`~capstan_guest.http.HttpError` ``http-request-denied``, as
+        the host refuses origins the manifest does not declare. Returns the
+        fake, to chain::
+
+            host = FakeHost().http("https://api.example.com", lambda req: Response.of_json({"path": req.url}))
+        """
+        self._origins[_http.origin_of(origin)] = answer
+        return self
+
     # The imports.
+
+    def _http_send(self, request: _http.Request, timeout: Optional[float]) -> _http.Response:
+        self.requests.append(request)
+        self.calls.append(("http.request", request))
+        if request.origin not in self._origins:
+            raise _http.HttpError(
+                "http-request-denied", f"{request.origin} is not stubbed: FakeHost().http({request.origin!r}, ...)"
+            )
+        answer = self._origins[request.origin]
+        if callable(answer) and not isinstance(answer, (BaseException, _http.Response)):
+            answer = answer(copy.deepcopy(request))
+        if isinstance(answer, BaseException):
+            raise answer
+        if not isinstance(answer, _http.Response):
+            raise TypeError(f"a FakeHost.http stub answered {type(answer).__name__}, not a Response")
+        return copy.deepcopy(answer)
 
     def _kube_get(self, ref: Any) -> bytes:
         found = self.objects.get(_ref_key(ref))
@@ -228,6 +288,7 @@ class FakeHost:
         return [(_kube, name, self._recorded(f"kube.{name}", fakes[name])) for name in _KUBE] + [
             (_events, "record", self._recorded("events.record", self._record)),
             (_log, "log", self._log),
+            (_http, "_send", self._http_send),
         ]
 
     def _recorded(self, name: str, function: Any) -> Any:
@@ -302,11 +363,14 @@ def reconcile(
     event: Union[EventKind, str] = EventKind.ADDED,
     host: Optional[FakeHost] = None,
     failed_children: Iterable[FailedChild] = (),
+    cluster: str = "default",
 ) -> Reconciled:
     """Calls ``controller``'s callback for ``event`` (``add`` for
     ``"added"``, ``modify``, ``delete``, ``reconcile`` for ``"resync"``) on
     a copy of ``obj``, as the host would, with ``host`` (default: a fresh
-    :class:`FakeHost` holding ``obj``) answering its API calls. Returns the
+    :class:`FakeHost` holding ``obj``) answering its API calls, and
+    ``cluster`` as :attr:`Context.cluster <capstan_guest.Context.cluster>`.
+    Returns the
     outcome as :class:`Reconciled`; what the callback raises
     (:class:`~capstan_guest.Terminal`, :class:`~capstan_guest.Transient`,
     a bug) propagates, so ``pytest.raises`` checks it."""
@@ -314,7 +378,7 @@ def reconcile(
     obj = copy.deepcopy(dict(obj))
     meta = obj.get("metadata") or {}
     fake = host if host is not None else FakeHost([obj])
-    ctx = Context(kind, meta.get("namespace"), meta.get("name") or "", failed_children)
+    ctx = Context(kind, meta.get("namespace"), meta.get("name") or "", failed_children, cluster)
     callback = callback_for(controller(), kind)
     with fake:
         outcome = callback(ctx, obj)
@@ -390,20 +454,24 @@ def schedule(
     *,
     pods: Iterable[Mapping[str, Any]] = (),
     host: Optional[FakeHost] = None,
+    cluster: str = "default",
 ) -> str:
     """Calls ``scheduler``'s :meth:`~capstan_guest.Scheduler.schedule` on a
     copy of ``pod`` with :func:`node_infos` of ``nodes`` and the bound
     ``pods``, as the host does at one attempt, with ``host`` (default: an
     empty :class:`FakeHost`) answering its imports: what the policy logs
-    with :data:`capstan_guest.log` is in ``host.logs``. Returns the Node it
+    with :data:`capstan_guest.log` is in ``host.logs``, and ``cluster`` as
+    :attr:`Scheduler.cluster <capstan_guest.Scheduler.cluster>`. Returns the Node it
     picked. A Pod that fits nowhere raises
     :class:`~capstan_guest.Unschedulable` (returned or raised by the
     policy), so ``pytest.raises(capstan.Unschedulable, match=...)`` checks
     the reasons. The name is not checked against the Nodes: the host
     reports a Node that does not exist as a failed attempt; assert on it."""
     infos = node_infos(nodes, pods)
+    instance = scheduler()
+    instance.cluster = cluster
     with host if host is not None else FakeHost():
-        picked = scheduler().schedule(copy.deepcopy(dict(pod)), infos)
+        picked = instance.schedule(copy.deepcopy(dict(pod)), infos)
     if isinstance(picked, Unschedulable):
         raise picked
     if not isinstance(picked, str):

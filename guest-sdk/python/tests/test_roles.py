@@ -23,14 +23,17 @@ POD: Dict[str, Any] = {
 }
 
 
-def _admission_request(webhook_type: str, obj: Any, operation: str = "CREATE", old: Any = None) -> Any:
-    from wit_world.imports import types
+def _admission_request(
+    webhook_type: str, obj: Any, operation: str = "CREATE", old: Any = None, request_version: str = "v1"
+) -> Any:
+    from wit_world.imports import capstan_operator_types as types
 
     return types.AdmissionRequest(
         webhook="check.greetings.example.com",
         webhook_type=types.WebhookType[webhook_type],
         uid="u-1",
         kind=types.GroupVersionKind(group="example.com", version="v1", kind="Greeting"),
+        request_kind=types.GroupVersionKind(group="example.com", version=request_version, kind="Greeting"),
         sub_resource=None,
         name="hi",
         namespace="demo",
@@ -76,7 +79,7 @@ def _hooks() -> Any:
 def test_a_controller_alone_serves_reconcile_only_and_the_other_roles_answer_not_served() -> None:
     import capstan_guest as capstan
     from componentize_py_types import Err
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     class Greeter(capstan.Controller):
         def manifest(self) -> capstan.Manifest:
@@ -93,14 +96,14 @@ def test_a_controller_alone_serves_reconcile_only_and_the_other_roles_answer_not
         exports.Conversion().convert(types.ConversionRequest(desired_api_version="example.com/v1", objects=[]))
     assert converted.value.value == "this component does not serve conversion"
     with pytest.raises(Err) as scheduled:
-        exports.Scheduler().schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[]))
+        exports.Scheduler().schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], cluster="default"))
     assert scheduled.value.value.reasons == ["this component does not serve scheduling"]
 
 
 def test_a_component_without_a_controller_takes_its_manifest_from_the_first_role() -> None:
     import capstan_guest as capstan
     from componentize_py_types import Err
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     exports = capstan.export(admission=_hooks())
     manifest = exports.Controller().manifest()
@@ -110,7 +113,7 @@ def test_a_component_without_a_controller_takes_its_manifest_from_the_first_role
     assert webhook.webhook_type == types.WebhookType.VALIDATING
     assert webhook.operations == [types.Operation.CREATE, types.Operation.UPDATE]
     assert webhook.failure_policy == types.FailurePolicy.FAIL
-    request = types.ReconcileRequest(event=types.EventKind.ADDED, object=b"{}", failed_children=[])
+    request = types.ReconcileRequest(event=types.EventKind.ADDED, object=b"{}", failed_children=[], cluster="default")
     with pytest.raises(Err) as failed:
         exports.Controller().reconcile(request)
     assert failed.value.value.kind == types.FailureKind.TERMINAL
@@ -123,7 +126,7 @@ def test_a_component_without_a_controller_takes_its_manifest_from_the_first_role
 
 def test_the_manifest_declares_webhooks_conversions_and_a_scheduler_and_fills_the_primary() -> None:
     import capstan_guest as capstan
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     webhook = (
         capstan.Webhook.mutating("default.greetings.example.com")
@@ -297,7 +300,7 @@ def test_between_keeps_what_a_version_cannot_represent_in_an_annotation_and_the_
 def test_convert_answers_every_object_in_order_or_one_message() -> None:
     import capstan_guest as capstan
     from componentize_py_types import Err
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     class Versions(capstan.Conversion):
         def convert(self, obj: Dict[str, Any], desired_api_version: str) -> Dict[str, Any]:
@@ -450,7 +453,7 @@ def test_the_untolerated_taint_is_the_first_no_schedule_or_no_execute_taint_the_
 def test_a_node_from_the_host_is_decoded_only_when_the_policy_reads_it(host: Any) -> None:
     import capstan_guest as capstan
     from componentize_py_types import Err
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     seen: List[capstan.NodeInfo] = []
 
@@ -478,6 +481,7 @@ def test_a_node_from_the_host_is_decoded_only_when_the_policy_reads_it(host: Any
     request = types.ScheduleRequest(
         pod=json.dumps(POD).encode(),
         nodes=[wit_node("sentinel", b"not json"), wit_node("b1", json.dumps(good).encode())],
+        cluster="default",
     )
     schedule = capstan.export(scheduler=ByName).Scheduler().schedule
     assert schedule(request) == "b1"
@@ -486,7 +490,7 @@ def test_a_node_from_the_host_is_decoded_only_when_the_policy_reads_it(host: Any
     assert seen[1].node == good
 
     reads_all = {**POD, "metadata": {"name": "p", "labels": {"read": "all"}}}
-    reading = types.ScheduleRequest(pod=json.dumps(reads_all).encode(), nodes=request.nodes)
+    reading = types.ScheduleRequest(pod=json.dumps(reads_all).encode(), nodes=request.nodes, cluster="default")
     with pytest.raises(Err) as raised:
         schedule(reading)
     [reason] = raised.value.value.reasons
@@ -494,7 +498,7 @@ def test_a_node_from_the_host_is_decoded_only_when_the_policy_reads_it(host: Any
 
 
 def _node(name: str, cpu: int, zone: str) -> Any:
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"zone": zone}}}
     return types.NodeInfo(
@@ -513,7 +517,7 @@ def _node(name: str, cpu: int, zone: str) -> Any:
 def test_schedule_returns_a_node_name_or_the_reasons_it_is_unschedulable(host: Any) -> None:
     import capstan_guest as capstan
     from componentize_py_types import Err
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     class FirstFit(capstan.Scheduler):
         def manifest(self) -> capstan.Manifest:
@@ -536,7 +540,7 @@ def test_schedule_returns_a_node_name_or_the_reasons_it_is_unschedulable(host: A
     schedule = exports.Scheduler().schedule
 
     def request(pod: Dict[str, Any], *nodes: Any) -> Any:
-        return types.ScheduleRequest(pod=json.dumps(pod).encode(), nodes=list(nodes))
+        return types.ScheduleRequest(pod=json.dumps(pod).encode(), nodes=list(nodes), cluster="default")
 
     assert schedule(request(POD, _node("a1", 4000, "a"), _node("b1", 500, "b"), _node("b2", 4000, "b"))) == "b2"
     with pytest.raises(Err) as raised:
@@ -561,3 +565,45 @@ def test_the_export_style_of_contract_0_2_0_names_the_change() -> None:
     Controller = capstan.export(Noop)
     with pytest.raises(TypeError, match=r"Controller, Admission, Conversion, Scheduler = capstan\.export"):
         Controller()
+
+
+def test_an_admission_request_has_the_webhooks_kind_and_the_users_request_kind(host: Any) -> None:
+    import capstan_guest as capstan
+
+    seen: list = []
+
+    class Hooks(capstan.Admission):
+        def validate(self, request: capstan.AdmissionRequest) -> capstan.Verdict:
+            seen.append((request.kind, request.request_kind))
+            verdict = capstan.Verdict.allow()
+            if request.request_kind.version == "v1beta1":
+                verdict.warn(f"{request.request_kind.api_version} is deprecated; use {request.kind.api_version}")
+            return verdict
+
+    review = capstan.export(admission=Hooks).Admission().review
+    same = review(_admission_request("VALIDATING", _greeting()))
+    converted = review(_admission_request("VALIDATING", _greeting(), request_version="v1beta1"))
+    v1 = capstan.GroupVersionKind("example.com", "v1", "Greeting")
+    assert seen == [(v1, v1), (v1, capstan.GroupVersionKind("example.com", "v1beta1", "Greeting"))]
+    assert same.warnings == []
+    assert converted.warnings == ["example.com/v1beta1 is deprecated; use example.com/v1"]
+    assert capstan.GroupVersionKind.of("v1", "Pod") == capstan.GroupVersionKind("", "v1", "Pod")
+    assert capstan.GroupVersionKind.of("v1", "Pod").api_version == "v1"
+    made = capstan.AdmissionRequest("w", capstan.Operation.CREATE, kind=v1)
+    assert made.request_kind == v1, "without a request kind, it is the webhook's kind"
+
+
+def test_the_scheduler_learns_the_cluster_of_the_pod(host: Any) -> None:
+    import capstan_guest as capstan
+    from wit_world.imports import capstan_operator_types as types
+
+    class PerCluster(capstan.Scheduler):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("per-cluster").scheduler("per-cluster")
+
+        def schedule(self, pod: Dict[str, Any], nodes: List[capstan.NodeInfo]) -> str:
+            return f"{self.cluster}-node"
+
+    schedule = capstan.export(scheduler=PerCluster).Scheduler().schedule
+    assert schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], cluster="edge-3")) == "edge-3-node"
+    assert schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], cluster="default")) == "default-node"

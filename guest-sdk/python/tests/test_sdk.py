@@ -120,7 +120,7 @@ def test_json_copies_are_deep_and_bytes_round_trip() -> None:
 
 def test_the_manifest_and_outcome_have_the_shapes_of_the_wit_records() -> None:
     import capstan_guest as capstan
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     m = capstan.Manifest("web").primary("apps/v1", "Deployment").owns("v1", "ConfigMap").resync(1.5)
     m = m.max_concurrency(0)._into_wit()
@@ -161,11 +161,13 @@ def _probe() -> Any:
     return capstan.export(Probe).Controller()
 
 
-def _request(event: str, obj: Any, failed: Any = ()) -> Any:
-    from wit_world.imports import types
+def _request(event: str, obj: Any, failed: Any = (), cluster: str = "default") -> Any:
+    from wit_world.imports import capstan_operator_types as types
 
     data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
-    return types.ReconcileRequest(event=types.EventKind[event.upper()], object=data, failed_children=list(failed))
+    return types.ReconcileRequest(
+        event=types.EventKind[event.upper()], object=data, failed_children=list(failed), cluster=cluster
+    )
 
 
 def _run(event: str, spec: Dict[str, Any]) -> Any:
@@ -181,7 +183,7 @@ def test_callbacks_are_chosen_by_event_kind(host: Any) -> None:
 
 def test_what_reconcile_raises_becomes_the_failure_the_host_expects(host: Any) -> None:
     from componentize_py_types import Err
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     def failure(kind: Any, message: str) -> Any:
         return types.Failure(kind=kind, message=message, status=None, events=[])
@@ -204,7 +206,7 @@ def test_what_reconcile_raises_becomes_the_failure_the_host_expects(host: Any) -
 
 def test_an_object_that_is_not_json_is_a_terminal_error() -> None:
     from componentize_py_types import Err
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     with pytest.raises(Err) as raised:
         _probe().reconcile(_request("added", b"{"))
@@ -215,7 +217,7 @@ def test_an_object_that_is_not_json_is_a_terminal_error() -> None:
 def test_errors_carry_status_and_events_into_the_failure(host: Any) -> None:
     import capstan_guest as capstan
     from componentize_py_types import Err
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     ready_false = {"conditions": [{"type": "Ready", "status": "False", "reason": "InvalidSpec"}]}
 
@@ -273,7 +275,7 @@ def test_error_status_and_events_are_checked_where_they_are_given() -> None:
 
 def test_keep_children_sets_the_children_policy() -> None:
     import capstan_guest as capstan
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     outcome = capstan.Outcome().keep_children()
     assert outcome.keeps_children
@@ -284,7 +286,7 @@ def test_keep_children_sets_the_children_policy() -> None:
 
 def test_failed_children_are_on_the_context(host: Any) -> None:
     import capstan_guest as capstan
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     seen: list = []
 
@@ -323,7 +325,7 @@ def test_failed_children_are_on_the_context(host: Any) -> None:
 
 def test_owned_kinds_take_a_label_selector_and_a_scope() -> None:
     import capstan_guest as capstan
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     m = (
         capstan.Manifest("tenant")
@@ -346,7 +348,7 @@ def test_owned_kinds_take_a_label_selector_and_a_scope() -> None:
 
 def test_permissions_take_resource_names_and_the_rbac_verbs() -> None:
     import capstan_guest as capstan
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     p = capstan.Permission("rbac.authorization.k8s.io", "ClusterRole", [capstan.Verb.BIND, capstan.Verb.ESCALATE])
     p = p.scope(capstan.Scope.CLUSTER).names("view", "edit")._wit
@@ -362,7 +364,7 @@ def test_permissions_take_resource_names_and_the_rbac_verbs() -> None:
 
 def test_watch_mappings_include_reference_and_all() -> None:
     import capstan_guest as capstan
-    from wit_world.imports import types
+    from wit_world.imports import capstan_operator_types as types
 
     Field, Mapping = capstan.Field, capstan.Mapping
     by_label = Mapping.reference(Field.label("example.com/team"), Field.annotation("example.com/ns"))
@@ -385,3 +387,43 @@ def test_watch_mappings_include_reference_and_all() -> None:
     assert m.watches[1].kind == types.GroupVersionKind("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding")
     with pytest.raises(TypeError):
         Mapping.reference("name")  # type: ignore[arg-type]
+
+
+def test_the_cluster_of_the_request_is_on_the_context(host: Any) -> None:
+    import capstan_guest as capstan
+
+    seen: list = []
+
+    class Fleet(capstan.Controller):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("fleet").primary("example.com/v1", "Greeting")
+
+        def reconcile(self, ctx: capstan.Context, obj: Dict[str, Any]) -> capstan.Outcome:
+            seen.append(ctx.cluster)
+            return capstan.Outcome()
+
+    controller = capstan.export(Fleet).Controller()
+    controller.reconcile(_request("added", GREETING, cluster="eu-west"))
+    controller.reconcile(_request("resync", GREETING))
+    assert seen == ["eu-west", "default"]
+    assert capstan.Context(capstan.EventKind.ADDED, "demo", "hi").cluster == "default"
+    assert "cluster='eu-west'" in repr(capstan.Context(capstan.EventKind.ADDED, "demo", "hi", cluster="eu-west"))
+
+
+def test_egress_origins_go_into_the_component_manifest_in_order() -> None:
+    import capstan_guest as capstan
+
+    plain = capstan.Manifest("quiet").primary("v1", "ConfigMap")
+    assert plain._into_component(True).egress == []
+    calling = (
+        capstan.Manifest("caller")
+        .primary("v1", "ConfigMap")
+        .egress("https://api.example.com")
+        .egress(["https://*.example.org", "http://alertmanager.monitoring.svc:9093"], "http://[::1]:8000-8010")
+    )
+    assert calling._into_component(True).egress == [
+        "https://api.example.com",
+        "https://*.example.org",
+        "http://alertmanager.monitoring.svc:9093",
+        "http://[::1]:8000-8010",
+    ]

@@ -198,3 +198,26 @@ def test_schedule_runs_the_policy_under_a_fake_host_that_keeps_its_log_lines() -
     assert host.logs == [("debug", "picked", {"node": "a1", "candidates": "1"})]
     # Without a host given, a fresh fake takes the lines.
     assert schedule(Logged, {"spec": {}}, [node("b1")]) == "b1"
+
+
+def test_reconcile_and_schedule_hand_the_cluster_given_to_the_code_under_test() -> None:
+    import capstan_guest as capstan
+    from capstan_guest.testing import node, reconcile, schedule
+
+    clusters: list = []
+
+    class Where(capstan.Controller):
+        def reconcile(self, ctx: capstan.Context, obj: Dict[str, Any]) -> capstan.Outcome:
+            clusters.append(ctx.cluster)
+            return capstan.Outcome()
+
+    reconcile(Where, GREETING, cluster="edge-3")
+    reconcile(Where, GREETING)
+    assert clusters == ["edge-3", "default"]
+
+    class Named(capstan.Scheduler):
+        def schedule(self, pod: Dict[str, Any], nodes: Any) -> str:
+            return f"{self.cluster}-node"
+
+    assert schedule(Named, {"spec": {}}, [node("a1")], cluster="eu") == "eu-node"
+    assert schedule(Named, {"spec": {}}, [node("a1")]) == "default-node"
