@@ -329,7 +329,8 @@ fn send(request: &Request, url: &Url<'_>) -> Result<Response, HttpError> {
                     let code = crate::wit::wasi::http::types::http_error_code(&e);
                     return Err(match code {
                         Some(code) => failed(code),
-                        None => HttpError::Transport(e.to_debug_string()),
+                        // The first line: the host's message, not its backtrace.
+                        None => HttpError::Transport(e.to_debug_string().lines().next().unwrap_or_default().to_owned()),
                     });
                 }
             }

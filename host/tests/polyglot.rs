@@ -76,8 +76,8 @@ async fn the_python_and_javascript_greeters_and_templates_load_as_contract_0_3_0
     for stem in PORTS.into_iter().chain(["template-python", "template-js"]) {
         let loader = Loader::new(Runtime::new(&engine, Limits::default()).expect("linker"), default_cache_dir());
         let loaded = loader.load(&component(stem)).await.unwrap_or_else(|e| panic!("{stem}: {e}"));
-        assert_eq!(loaded.contract, "0.3.0", "{stem}");
-        assert_eq!(loaded.pre.contract(), "0.3.0", "{stem}");
+        assert_eq!(loaded.contract, "0.4.0", "{stem}");
+        assert_eq!(loaded.pre.contract(), "0.4.0", "{stem}");
         assert_eq!(loaded.manifest.roles, Roles::reconcile_only(), "{stem}");
     }
 }

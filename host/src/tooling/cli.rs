@@ -735,7 +735,6 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
             "conversion": manifest.roles.conversion.iter().map(|gk| json!({"group": gk.group, "kind": gk.kind})).collect::<Vec<_>>(),
             "scheduler": manifest.roles.scheduler,
         },
-        "egress": manifest.egress,
         "crds": manifest.crds.iter().filter_map(|c| crate::object::meta_str(c, "name")).collect::<Vec<_>>(),
         "grants": grants.rules().iter().map(|r| json!({
             "group": r.group,
