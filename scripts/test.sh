@@ -37,7 +37,7 @@ components=$(rustup component list --installed)
 grep -q '^rustfmt' <<<"$components" || rustup component add rustfmt
 grep -q '^clippy' <<<"$components" || rustup component add clippy
 
-guests=(-p capstan-guest -p greeter -p tenant -p zone-scheduler -p greeter-webhooks -p capstan-fixture-guests -p fixture-noop -p fixture-other-world -p fixture-future-contract -p fixture-strict-webhooks)
+guests=(-p capstan-guest -p greeter -p tenant -p zone-scheduler -p greeter-webhooks -p capstan-fixture-guests -p fixture-noop -p fixture-other-world -p fixture-future-contract -p fixture-strict-webhooks -p fixture-contract-0-3)
 
 step "format"
 cargo fmt --all --check
