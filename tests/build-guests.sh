@@ -28,6 +28,8 @@ build greeter
 cp "$release/greeter.wasm" "$out/greeter.wasm"
 build tenant
 cp "$release/tenant.wasm" "$out/tenant.wasm"
+build silences
+cp "$release/silences.wasm" "$out/silences.wasm"
 build zone-scheduler
 cp "$release/zone_scheduler.wasm" "$out/zone-scheduler.wasm"
 build greeter-webhooks

@@ -157,6 +157,11 @@ impl Error {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// The status written with the failure, as JSON (for unit tests).
+    pub fn status(&self) -> Option<serde_json::Value> {
+        self.status.as_deref().and_then(|s| serde_json::from_slice(s).ok())
+    }
 }
 
 impl fmt::Display for Error {
