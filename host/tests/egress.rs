@@ -113,7 +113,7 @@ async fn fetch(host: &mut MockHost, name: &str, urls: &[String], times: usize) -
     .expect("seed");
     let run = host.run_until_idle().await.expect("runs");
     assert!(run.failures().next().is_none(), "{:?}", run.failures().collect::<Vec<_>>());
-    let child = ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("default"), &format!("{name}-fetch"));
+    let child = ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("default"), format!("{name}-fetch"));
     let cm = host.cluster().get_sync(&child).expect("the -fetch child");
     cm["data"]["results"].as_str().unwrap_or_default().lines().map(str::to_owned).collect()
 }

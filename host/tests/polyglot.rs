@@ -71,7 +71,7 @@ async fn the_javascript_greeter_on_spidermonkey_passes_the_greeter_scenarios() {
 }
 
 #[tokio::test]
-async fn the_python_and_javascript_greeters_and_templates_load_as_contract_0_3_0_serving_reconcile_only() {
+async fn the_python_and_javascript_greeters_and_templates_load_as_contract_0_4_0_serving_reconcile_only() {
     let engine = Engine::new(EngineConfig::default()).expect("engine");
     for stem in PORTS.into_iter().chain(["template-python", "template-js"]) {
         let loader = Loader::new(Runtime::new(&engine, Limits::default()).expect("linker"), default_cache_dir());
