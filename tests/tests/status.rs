@@ -28,13 +28,10 @@ fn condition<'a>(object: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
     object.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 
-// Known failure, to fix first: with the host started in-process by this
-// test, the second reconcile (generation 2) writes nothing within 30 s,
-// while the same steps against `capstan run` and on the mock host
-// (`host/tests/status.rs`) write Ready=False, `other: during` and
-// Reconciled=False as expected. Bisected: passes at 55c1eee, fails from
-// 9c64492 ("control: one trace per reconcile") on, before contract 0.4.0.
-#[ignore = "known failure: the in-process host writes nothing for generation 2 (see the comment above)"]
+// The guest's second pass runs while the spec changes: the host's status
+// write then changes nothing and answers at the spec's resourceVersion,
+// which must stay a trigger (it was taken for the host's own write once,
+// and the new generation waited for a resync).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_terminal_failure_keeps_what_the_guest_and_others_wrote_to_the_status_while_it_ran() -> Result<()> {
     ControlPlane::shared().await?;

@@ -309,9 +309,25 @@ fn key_of(r: &ObjectRef) -> WriteKey {
 const MAX_OWN_WRITES: usize = 4;
 
 /// The host's writes to one object whose watch events have not been seen
-/// yet, oldest first: the resourceVersion each returned, and the primary
-/// object it was written for.
-type OwnWrites = Vec<(String, ObjectRef, Instant)>;
+/// yet, oldest first.
+type OwnWrites = Vec<OwnWrite>;
+
+/// One write of the host's whose watch event has not been seen yet.
+struct OwnWrite {
+    /// The resourceVersion its answer carried.
+    rv: String,
+    /// The primary object it was written for.
+    primary: ObjectRef,
+    /// When it was answered.
+    at: Instant,
+    /// The answer also showed a change of someone else's since the object
+    /// written to was read (see [`only_touched`]): perhaps the write
+    /// changed nothing and the resourceVersion is that other writer's.
+    foreign: bool,
+    /// Another event of the object came after the write was noted and
+    /// before its own: then the foreign change had an event of its own.
+    preceded: bool,
+}
 
 /// A write of the host's in flight (see [`Reconciler::writing_to`]).
 struct Sending<'a> {
@@ -389,12 +405,8 @@ pub fn in_share(r: &ObjectRef, percent: u8) -> bool {
 enum Existing {
     /// Not there yet.
     Absent,
-    /// There, controlled by no other owner.
-    Ours {
-        /// Its resourceVersion (an apply that returns the same changed
-        /// nothing).
-        resource_version: Option<String>,
-    },
+    /// There, controlled by no other owner: the object as read.
+    Ours(Value),
     /// Controlled by another owner, named.
     ControlledBy(String),
 }
@@ -704,7 +716,9 @@ impl Reconciler {
     /// that object, which has already seen its own work (a child that is a
     /// primary object too is still reconciled itself). Each write is
     /// recognised once; a deletion forgets the object's write and is always
-    /// a trigger.
+    /// a trigger. An answer that showed someone else's change too is the
+    /// host's own only if an event of that change came first (see
+    /// [`note_write`](Self::note_write)).
     ///
     /// A watch event can overtake the answer to the write it shows (on a
     /// busy machine it often does): while [`writing_to`](Self::writing_to)
@@ -720,14 +734,24 @@ impl Reconciler {
         }
         let seen = meta.resource_version.as_deref()?;
         let pending = writes.get_mut(&key)?;
-        let at = pending.iter().position(|(written, _, _)| written == seen)?;
+        let Some(at) = pending.iter().position(|w| w.rv == seen) else {
+            // Someone else's change, a trigger: a foreign change that an
+            // answer of the host's shows came with it.
+            for w in pending.iter_mut() {
+                w.preceded = true;
+            }
+            return None;
+        };
         // Watch events come in order: the writes before this one were seen
         // (or will never be, after a compaction).
-        let (_, primary, _) = pending.drain(..=at).next_back().expect("`at` is in range");
+        let write = pending.drain(..=at).next_back().expect("`at` is in range");
         if pending.is_empty() {
             writes.remove(&key);
         }
-        Some(primary)
+        // The answer showed someone else's change with no event of its own
+        // before this one: perhaps the host's write changed nothing and
+        // this is that change's event, which the guest has not seen.
+        (!write.foreign || write.preceded).then_some(write.primary)
     }
 
     /// True while a write of the host's to the object `meta` (of `kind`)
@@ -779,7 +803,7 @@ impl Reconciler {
         let key = key_of(r);
         let mut writes = lock(&self.own_writes);
         let Some(pending) = writes.get_mut(&key) else { return false };
-        pending.retain(|(_, _, at)| at.elapsed() < OWN_WRITE_WAIT);
+        pending.retain(|w| w.at.elapsed() < OWN_WRITE_WAIT);
         if pending.is_empty() {
             writes.remove(&key);
             return false;
@@ -788,20 +812,42 @@ impl Reconciler {
     }
 
     /// Notes a write of the host's to `r`, made while reconciling
-    /// `primary`, that returned `written`, unless it changed nothing
-    /// (`before` has the same resourceVersion: no watch event follows).
-    fn note_write(&self, primary: &ObjectRef, r: &ObjectRef, before: Option<&str>, written: &Value) {
+    /// `primary`, that returned `written`, unless it changed nothing that
+    /// an event would show (`before`, the object written to, has the same
+    /// resourceVersion). When the answer also shows someone else's change
+    /// made since `before` was read (see [`only_touched`]), the write may
+    /// have changed nothing at all: such a write answers with the object
+    /// as its last writer left it, at that writer's resourceVersion, and
+    /// taking that event for the host's own would hide the other change
+    /// (a new spec while the guest ran) until a resync. Its event is then
+    /// the host's own only if another event of the object came first
+    /// (see [`written_for`](Self::written_for)).
+    fn note_write(
+        &self,
+        primary: &ObjectRef,
+        r: &ObjectRef,
+        before: Option<&Value>,
+        touched: Touched<'_>,
+        written: &Value,
+    ) {
         let Some(rv) = object::meta_str(written, "resourceVersion") else { return };
-        if before == Some(rv) {
+        if before.is_some_and(|b| object::meta_str(b, "resourceVersion") == Some(rv)) {
             return;
         }
+        let foreign = before.is_some_and(|b| !only_touched(b, written, touched));
         let key = key_of(r);
         let mut writes = lock(&self.own_writes);
         let pending = writes.entry(key).or_default();
         if pending.len() == MAX_OWN_WRITES {
             pending.remove(0);
         }
-        pending.push((rv.to_owned(), primary.clone(), Instant::now()));
+        pending.push(OwnWrite {
+            rv: rv.to_owned(),
+            primary: primary.clone(),
+            at: Instant::now(),
+            foreign,
+            preceded: false,
+        });
     }
 
     fn derive_event(&self, manifest: &Manifest, r: &ObjectRef, object: &Value) -> EventKind {
@@ -1146,7 +1192,7 @@ impl Reconciler {
             crate::telemetry::record_request(&span, &result);
             match result {
                 Ok(written) => {
-                    self.note_write(r, r, object::meta_str(&latest, "resourceVersion"), &written);
+                    self.note_write(r, r, Some(&latest), Touched::Status, &written);
                     latest = written;
                 }
                 Err(e) => error = error.or(Some(e.into())),
@@ -1173,7 +1219,7 @@ impl Reconciler {
             let Some(ops) = condition_patch(&base, wanted) else { return Ok(base) };
             match self.cluster.patch(r, Patch::Json(ops), Subresource::Status).await {
                 Ok(written) => {
-                    self.note_write(r, r, object::meta_str(&base, "resourceVersion"), &written);
+                    self.note_write(r, r, Some(&base), Touched::Status, &written);
                     if wanted.is_some() && condition_at(&written).is_none() {
                         self.conditions_undeclared(&r.gvk);
                     }
@@ -1227,7 +1273,7 @@ impl Reconciler {
         let _sending = self.sending(r);
         match self.cluster.patch(r, Patch::Merge(patch), Subresource::Main).await {
             Ok(v) => {
-                self.note_write(r, r, object::meta_str(object, "resourceVersion"), &v);
+                self.note_write(r, r, Some(object), Touched::Metadata("finalizers"), &v);
                 Ok(v)
             }
             // Removed meanwhile: the finalizer no longer matters.
@@ -1271,7 +1317,7 @@ impl Reconciler {
             desired.insert(child_ref.clone());
             let before = match self.existing_child(&child_ref, &uid).await? {
                 Existing::Absent => None,
-                Existing::Ours { resource_version } => resource_version,
+                Existing::Ours(object) => Some(object),
                 Existing::ControlledBy(other) => {
                     refused.push(ChildFailure {
                         child: child_ref,
@@ -1284,20 +1330,21 @@ impl Reconciler {
             };
             let key = key_of(&child_ref);
             let sent = digest(&child);
-            let same = lock(&self.applied)
-                .get(&key)
-                .is_some_and(|(rv, last)| before.as_deref() == Some(rv.as_str()) && *last == sent);
+            let same = lock(&self.applied).get(&key).is_some_and(|(rv, last)| {
+                before.as_ref().and_then(|b| object::meta_str(b, "resourceVersion")) == Some(rv.as_str())
+                    && *last == sent
+            });
             if same {
                 report.unchanged.push(child_ref);
                 continue;
             }
-            let patch = Patch::Apply { object: child, field_manager: field_manager.clone(), force: true };
+            let patch = Patch::Apply { object: child.clone(), field_manager: field_manager.clone(), force: true };
             let sending = self.sending(&child_ref);
             let span = request_span("apply_child", &child_ref);
             let result = self.cluster.patch(&child_ref, patch, Subresource::Main).instrument(span.clone()).await;
             crate::telemetry::record_request(&span, &result);
             if let Ok(written) = &result {
-                self.note_write(r, &child_ref, before.as_deref(), written);
+                self.note_write(r, &child_ref, before.as_ref(), Touched::Fields(&child), written);
             }
             drop(sending);
             match result {
@@ -1456,7 +1503,7 @@ impl Reconciler {
             let sending = self.sending(child_ref);
             let result = self.cluster.patch(child_ref, Patch::Json(ops), Subresource::Main).await;
             if let Ok(written) = &result {
-                self.note_write(primary, child_ref, object::meta_str(&child, "resourceVersion"), written);
+                self.note_write(primary, child_ref, Some(&child), Touched::Metadata("ownerReferences"), written);
             }
             drop(sending);
             match result {
@@ -1494,9 +1541,7 @@ impl Reconciler {
                 let field = |f: &str| o.get(f).and_then(Value::as_str).unwrap_or_default().to_owned();
                 Existing::ControlledBy(format!("{} {}", field("kind"), field("name")))
             }
-            None => {
-                Existing::Ours { resource_version: object::meta_str(&existing, "resourceVersion").map(str::to_owned) }
-            }
+            None => Existing::Ours(existing),
         })
     }
 
@@ -1691,6 +1736,60 @@ fn only_host_changes(seen: &Value, written: &Value) -> bool {
             (Some(a), Some(b)) => same_except(a, b, &["resourceVersion", "managedFields", "generation"]),
             (a, b) => a == b,
         }
+}
+
+/// What a write of the host's may change in an object, besides its
+/// resourceVersion, managed fields and generation.
+#[derive(Clone, Copy, Debug)]
+enum Touched<'a> {
+    /// The status (a status write).
+    Status,
+    /// One field of the metadata (a finalizer patch, an owner reference
+    /// removed).
+    Metadata(&'static str),
+    /// The fields of an applied object: each field it sets, objects
+    /// compared field by field, anything else (lists too) as a whole.
+    Fields(&'a Value),
+}
+
+/// True if `written`, the answer to a write the host made to `before`,
+/// differs from it in nothing but what the write `touched`: then the
+/// answer's resourceVersion is the write's own. Otherwise the answer may
+/// be someone else's change (a write that changes nothing answers with
+/// the object as the last writer left it), and its watch event must stay
+/// a trigger. In doubt, false: a spare reconcile costs less than a missed
+/// change.
+fn only_touched(before: &Value, written: &Value, touched: Touched<'_>) -> bool {
+    fn strip(mut o: Value, touched: Touched<'_>) -> Value {
+        if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            for k in ["resourceVersion", "managedFields", "generation"] {
+                meta.remove(k);
+            }
+            if let Touched::Metadata(k) = touched {
+                meta.remove(k);
+            }
+        }
+        match touched {
+            Touched::Status => {
+                o.as_object_mut().map(|m| m.remove("status"));
+            }
+            Touched::Metadata(_) => {}
+            Touched::Fields(applied) => remove_fields(&mut o, applied),
+        }
+        o
+    }
+    fn remove_fields(o: &mut Value, applied: &Value) {
+        let (Some(o), Some(applied)) = (o.as_object_mut(), applied.as_object()) else { return };
+        for (k, v) in applied {
+            match o.get_mut(k) {
+                Some(inner) if v.is_object() && inner.is_object() => remove_fields(inner, v),
+                _ => {
+                    o.remove(k);
+                }
+            }
+        }
+    }
+    strip(before.clone(), touched) == strip(written.clone(), touched)
 }
 
 /// What the event of an object this host has not handled since it started
@@ -1911,6 +2010,58 @@ mod tests {
         let mut added = written;
         added["data"] = json!({});
         assert!(!only_host_changes(&seen, &added), "a field added at the top");
+    }
+
+    #[test]
+    fn an_answer_is_the_hosts_own_write_only_if_it_shows_nothing_else_changed() {
+        let before = json!({
+            "apiVersion": "fixtures.capstan.dev/v1", "kind": "Probe",
+            "metadata": {"name": "p", "resourceVersion": "10", "generation": 1, "labels": {"a": "1"},
+                "finalizers": ["f"], "managedFields": [{"manager": "capstan"}]},
+            "spec": {"status": {"count": 1}},
+            "status": {"count": 1},
+        });
+        let mut status = before.clone();
+        status["metadata"]["resourceVersion"] = json!("11");
+        status["status"] = json!({"count": 1, "observedGeneration": 1});
+        assert!(only_touched(&before, &status, Touched::Status), "the status write itself");
+        assert!(
+            !only_touched(&before, &status, Touched::Metadata("finalizers")),
+            "a finalizer patch touches no status"
+        );
+
+        // A status write that changed nothing answers with a new spec
+        // someone wrote meanwhile, at that writer's resourceVersion.
+        let mut noop = before.clone();
+        noop["metadata"]["resourceVersion"] = json!("12");
+        noop["metadata"]["generation"] = json!(2);
+        noop["spec"] = json!({"behaviour": "write-then-fail"});
+        assert!(!only_touched(&before, &noop, Touched::Status), "someone else's spec");
+        let mut label = status.clone();
+        label["metadata"]["labels"]["b"] = json!("2");
+        assert!(!only_touched(&before, &label, Touched::Status), "someone else's label");
+
+        let mut finalized = before.clone();
+        finalized["metadata"]["resourceVersion"] = json!("13");
+        finalized["metadata"]["finalizers"] = json!([]);
+        assert!(only_touched(&before, &finalized, Touched::Metadata("finalizers")));
+        assert!(!only_touched(&before, &finalized, Touched::Status));
+
+        // A child apply: what it sets may change, anything else may not.
+        let child = json!({"metadata": {"name": "c", "labels": {"mine": "x"}}, "data": {"k": "v"}});
+        let old = json!({"metadata": {"name": "c", "resourceVersion": "5", "labels": {"theirs": "y"}},
+            "data": {"k": "old"}, "status": {"ready": false}});
+        let mut applied = old.clone();
+        applied["metadata"]["resourceVersion"] = json!("6");
+        applied["metadata"]["labels"]["mine"] = json!("x");
+        applied["data"] = json!({"k": "v"});
+        assert!(only_touched(&old, &applied, Touched::Fields(&child)), "the apply itself");
+        let mut their_label = applied.clone();
+        their_label["metadata"]["labels"]["theirs"] = json!("z");
+        assert!(!only_touched(&old, &their_label, Touched::Fields(&child)), "another owner's label");
+        let mut their_status = applied;
+        their_status["status"]["ready"] = json!(true);
+        assert!(!only_touched(&old, &their_status, Touched::Fields(&child)), "a status the child's controller wrote");
     }
 
     #[test]
