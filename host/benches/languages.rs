@@ -138,6 +138,7 @@ fn rss() -> (i64, i64) {
 fn caller(loaded: &Loaded, cluster: Arc<dyn Cluster>, reconciling: Option<&ObjectRef>) -> Caller {
     Caller {
         controller: loaded.manifest.name.as_str().into(),
+        cluster_name: "default".into(),
         field_manager: loaded.manifest.field_manager().into(),
         grants: Arc::new(Grants::from_manifest(&loaded.manifest)),
         cluster,

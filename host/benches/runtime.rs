@@ -46,6 +46,7 @@ fn object_4k() -> Vec<u8> {
 fn caller(loaded: &Loaded, cluster: Arc<dyn Cluster>) -> Caller {
     Caller {
         controller: loaded.manifest.name.as_str().into(),
+        cluster_name: "default".into(),
         field_manager: loaded.manifest.field_manager().into(),
         grants: Arc::new(Grants::from_manifest(&loaded.manifest)),
         cluster,

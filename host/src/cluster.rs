@@ -13,6 +13,11 @@ use crate::object::{Gvk, ObjectRef};
 pub mod kube;
 pub mod mock;
 
+/// The name of the cluster `capstan run` reaches through `--kubeconfig`,
+/// `--context`, `KUBECONFIG` or its Pod's service account; the others
+/// are named by `--cluster` and `--clusters-from-secrets`.
+pub const DEFAULT_CLUSTER: &str = "default";
+
 /// What the API server said about a failed request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {

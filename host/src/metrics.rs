@@ -6,39 +6,45 @@
 //! controller-runtime's (`controller_runtime_reconcile_total{controller,result}`,
 //! `workqueue_depth{name}`): every family is prefixed `capstan_`, counters
 //! end in `_total`, durations are histograms in seconds, and the label
-//! naming a controller is always `controller`.
+//! naming a controller is always `controller`. Every series of a
+//! controller, a scheduler or a watch carries `cluster`: the name the
+//! host engaged the cluster by (`default` on a single-cluster host), so
+//! the same component in several clusters gives series of its own in
+//! each ([`Owner`]). Gauges of a controller that stops (its queue, leader
+//! status and state) go with it; its counters stay, also after its
+//! cluster is disengaged, as Prometheus expects of counters.
 //!
 //! | family | labels | what |
 //! |---|---|---|
-//! | `capstan_reconcile_total` | `controller`, `result` | reconciles by [`ReconcileResult`] |
-//! | `capstan_reconcile_errors_total` | `controller` | reconciles that failed (transient or terminal) |
-//! | `capstan_terminal_reconcile_errors_total` | `controller` | reconciles that failed for good |
-//! | `capstan_reconcile_time_seconds` | `controller` | reconcile duration |
-//! | `capstan_queue_depth` | `controller` | objects waiting (read at scrape time) |
-//! | `capstan_queue_oldest_item_age_seconds` | `controller` | wait of the oldest waiting object (read at scrape time) |
-//! | `capstan_queue_adds_total` | `controller` | objects queued (merged duplicates not counted) |
-//! | `capstan_queue_retries_total` | `controller` | objects queued again with backoff after a failure |
-//! | `capstan_guest_traps_total` | `controller`, `kind` | invocations ended by `trap`, `deadline`, `memory`, `instantiate` |
-//! | `capstan_guest_invocation_seconds` | `controller`, `export` | guest calls (`manifest`, `reconcile`), instantiation included |
-//! | `capstan_guest_instances_total` | `controller` | guest instances made for the controller's calls (the others ran on an instance kept from an earlier call) |
-//! | `capstan_host_calls_total` | `controller`, `verb`, `kind`, `result` | `kube` and `events` imports by outcome |
-//! | `capstan_grant_denials_total` | `controller`, `verb`, `kind` | import calls refused by the grants |
-//! | `capstan_host_call_limits_total` | `controller`, `limit` | import calls refused over a per-invocation limit (`host_calls`, `events`) |
-//! | `capstan_egress_requests_total` | `controller`, `origin`, `result` | outbound HTTP requests: `ok` (sent), `denied` (not a declared origin; `origin` is `undeclared`), `budget` (over `http_calls`) |
-//! | `capstan_guest_log_lines_dropped_total` | `controller`, `reason` | log lines dropped: over the controller's log budget (`budget`) or the per-invocation cap (`cap`) |
-//! | `capstan_guest_stdio_dropped_bytes_total` | `controller`, `stream` | guest `stdout` / `stderr` bytes dropped over the capture cap |
-//! | `capstan_watch_restarts_total` | `kind` | watches that relisted after their first list |
-//! | `capstan_watch_errors_total` | `kind` | watch errors (a lost connection, a 403, an expired resource version), each retried with backoff |
+//! | `capstan_reconcile_total` | `cluster`, `controller`, `result` | reconciles by [`ReconcileResult`] |
+//! | `capstan_reconcile_errors_total` | `cluster`, `controller` | reconciles that failed (transient or terminal) |
+//! | `capstan_terminal_reconcile_errors_total` | `cluster`, `controller` | reconciles that failed for good |
+//! | `capstan_reconcile_time_seconds` | `cluster`, `controller` | reconcile duration |
+//! | `capstan_queue_depth` | `cluster`, `controller` | objects waiting (read at scrape time) |
+//! | `capstan_queue_oldest_item_age_seconds` | `cluster`, `controller` | wait of the oldest waiting object (read at scrape time) |
+//! | `capstan_queue_adds_total` | `cluster`, `controller` | objects queued (merged duplicates not counted) |
+//! | `capstan_queue_retries_total` | `cluster`, `controller` | objects queued again with backoff after a failure |
+//! | `capstan_guest_traps_total` | `cluster`, `controller`, `kind` | invocations ended by `trap`, `deadline`, `memory`, `instantiate` |
+//! | `capstan_guest_invocation_seconds` | `cluster`, `controller`, `export` | guest calls (`manifest`, `reconcile`), instantiation included |
+//! | `capstan_guest_instances_total` | `cluster`, `controller` | guest instances made for the controller's calls (the others ran on an instance kept from an earlier call) |
+//! | `capstan_host_calls_total` | `cluster`, `controller`, `verb`, `kind`, `result` | `kube` and `events` imports by outcome |
+//! | `capstan_grant_denials_total` | `cluster`, `controller`, `verb`, `kind` | import calls refused by the grants |
+//! | `capstan_host_call_limits_total` | `cluster`, `controller`, `limit` | import calls refused over a per-invocation limit (`host_calls`, `events`) |
+//! | `capstan_egress_requests_total` | `cluster`, `controller`, `origin`, `result` | outbound HTTP requests: `ok` (sent), `denied` (not a declared origin; `origin` is `undeclared`), `budget` (over `http_calls`) |
+//! | `capstan_guest_log_lines_dropped_total` | `cluster`, `controller`, `reason` | log lines dropped: over the controller's log budget (`budget`) or the per-invocation cap (`cap`) |
+//! | `capstan_guest_stdio_dropped_bytes_total` | `cluster`, `controller`, `stream` | guest `stdout` / `stderr` bytes dropped over the capture cap |
+//! | `capstan_watch_restarts_total` | `cluster`, `kind` | watches that relisted after their first list |
+//! | `capstan_watch_errors_total` | `cluster`, `kind` | watch errors (a lost connection, a 403, an expired resource version), each retried with backoff |
 //! | `capstan_component_loads_total` | `result`, `reason` | components `loaded` or `rejected` (with the reason) |
 //! | `capstan_components_dir_read_failures_total` | | looks at `--components DIR` that could not read it (they change nothing) |
 //! | `capstan_component_compile_seconds` | `source` | compiling with cranelift (`compiled`) or Winch (`baseline`), or loading from the compile cache (`cache`) |
-//! | `capstan_leader_status` | `controller` | 1 while this replica leads the controller, else 0 |
-//! | `capstan_controllers` | `state` | controllers per state |
-//! | `capstan_scheduler_schedule_attempts_total` | `scheduler`, `result` | scheduling attempts: `scheduled`, `unschedulable`, `error` |
-//! | `capstan_scheduler_attempt_duration_seconds` | `scheduler` | from taking a Pod off the queue to its binding or failure |
-//! | `capstan_scheduler_pending_pods` | `scheduler` | Pods waiting in a scheduler's queue (read at scrape time) |
-//! | `capstan_webhook_requests_total` | `controller`, `webhook`, `code` | admission (`webhook` its name) and conversion (`convert`) requests by HTTP code; `unknown` for names not served |
-//! | `capstan_webhook_request_duration_seconds` | `controller`, `webhook` | the host's time to answer, guest call included |
+//! | `capstan_leader_status` | `cluster`, `controller` | 1 while this replica leads the controller, else 0 |
+//! | `capstan_controllers` | `cluster`, `state` | controllers per state |
+//! | `capstan_scheduler_schedule_attempts_total` | `cluster`, `scheduler`, `result` | scheduling attempts: `scheduled`, `unschedulable`, `error` |
+//! | `capstan_scheduler_attempt_duration_seconds` | `cluster`, `scheduler` | from taking a Pod off the queue to its binding or failure |
+//! | `capstan_scheduler_pending_pods` | `cluster`, `scheduler` | Pods waiting in a scheduler's queue (read at scrape time) |
+//! | `capstan_webhook_requests_total` | `cluster`, `controller`, `webhook`, `code` | admission (`webhook` its name) and conversion (`convert`) requests by HTTP code; `unknown` for names not served |
+//! | `capstan_webhook_request_duration_seconds` | `cluster`, `controller`, `webhook` | the host's time to answer, guest call included |
 //! | `capstan_trace_spans_dropped_total` | `reason` | spans not exported ([`telemetry`](crate::telemetry)): the export queue was full (`queue_full`) or the collector did not take their batch (`export_failed`) |
 //!
 //! A `kind` label is `Kind` for the core group and `Kind.group` otherwise
@@ -61,10 +67,12 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use capstan_host::metrics::{ReconcileResult, metrics};
+//! use capstan_host::metrics::{Owner, ReconcileResult, metrics};
 //!
-//! metrics().reconciled("greeter", ReconcileResult::Success, Duration::from_millis(12));
-//! assert!(metrics().encode().contains(r#"capstan_reconcile_total{controller="greeter",result="success"}"#));
+//! let greeter = Owner::new("west", "greeter");
+//! metrics().reconciled(&greeter, ReconcileResult::Success, Duration::from_millis(12));
+//! let scrape = metrics().encode();
+//! assert!(scrape.contains(r#"capstan_reconcile_total{cluster="west",controller="greeter",result="success"}"#));
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -164,29 +172,34 @@ pub trait QueueProbe: Send + Sync {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {
+    cluster: String,
     controller: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReconcileLabels {
+    cluster: String,
     controller: String,
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TrapLabels {
+    cluster: String,
     controller: String,
     kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct InvocationLabels {
+    cluster: String,
     controller: String,
     export: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HostCallLabels {
+    cluster: String,
     controller: String,
     verb: &'static str,
     kind: String,
@@ -195,6 +208,7 @@ struct HostCallLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DenialLabels {
+    cluster: String,
     controller: String,
     verb: &'static str,
     kind: String,
@@ -202,6 +216,7 @@ struct DenialLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EgressLabels {
+    cluster: String,
     controller: String,
     /// A declared origin (bounded by the manifest), or `undeclared`.
     origin: String,
@@ -210,24 +225,28 @@ struct EgressLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimitLabels {
+    cluster: String,
     controller: String,
     limit: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DroppedLogLabels {
+    cluster: String,
     controller: String,
     reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StdioLabels {
+    cluster: String,
     controller: String,
     stream: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
+    cluster: String,
     kind: String,
 }
 
@@ -249,17 +268,20 @@ struct SourceLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SchedulerLabels {
+    cluster: String,
     scheduler: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WebhookLabels {
+    cluster: String,
     controller: String,
     webhook: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WebhookRequestLabels {
+    cluster: String,
     controller: String,
     webhook: String,
     code: String,
@@ -267,12 +289,14 @@ struct WebhookRequestLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AttemptLabels {
+    cluster: String,
     scheduler: String,
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
+    cluster: String,
     state: String,
 }
 
@@ -325,23 +349,58 @@ impl KindLabel {
     }
 }
 
-fn controller(name: &str) -> ControllerLabels {
-    ControllerLabels { controller: name.to_owned() }
+fn controller(owner: &Owner) -> ControllerLabels {
+    ControllerLabels { cluster: owner.cluster.to_string(), controller: owner.name.to_string() }
+}
+
+/// Whose series these are: a controller (or a scheduler) in one cluster,
+/// the `cluster` and `controller` (or `scheduler`) labels. The cluster is
+/// named by the host (`default`, or the name it engaged the cluster by,
+/// see docs/multicluster.md), never by a guest, so the label's values
+/// are bounded by the clusters engaged since the process started.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Owner {
+    cluster: Arc<str>,
+    name: Arc<str>,
+}
+
+impl Owner {
+    /// The controller (or scheduler) `name` in `cluster`.
+    pub fn new(cluster: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
+        Self { cluster: cluster.into(), name: name.into() }
+    }
+
+    /// `name` in the cluster named `default` (a single-cluster host, the
+    /// mock host).
+    pub fn in_default(name: impl Into<Arc<str>>) -> Self {
+        Self::new(crate::cluster::DEFAULT_CLUSTER, name)
+    }
+
+    /// The cluster's name.
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// The controller's (or scheduler's) name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// Reads the tracked queues when scraped.
 #[derive(Default)]
 struct Queues {
-    tracked: Mutex<BTreeMap<String, Weak<dyn QueueProbe>>>,
-    /// Schedulers' queues, by scheduler name.
-    schedulers: Mutex<BTreeMap<String, Weak<dyn QueueProbe>>>,
+    /// Controllers' queues.
+    tracked: Mutex<BTreeMap<Owner, Weak<dyn QueueProbe>>>,
+    /// Schedulers' queues.
+    schedulers: Mutex<BTreeMap<Owner, Weak<dyn QueueProbe>>>,
 }
 
 /// The queues of `tracked` still alive, forgetting the others.
-fn live(tracked: &Mutex<BTreeMap<String, Weak<dyn QueueProbe>>>) -> Vec<(String, Arc<dyn QueueProbe>)> {
+fn live(tracked: &Mutex<BTreeMap<Owner, Weak<dyn QueueProbe>>>) -> Vec<(Owner, Arc<dyn QueueProbe>)> {
     let mut tracked = lock(tracked);
     tracked.retain(|_, q| q.strong_count() > 0);
-    tracked.iter().filter_map(|(name, q)| Some((name.clone(), q.upgrade()?))).collect()
+    tracked.iter().filter_map(|(owner, q)| Some((owner.clone(), q.upgrade()?))).collect()
 }
 
 impl std::fmt::Debug for Queues {
@@ -356,14 +415,14 @@ impl Collector for Queues {
         if !schedulers.is_empty() {
             let help = "Pods waiting in a scheduler's queue.";
             let mut pending = encoder.encode_descriptor("scheduler_pending_pods", help, None, MetricType::Gauge)?;
-            for (name, queue) in &schedulers {
+            for (owner, queue) in &schedulers {
                 let value = i64::try_from(queue.depth()).unwrap_or(i64::MAX);
-                let labels = SchedulerLabels { scheduler: name.clone() };
+                let labels = SchedulerLabels { cluster: owner.cluster.to_string(), scheduler: owner.name.to_string() };
                 ConstGauge::new(value).encode(pending.encode_family(&labels)?)?;
             }
         }
         let live: Vec<(ControllerLabels, Arc<dyn QueueProbe>)> =
-            live(&self.tracked).into_iter().map(|(name, q)| (controller(&name), q)).collect();
+            live(&self.tracked).into_iter().map(|(owner, q)| (controller(&owner), q)).collect();
         if live.is_empty() {
             return Ok(());
         }
@@ -414,9 +473,10 @@ pub struct Metrics {
     webhook_requests: Family<WebhookRequestLabels, Counter>,
     spans_dropped: Family<ReasonLabels, Counter>,
     webhook_time: Histograms<WebhookLabels>,
-    states_seen: Mutex<BTreeSet<String>>,
-    /// The state of each controller, by name.
-    controller_states: Mutex<BTreeMap<String, String>>,
+    /// The (cluster, state) pairs `capstan_controllers` has reported.
+    states_seen: Mutex<BTreeSet<(String, String)>>,
+    /// The state of each controller.
+    controller_states: Mutex<BTreeMap<Owner, String>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -558,10 +618,14 @@ impl Metrics {
     }
 
     /// Counts one reconcile of `controller` and its duration.
-    pub fn reconciled(&self, controller_name: &str, result: ReconcileResult, duration: Duration) {
-        let labels = controller(controller_name);
+    pub fn reconciled(&self, owner: &Owner, result: ReconcileResult, duration: Duration) {
+        let labels = controller(owner);
         self.reconciles
-            .get_or_create(&ReconcileLabels { controller: labels.controller.clone(), result: result.as_str() })
+            .get_or_create(&ReconcileLabels {
+                cluster: labels.cluster.clone(),
+                controller: labels.controller.clone(),
+                result: result.as_str(),
+            })
             .inc();
         if matches!(result, ReconcileResult::Error | ReconcileResult::TerminalError) {
             self.reconcile_errors.get_or_create(&labels).inc();
@@ -572,46 +636,53 @@ impl Metrics {
         self.reconcile_time.get_or_create(&labels).observe(duration.as_secs_f64());
     }
 
-    /// Reports `queue`'s depth and oldest-item age as `controller`'s from
-    /// now on, until the queue is dropped or another queue is tracked under
-    /// the same name.
-    pub fn track_queue(&self, controller_name: &str, queue: Weak<dyn QueueProbe>) {
-        lock(&self.queues.tracked).insert(controller_name.to_owned(), queue);
+    /// Reports `queue`'s depth and oldest-item age as `owner`'s from now
+    /// on, until the queue is dropped or another queue is tracked for the
+    /// same controller in the same cluster.
+    pub fn track_queue(&self, owner: &Owner, queue: Weak<dyn QueueProbe>) {
+        lock(&self.queues.tracked).insert(owner.clone(), queue);
     }
 
     /// Counts an object added to `controller`'s queue.
-    pub fn queue_added(&self, controller_name: &str) {
-        self.queue_adds.get_or_create(&controller(controller_name)).inc();
+    pub fn queue_added(&self, owner: &Owner) {
+        self.queue_adds.get_or_create(&controller(owner)).inc();
     }
 
     /// Counts an object queued again with backoff after a failure.
-    pub fn queue_retried(&self, controller_name: &str) {
-        self.queue_retries.get_or_create(&controller(controller_name)).inc();
+    pub fn queue_retried(&self, owner: &Owner) {
+        self.queue_retries.get_or_create(&controller(owner)).inc();
     }
 
     /// Counts a guest invocation ended by a trap, the deadline, the memory
     /// cap or a failed instantiation (`kind`: [`TrapKind::as_str`](crate::runtime::invocation::TrapKind::as_str)).
-    pub fn guest_trapped(&self, controller_name: &str, kind: &'static str) {
-        self.guest_traps.get_or_create(&TrapLabels { controller: controller_name.to_owned(), kind }).inc();
+    pub fn guest_trapped(&self, owner: &Owner, kind: &'static str) {
+        self.guest_traps
+            .get_or_create(&TrapLabels { cluster: owner.cluster.to_string(), controller: owner.name.to_string(), kind })
+            .inc();
     }
 
-    /// Counts an instance made for a call of `controller_name`.
-    pub fn guest_instantiated(&self, controller_name: &str) {
-        self.guest_instances.get_or_create(&ControllerLabels { controller: controller_name.to_owned() }).inc();
+    /// Counts an instance made for a call of `owner`.
+    pub fn guest_instantiated(&self, owner: &Owner) {
+        self.guest_instances.get_or_create(&controller(owner)).inc();
     }
 
     /// Records the duration of a guest call.
-    pub fn guest_invoked(&self, controller_name: &str, export: Export, duration: Duration) {
+    pub fn guest_invoked(&self, owner: &Owner, export: Export, duration: Duration) {
         self.guest_time
-            .get_or_create(&InvocationLabels { controller: controller_name.to_owned(), export: export.as_str() })
+            .get_or_create(&InvocationLabels {
+                cluster: owner.cluster.to_string(),
+                controller: owner.name.to_string(),
+                export: export.as_str(),
+            })
             .observe(duration.as_secs_f64());
     }
 
     /// Counts a host import call. `result` is `ok`, `denied`, or the
     /// error's kind in snake case (`not_found`, `conflict`, `forbidden`, …).
-    pub fn host_call(&self, controller_name: &str, verb: Verb, kind: &KindLabel, result: &'static str) {
+    pub fn host_call(&self, owner: &Owner, verb: Verb, kind: &KindLabel, result: &'static str) {
         let labels = HostCallLabels {
-            controller: controller_name.to_owned(),
+            cluster: owner.cluster.to_string(),
+            controller: owner.name.to_string(),
             verb: verb.as_str(),
             kind: kind.as_str().to_owned(),
             result,
@@ -620,9 +691,10 @@ impl Metrics {
     }
 
     /// Counts a call the grants refused.
-    pub fn grant_denied(&self, controller_name: &str, verb: Verb, kind: &KindLabel) {
+    pub fn grant_denied(&self, owner: &Owner, verb: Verb, kind: &KindLabel) {
         let labels = DenialLabels {
-            controller: controller_name.to_owned(),
+            cluster: owner.cluster.to_string(),
+            controller: owner.name.to_string(),
             verb: verb.as_str(),
             kind: kind.as_str().to_owned(),
         };
@@ -631,37 +703,60 @@ impl Metrics {
 
     /// Counts an outbound HTTP request: `origin` is the declared origin it
     /// matched or `undeclared`; `result` is `ok`, `denied` or `budget`.
-    pub fn egress_request(&self, controller_name: &str, origin: &str, result: &'static str) {
-        let labels = EgressLabels { controller: controller_name.to_owned(), origin: origin.to_owned(), result };
+    pub fn egress_request(&self, owner: &Owner, origin: &str, result: &'static str) {
+        let labels = EgressLabels {
+            cluster: owner.cluster.to_string(),
+            controller: owner.name.to_string(),
+            origin: origin.to_owned(),
+            result,
+        };
         self.egress_requests.get_or_create(&labels).inc();
     }
 
     /// Counts a call refused over a per-invocation limit (`limit`:
     /// `host_calls` or `events`).
-    pub fn call_limited(&self, controller_name: &str, limit: &'static str) {
-        self.call_limits.get_or_create(&LimitLabels { controller: controller_name.to_owned(), limit }).inc();
+    pub fn call_limited(&self, owner: &Owner, limit: &'static str) {
+        self.call_limits
+            .get_or_create(&LimitLabels {
+                cluster: owner.cluster.to_string(),
+                controller: owner.name.to_string(),
+                limit,
+            })
+            .inc();
     }
 
     /// Counts `n` log lines of `controller` dropped (`reason`: `budget` or
     /// `cap`).
-    pub fn log_lines_dropped(&self, controller_name: &str, reason: &'static str, n: u64) {
-        self.log_dropped.get_or_create(&DroppedLogLabels { controller: controller_name.to_owned(), reason }).inc_by(n);
+    pub fn log_lines_dropped(&self, owner: &Owner, reason: &'static str, n: u64) {
+        self.log_dropped
+            .get_or_create(&DroppedLogLabels {
+                cluster: owner.cluster.to_string(),
+                controller: owner.name.to_string(),
+                reason,
+            })
+            .inc_by(n);
     }
 
     /// Counts `n` bytes of a guest's `stream` (`stdout` or `stderr`)
     /// dropped over the capture cap.
-    pub fn stdio_dropped(&self, controller_name: &str, stream: &'static str, n: u64) {
-        self.stdio_dropped.get_or_create(&StdioLabels { controller: controller_name.to_owned(), stream }).inc_by(n);
+    pub fn stdio_dropped(&self, owner: &Owner, stream: &'static str, n: u64) {
+        self.stdio_dropped
+            .get_or_create(&StdioLabels {
+                cluster: owner.cluster.to_string(),
+                controller: owner.name.to_string(),
+                stream,
+            })
+            .inc_by(n);
     }
 
     /// Counts a watch of `kind` that relisted after its first list.
-    pub fn watch_restarted(&self, kind: &Gvk) {
-        self.watch_restarts.get_or_create(&KindLabels { kind: kind_label(kind) }).inc();
+    pub fn watch_restarted(&self, cluster: &str, kind: &Gvk) {
+        self.watch_restarts.get_or_create(&KindLabels { cluster: cluster.to_owned(), kind: kind_label(kind) }).inc();
     }
 
     /// Counts an error of the watch of `kind` (it is retried with backoff).
-    pub fn watch_failed(&self, kind: &Gvk) {
-        self.watch_errors.get_or_create(&KindLabels { kind: kind_label(kind) }).inc();
+    pub fn watch_failed(&self, cluster: &str, kind: &Gvk) {
+        self.watch_errors.get_or_create(&KindLabels { cluster: cluster.to_owned(), kind: kind_label(kind) }).inc();
     }
 
     /// Counts a component loaded.
@@ -695,50 +790,50 @@ impl Metrics {
     }
 
     /// Sets whether this replica leads `controller`.
-    pub fn set_leader(&self, controller_name: &str, leader: bool) {
-        self.leader.get_or_create(&controller(controller_name)).set(i64::from(leader));
+    pub fn set_leader(&self, owner: &Owner, leader: bool) {
+        self.leader.get_or_create(&controller(owner)).set(i64::from(leader));
     }
 
-    /// Sets the number of controllers per state from the state of each
-    /// controller (e.g. `running`, `syncing`); states reported before and
-    /// missing now drop to 0.
-    pub fn set_controller_states<'a>(&self, states: impl IntoIterator<Item = &'a str>) {
-        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
-        for state in states {
-            *counts.entry(state).or_default() += 1;
+    /// Sets the number of controllers per cluster and state from the
+    /// state of each controller (e.g. `running`, `syncing`); series
+    /// reported before and missing now drop to 0.
+    fn set_controller_states(&self, states: &BTreeMap<Owner, String>) {
+        let mut counts: BTreeMap<(String, &str), i64> = BTreeMap::new();
+        for (owner, state) in states {
+            *counts.entry((owner.cluster.to_string(), state.as_str())).or_default() += 1;
         }
         let mut seen = lock(&self.states_seen);
-        seen.extend(counts.keys().map(|s| (*s).to_owned()));
-        for state in seen.iter() {
-            let count = counts.get(state.as_str()).copied().unwrap_or(0);
-            self.controllers.get_or_create(&StateLabels { state: state.clone() }).set(count);
+        seen.extend(counts.keys().map(|(cluster, state)| (cluster.clone(), (*state).to_owned())));
+        for (cluster, state) in seen.iter() {
+            let count = counts.get(&(cluster.clone(), state.as_str())).copied().unwrap_or(0);
+            self.controllers.get_or_create(&StateLabels { cluster: cluster.clone(), state: state.clone() }).set(count);
         }
     }
 
     /// Sets the state of one controller (`None`: it is gone) and the
-    /// number of controllers per state from the states of all.
-    pub fn set_controller_state(&self, controller_name: &str, state: Option<&str>) {
+    /// number of controllers per cluster and state from the states of all.
+    pub fn set_controller_state(&self, owner: &Owner, state: Option<&str>) {
         let mut states = lock(&self.controller_states);
         match state {
-            Some(state) => states.insert(controller_name.to_owned(), state.to_owned()),
-            None => states.remove(controller_name),
+            Some(state) => states.insert(owner.clone(), state.to_owned()),
+            None => states.remove(owner),
         };
-        self.set_controller_states(states.values().map(String::as_str));
+        self.set_controller_states(&states);
     }
 
-    /// Reports `queue`'s depth as scheduler `scheduler`'s pending Pods from
-    /// now on, until the queue is dropped.
-    pub fn track_scheduler_queue(&self, scheduler: &str, queue: Weak<dyn QueueProbe>) {
-        lock(&self.queues.schedulers).insert(scheduler.to_owned(), queue);
+    /// Reports `queue`'s depth as the scheduler `owner`'s pending Pods
+    /// from now on, until the queue is dropped.
+    pub fn track_scheduler_queue(&self, owner: &Owner, queue: Weak<dyn QueueProbe>) {
+        lock(&self.queues.schedulers).insert(owner.clone(), queue);
     }
 
-    /// Counts one scheduling attempt of `scheduler` (`result`: `scheduled`,
-    /// `unschedulable` or `error`) and its duration.
-    pub fn scheduler_attempted(&self, scheduler: &str, result: &'static str, duration: Duration) {
-        let labels = AttemptLabels { scheduler: scheduler.to_owned(), result };
+    /// Counts one scheduling attempt of the scheduler `owner` (`result`:
+    /// `scheduled`, `unschedulable` or `error`) and its duration.
+    pub fn scheduler_attempted(&self, owner: &Owner, result: &'static str, duration: Duration) {
+        let labels = AttemptLabels { cluster: owner.cluster.to_string(), scheduler: owner.name.to_string(), result };
         self.scheduler_attempts.get_or_create(&labels).inc();
         self.scheduler_attempt_time
-            .get_or_create(&SchedulerLabels { scheduler: scheduler.to_owned() })
+            .get_or_create(&SchedulerLabels { cluster: owner.cluster.to_string(), scheduler: owner.name.to_string() })
             .observe(duration.as_secs_f64());
     }
 
@@ -746,20 +841,27 @@ impl Metrics {
     /// `controller`'s `webhook` (`convert` for conversion), and the time
     /// it took. Callers pass `unknown` for names the host does not serve,
     /// so that requests cannot grow the registry.
-    pub fn webhook_served(&self, controller_name: &str, webhook: &str, code: u16, duration: Duration) {
-        let (controller, webhook) = (controller_name.to_owned(), webhook.to_owned());
-        let labels =
-            WebhookRequestLabels { controller: controller.clone(), webhook: webhook.clone(), code: code.to_string() };
+    pub fn webhook_served(&self, owner: &Owner, webhook: &str, code: u16, duration: Duration) {
+        let (cluster, controller, webhook) = (owner.cluster.to_string(), owner.name.to_string(), webhook.to_owned());
+        let labels = WebhookRequestLabels {
+            cluster: cluster.clone(),
+            controller: controller.clone(),
+            webhook: webhook.clone(),
+            code: code.to_string(),
+        };
         self.webhook_requests.get_or_create(&labels).inc();
-        self.webhook_time.get_or_create(&WebhookLabels { controller, webhook }).observe(duration.as_secs_f64());
+        self.webhook_time
+            .get_or_create(&WebhookLabels { cluster, controller, webhook })
+            .observe(duration.as_secs_f64());
     }
 
-    /// Drops the gauges of a controller that is gone (its leader status);
-    /// its counters stay, as Prometheus expects of counters.
-    pub fn remove_controller(&self, controller_name: &str) {
-        self.leader.remove(&controller(controller_name));
-        lock(&self.queues.tracked).remove(controller_name);
-        self.set_controller_state(controller_name, None);
+    /// Drops the gauges of a controller that is gone (its leader status,
+    /// queue and state); its counters stay, as Prometheus expects of
+    /// counters.
+    pub fn remove_controller(&self, owner: &Owner) {
+        self.leader.remove(&controller(owner));
+        lock(&self.queues.tracked).remove(owner);
+        self.set_controller_state(owner, None);
     }
 }
 
@@ -820,22 +922,33 @@ mod tests {
     #[test]
     fn reconciles_are_counted_by_controller_and_result() {
         let m = metrics();
-        let series = r#"capstan_reconcile_total{controller="metrics-reconcile",result="error"}"#;
-        let errors = r#"capstan_reconcile_errors_total{controller="metrics-reconcile"}"#;
-        let terminal = r#"capstan_terminal_reconcile_errors_total{controller="metrics-reconcile"}"#;
+        let series = r#"capstan_reconcile_total{cluster="default",controller="metrics-reconcile",result="error"}"#;
+        let errors = r#"capstan_reconcile_errors_total{cluster="default",controller="metrics-reconcile"}"#;
+        let terminal = r#"capstan_terminal_reconcile_errors_total{cluster="default",controller="metrics-reconcile"}"#;
         let before = m.encode();
-        m.reconciled("metrics-reconcile", ReconcileResult::Error, Duration::from_millis(3));
-        m.reconciled("metrics-reconcile", ReconcileResult::TerminalError, Duration::from_millis(3));
-        m.reconciled("metrics-reconcile", ReconcileResult::Success, Duration::from_millis(3));
+        m.reconciled(&Owner::in_default("metrics-reconcile"), ReconcileResult::Error, Duration::from_millis(3));
+        m.reconciled(&Owner::in_default("metrics-reconcile"), ReconcileResult::TerminalError, Duration::from_millis(3));
+        m.reconciled(&Owner::in_default("metrics-reconcile"), ReconcileResult::Success, Duration::from_millis(3));
         let after = m.encode();
         let delta = |s: &str| value(&after, s).unwrap_or(0.0) - value(&before, s).unwrap_or(0.0);
         assert_eq!(delta(series), 2.0);
         assert_eq!(delta(errors), 2.0);
         assert_eq!(delta(terminal), 1.0);
-        assert_eq!(delta(r#"capstan_reconcile_total{controller="metrics-reconcile",result="success"}"#), 1.0);
-        assert_eq!(delta(r#"capstan_reconcile_time_seconds_count{controller="metrics-reconcile"}"#), 3.0);
+        assert_eq!(
+            delta(r#"capstan_reconcile_total{cluster="default",controller="metrics-reconcile",result="success"}"#),
+            1.0
+        );
+        assert_eq!(
+            delta(r#"capstan_reconcile_time_seconds_count{cluster="default",controller="metrics-reconcile"}"#),
+            3.0
+        );
         assert!(after.contains("# TYPE capstan_reconcile_time_seconds histogram"), "{after}");
-        assert_eq!(delta(r#"capstan_reconcile_time_seconds_bucket{controller="metrics-reconcile",le="0.004"}"#), 3.0);
+        assert_eq!(
+            delta(
+                r#"capstan_reconcile_time_seconds_bucket{cluster="default",controller="metrics-reconcile",le="0.004"}"#
+            ),
+            3.0
+        );
     }
 
     #[test]
@@ -843,45 +956,48 @@ mod tests {
         let m = metrics();
         let cm = Gvk::new("", "v1", "ConfigMap");
         let deploy = Gvk::new("apps", "v1", "Deployment");
-        m.guest_trapped("metrics-labels", "deadline");
-        m.guest_invoked("metrics-labels", Export::Reconcile, Duration::from_millis(1));
-        m.host_call("metrics-labels", Verb::Get, &KindLabel::of(&cm), "not_found");
-        m.grant_denied("metrics-labels", Verb::Delete, &KindLabel::of(&deploy));
-        m.call_limited("metrics-labels", "events");
-        m.log_lines_dropped("metrics-labels", "budget", 2);
-        m.stdio_dropped("metrics-labels", "stdout", 100);
-        m.watch_restarted(&deploy);
-        m.watch_failed(&deploy);
+        m.guest_trapped(&Owner::in_default("metrics-labels"), "deadline");
+        m.guest_invoked(&Owner::in_default("metrics-labels"), Export::Reconcile, Duration::from_millis(1));
+        m.host_call(&Owner::in_default("metrics-labels"), Verb::Get, &KindLabel::of(&cm), "not_found");
+        m.grant_denied(&Owner::in_default("metrics-labels"), Verb::Delete, &KindLabel::of(&deploy));
+        m.call_limited(&Owner::in_default("metrics-labels"), "events");
+        m.log_lines_dropped(&Owner::in_default("metrics-labels"), "budget", 2);
+        m.stdio_dropped(&Owner::in_default("metrics-labels"), "stdout", 100);
+        m.watch_restarted("default", &deploy);
+        m.watch_failed("default", &deploy);
         m.component_rejected("contract");
         m.component_loaded();
         m.compiled("cache", Duration::from_millis(2));
-        m.set_leader("metrics-labels", true);
-        m.queue_added("metrics-labels");
-        m.queue_retried("metrics-labels");
+        m.set_leader(&Owner::in_default("metrics-labels"), true);
+        m.queue_added(&Owner::in_default("metrics-labels"));
+        m.queue_retried(&Owner::in_default("metrics-labels"));
         let scrape = m.encode();
         for series in [
-            r#"capstan_guest_traps_total{controller="metrics-labels",kind="deadline"}"#,
-            r#"capstan_guest_invocation_seconds_count{controller="metrics-labels",export="reconcile"}"#,
-            r#"capstan_host_calls_total{controller="metrics-labels",verb="get",kind="ConfigMap",result="not_found"}"#,
-            r#"capstan_grant_denials_total{controller="metrics-labels",verb="delete",kind="Deployment.apps"}"#,
-            r#"capstan_host_call_limits_total{controller="metrics-labels",limit="events"}"#,
-            r#"capstan_guest_log_lines_dropped_total{controller="metrics-labels",reason="budget"}"#,
-            r#"capstan_guest_stdio_dropped_bytes_total{controller="metrics-labels",stream="stdout"}"#,
-            r#"capstan_watch_restarts_total{kind="Deployment.apps"}"#,
-            r#"capstan_watch_errors_total{kind="Deployment.apps"}"#,
+            r#"capstan_guest_traps_total{cluster="default",controller="metrics-labels",kind="deadline"}"#,
+            r#"capstan_guest_invocation_seconds_count{cluster="default",controller="metrics-labels",export="reconcile"}"#,
+            r#"capstan_host_calls_total{cluster="default",controller="metrics-labels",verb="get",kind="ConfigMap",result="not_found"}"#,
+            r#"capstan_grant_denials_total{cluster="default",controller="metrics-labels",verb="delete",kind="Deployment.apps"}"#,
+            r#"capstan_host_call_limits_total{cluster="default",controller="metrics-labels",limit="events"}"#,
+            r#"capstan_guest_log_lines_dropped_total{cluster="default",controller="metrics-labels",reason="budget"}"#,
+            r#"capstan_guest_stdio_dropped_bytes_total{cluster="default",controller="metrics-labels",stream="stdout"}"#,
+            r#"capstan_watch_restarts_total{cluster="default",kind="Deployment.apps"}"#,
+            r#"capstan_watch_errors_total{cluster="default",kind="Deployment.apps"}"#,
             r#"capstan_component_loads_total{result="rejected",reason="contract"}"#,
             r#"capstan_component_loads_total{result="loaded",reason=""}"#,
             r#"capstan_component_compile_seconds_count{source="cache"}"#,
-            r#"capstan_leader_status{controller="metrics-labels"}"#,
-            r#"capstan_queue_adds_total{controller="metrics-labels"}"#,
-            r#"capstan_queue_retries_total{controller="metrics-labels"}"#,
+            r#"capstan_leader_status{cluster="default",controller="metrics-labels"}"#,
+            r#"capstan_queue_adds_total{cluster="default",controller="metrics-labels"}"#,
+            r#"capstan_queue_retries_total{cluster="default",controller="metrics-labels"}"#,
         ] {
             assert!(value(&scrape, series).is_some_and(|v| v >= 1.0), "{series} missing in\n{scrape}");
         }
-        m.set_leader("metrics-labels", false);
-        assert_eq!(value(&m.encode(), r#"capstan_leader_status{controller="metrics-labels"}"#), Some(0.0));
-        m.remove_controller("metrics-labels");
-        assert_eq!(value(&m.encode(), r#"capstan_leader_status{controller="metrics-labels"}"#), None);
+        m.set_leader(&Owner::in_default("metrics-labels"), false);
+        assert_eq!(
+            value(&m.encode(), r#"capstan_leader_status{cluster="default",controller="metrics-labels"}"#),
+            Some(0.0)
+        );
+        m.remove_controller(&Owner::in_default("metrics-labels"));
+        assert_eq!(value(&m.encode(), r#"capstan_leader_status{cluster="default",controller="metrics-labels"}"#), None);
     }
 
     struct FixedQueue(usize, Duration);
@@ -899,64 +1015,123 @@ mod tests {
     fn queues_are_read_when_scraped_and_vanish_when_dropped() {
         let m = metrics();
         let queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(3, Duration::from_millis(1500)));
-        m.track_queue("metrics-queue", Arc::downgrade(&queue));
+        m.track_queue(&Owner::in_default("metrics-queue"), Arc::downgrade(&queue));
         let scrape = m.encode();
-        assert_eq!(value(&scrape, r#"capstan_queue_depth{controller="metrics-queue"}"#), Some(3.0), "{scrape}");
-        assert_eq!(value(&scrape, r#"capstan_queue_oldest_item_age_seconds{controller="metrics-queue"}"#), Some(1.5));
+        assert_eq!(
+            value(&scrape, r#"capstan_queue_depth{cluster="default",controller="metrics-queue"}"#),
+            Some(3.0),
+            "{scrape}"
+        );
+        assert_eq!(
+            value(&scrape, r#"capstan_queue_oldest_item_age_seconds{cluster="default",controller="metrics-queue"}"#),
+            Some(1.5)
+        );
         drop(queue);
-        assert_eq!(value(&m.encode(), r#"capstan_queue_depth{controller="metrics-queue"}"#), None);
+        assert_eq!(value(&m.encode(), r#"capstan_queue_depth{cluster="default",controller="metrics-queue"}"#), None);
     }
 
     #[test]
     fn scheduler_attempts_and_pending_pods_are_reported_per_scheduler() {
         let m = metrics();
-        m.scheduler_attempted("metrics-sched", "scheduled", Duration::from_millis(3));
-        m.scheduler_attempted("metrics-sched", "unschedulable", Duration::from_millis(2));
-        m.scheduler_attempted("metrics-sched", "scheduled", Duration::from_millis(4));
+        m.scheduler_attempted(&Owner::in_default("metrics-sched"), "scheduled", Duration::from_millis(3));
+        m.scheduler_attempted(&Owner::in_default("metrics-sched"), "unschedulable", Duration::from_millis(2));
+        m.scheduler_attempted(&Owner::in_default("metrics-sched"), "scheduled", Duration::from_millis(4));
         let queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(2, Duration::ZERO));
-        m.track_scheduler_queue("metrics-sched", Arc::downgrade(&queue));
+        m.track_scheduler_queue(&Owner::in_default("metrics-sched"), Arc::downgrade(&queue));
         let scrape = m.encode();
         assert_valid_exposition(&scrape);
         let attempts = |result: &str| {
-            let series =
-                format!(r#"capstan_scheduler_schedule_attempts_total{{scheduler="metrics-sched",result="{result}"}}"#);
+            let series = format!(
+                r#"capstan_scheduler_schedule_attempts_total{{cluster="default",scheduler="metrics-sched",result="{result}"}}"#
+            );
             value(&scrape, &series)
         };
         assert_eq!((attempts("scheduled"), attempts("unschedulable")), (Some(2.0), Some(1.0)));
-        let count = r#"capstan_scheduler_attempt_duration_seconds_count{scheduler="metrics-sched"}"#;
+        let count = r#"capstan_scheduler_attempt_duration_seconds_count{cluster="default",scheduler="metrics-sched"}"#;
         assert_eq!(value(&scrape, count), Some(3.0));
-        assert_eq!(value(&scrape, r#"capstan_scheduler_pending_pods{scheduler="metrics-sched"}"#), Some(2.0));
+        assert_eq!(
+            value(&scrape, r#"capstan_scheduler_pending_pods{cluster="default",scheduler="metrics-sched"}"#),
+            Some(2.0)
+        );
         drop(queue);
-        assert_eq!(value(&m.encode(), r#"capstan_scheduler_pending_pods{scheduler="metrics-sched"}"#), None);
+        assert_eq!(
+            value(&m.encode(), r#"capstan_scheduler_pending_pods{cluster="default",scheduler="metrics-sched"}"#),
+            None
+        );
     }
 
     #[test]
-    fn controller_states_are_counted_and_reset() {
+    fn controller_states_are_counted_per_cluster_and_reset() {
         // A registry of its own: other tests in this process set controller
         // states on the shared one, which recounts every state.
         let m = Metrics::new();
-        m.set_controller_states(["metrics-running", "metrics-running", "metrics-syncing"]);
+        let (a, b) = (Owner::new("west", "a"), Owner::new("west", "b"));
+        m.set_controller_state(&a, Some("running"));
+        m.set_controller_state(&b, Some("running"));
+        m.set_controller_state(&Owner::new("east", "a"), Some("syncing"));
         let scrape = m.encode();
-        assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-running"}"#), Some(2.0));
-        assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-syncing"}"#), Some(1.0));
-        m.set_controller_states(["metrics-running"]);
+        assert_eq!(value(&scrape, r#"capstan_controllers{cluster="west",state="running"}"#), Some(2.0));
+        assert_eq!(value(&scrape, r#"capstan_controllers{cluster="east",state="syncing"}"#), Some(1.0));
+        m.set_controller_state(&b, None);
+        m.set_controller_state(&Owner::new("east", "a"), Some("running"));
         let scrape = m.encode();
-        assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-running"}"#), Some(1.0));
-        assert_eq!(value(&scrape, r#"capstan_controllers{state="metrics-syncing"}"#), Some(0.0));
+        assert_eq!(value(&scrape, r#"capstan_controllers{cluster="west",state="running"}"#), Some(1.0));
+        assert_eq!(value(&scrape, r#"capstan_controllers{cluster="east",state="syncing"}"#), Some(0.0));
+        assert_eq!(value(&scrape, r#"capstan_controllers{cluster="east",state="running"}"#), Some(1.0));
+    }
+
+    #[test]
+    fn the_same_controller_in_two_clusters_has_series_of_its_own_in_each() {
+        let m = metrics();
+        let (west, east) = (Owner::new("metrics-west", "fleet-same"), Owner::new("metrics-east", "fleet-same"));
+        let west_queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(3, Duration::from_secs(2)));
+        let east_queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(5, Duration::from_secs(7)));
+        m.track_queue(&west, Arc::downgrade(&west_queue));
+        m.track_queue(&east, Arc::downgrade(&east_queue));
+        m.track_scheduler_queue(&west, Arc::downgrade(&west_queue));
+        m.track_scheduler_queue(&east, Arc::downgrade(&east_queue));
+        m.set_leader(&west, true);
+        m.set_leader(&east, false);
+        m.reconciled(&west, ReconcileResult::Success, Duration::from_millis(1));
+        let scrape = m.encode();
+        assert_valid_exposition(&scrape);
+        let series = |family: &str, cluster: &str, label: &str| {
+            value(&scrape, &format!(r#"{family}{{cluster="{cluster}",{label}="fleet-same"}}"#))
+        };
+        assert_eq!(series("capstan_queue_depth", "metrics-west", "controller"), Some(3.0), "{scrape}");
+        assert_eq!(series("capstan_queue_depth", "metrics-east", "controller"), Some(5.0));
+        assert_eq!(series("capstan_queue_oldest_item_age_seconds", "metrics-east", "controller"), Some(7.0));
+        assert_eq!(series("capstan_scheduler_pending_pods", "metrics-west", "scheduler"), Some(3.0));
+        assert_eq!(series("capstan_scheduler_pending_pods", "metrics-east", "scheduler"), Some(5.0));
+        assert_eq!(series("capstan_leader_status", "metrics-west", "controller"), Some(1.0));
+        assert_eq!(series("capstan_leader_status", "metrics-east", "controller"), Some(0.0));
+        let reconciled = r#"capstan_reconcile_total{cluster="metrics-east",controller="fleet-same",result="success"}"#;
+        assert_eq!(value(&scrape, reconciled), None, "only the west copy reconciled");
+
+        // One cluster's controller stops: the other's gauges stay.
+        m.remove_controller(&west);
+        let scrape = m.encode();
+        assert_eq!(value(&scrape, r#"capstan_queue_depth{cluster="metrics-west",controller="fleet-same"}"#), None);
+        assert_eq!(value(&scrape, r#"capstan_leader_status{cluster="metrics-west",controller="fleet-same"}"#), None);
+        assert_eq!(value(&scrape, r#"capstan_queue_depth{cluster="metrics-east",controller="fleet-same"}"#), Some(5.0));
+        assert_eq!(
+            value(&scrape, r#"capstan_leader_status{cluster="metrics-east",controller="fleet-same"}"#),
+            Some(0.0)
+        );
     }
 
     #[test]
     fn a_scrape_is_valid_exposition_text() {
         let m = metrics();
-        m.reconciled("metrics-valid", ReconcileResult::RequeueAfter, Duration::from_secs(1));
+        m.reconciled(&Owner::in_default("metrics-valid"), ReconcileResult::RequeueAfter, Duration::from_secs(1));
         m.host_call(
-            "metrics-valid",
+            &Owner::in_default("metrics-valid"),
             Verb::Patch,
             &KindLabel::of(&Gvk::new("examples.capstan.dev", "v1", "Greeting")),
             "ok",
         );
         let queue: Arc<dyn QueueProbe> = Arc::new(FixedQueue(0, Duration::ZERO));
-        m.track_queue("metrics-valid", Arc::downgrade(&queue));
+        m.track_queue(&Owner::in_default("metrics-valid"), Arc::downgrade(&queue));
         let scrape = m.encode();
         assert_valid_exposition(&scrape);
         assert!(scrape.contains("# TYPE capstan_reconcile_total counter"), "{scrape}");

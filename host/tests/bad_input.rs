@@ -209,19 +209,22 @@ async fn misbehave_then_recover(behaviour: &str, limits: Limits) -> (reconciler:
 
 #[tokio::test]
 async fn trapping_guest_gets_a_typed_error_and_the_next_call_succeeds() {
-    let traps = r#"capstan_guest_traps_total{controller="fixture",kind="trap"}"#;
+    let traps = r#"capstan_guest_traps_total{cluster="default",controller="fixture",kind="trap"}"#;
     let before = metric(traps);
     let (bad, good, _) = misbehave_then_recover("trap", Limits::default()).await;
     assert!(matches!(bad.result, Err(reconciler::Error::Guest(runtime::Error::Trap(_)))), "{:?}", bad.result);
     assert!(good.result.is_ok(), "{:?}", good.result);
     assert_eq!(metric(traps) - before, 1.0);
-    assert!(metric(r#"capstan_guest_invocation_seconds_count{controller="fixture",export="reconcile"}"#) >= 2.0);
+    assert!(
+        metric(r#"capstan_guest_invocation_seconds_count{cluster="default",controller="fixture",export="reconcile"}"#)
+            >= 2.0
+    );
 }
 
 #[tokio::test]
 async fn looping_guest_is_stopped_at_its_deadline() {
     let limits = Limits::default().deadline(Duration::from_millis(200));
-    let deadlines = r#"capstan_guest_traps_total{controller="fixture",kind="deadline"}"#;
+    let deadlines = r#"capstan_guest_traps_total{cluster="default",controller="fixture",kind="deadline"}"#;
     let before = metric(deadlines);
     let (bad, good, took) = misbehave_then_recover("loop", limits).await;
     assert_eq!(bad.result, Err(reconciler::Error::Guest(runtime::Error::Deadline(Duration::from_millis(200)))));
@@ -233,7 +236,7 @@ async fn looping_guest_is_stopped_at_its_deadline() {
 #[tokio::test]
 async fn guest_growing_past_the_memory_cap_traps_and_the_host_carries_on() {
     let limits = Limits::default().memory(32 << 20);
-    let caps = r#"capstan_guest_traps_total{controller="fixture",kind="memory"}"#;
+    let caps = r#"capstan_guest_traps_total{cluster="default",controller="fixture",kind="memory"}"#;
     let before = metric(caps);
     let (bad, good, _) = misbehave_then_recover("grow", limits).await;
     assert!(
@@ -247,8 +250,8 @@ async fn guest_growing_past_the_memory_cap_traps_and_the_host_carries_on() {
 
 #[tokio::test]
 async fn undeclared_kind_is_denied_to_the_guest_and_never_executed() {
-    let denials = r#"capstan_grant_denials_total{controller="fixture",verb="create",kind="Secret"}"#;
-    let calls = r#"capstan_host_calls_total{controller="fixture",verb="create",kind="Secret",result="denied"}"#;
+    let denials = r#"capstan_grant_denials_total{cluster="default",controller="fixture",verb="create",kind="Secret"}"#;
+    let calls = r#"capstan_host_calls_total{cluster="default",controller="fixture",verb="create",kind="Secret",result="denied"}"#;
     let before = (metric(denials), metric(calls));
     let mut host = MockHost::new().expect("host");
     host.load(guest("fixture")).await.expect("loads");

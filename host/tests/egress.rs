@@ -124,8 +124,9 @@ async fn a_declared_origin_is_reached_and_every_other_is_refused_before_a_connec
     let other = Server::start(false).await;
     let mut host = MockHost::new().expect("host");
     host.load(guest("fetcher")).await.expect("loads");
-    let denied = r#"capstan_egress_requests_total{controller="fetcher",origin="undeclared",result="denied"}"#;
-    let ok = r#"capstan_egress_requests_total{controller="fetcher",origin="http://127.0.0.1:18000-18099",result="ok"}"#;
+    let denied =
+        r#"capstan_egress_requests_total{cluster="default",controller="fetcher",origin="undeclared",result="denied"}"#;
+    let ok = r#"capstan_egress_requests_total{cluster="default",controller="fetcher",origin="http://127.0.0.1:18000-18099",result="ok"}"#;
     let (denied_before, ok_before) = (metric(denied), metric(ok));
     let urls = [
         declared.url("/ok"),

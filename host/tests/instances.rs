@@ -26,7 +26,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// (`capstan_guest_instances_total`).
 fn instances_made() -> f64 {
     let scrape = capstan_host::metrics::metrics().encode();
-    let series = r#"capstan_guest_instances_total{controller="fixture"}"#;
+    let series = r#"capstan_guest_instances_total{cluster="default",controller="fixture"}"#;
     scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
 }
 

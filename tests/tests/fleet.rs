@@ -42,10 +42,13 @@ async fn namespace(client: &kube::Client, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Creates Greeting `name` and waits until the greeter reports it ready.
+/// Creates Greeting `name` (once the host has installed the CRD in that
+/// cluster) and waits until the greeter reports it ready.
 async fn converges(client: &kube::Client, ns: &str, name: &str, within: Duration) -> Result<()> {
     let api = greetings(client, ns);
-    api.create(&PostParams::default(), &greeting(name, "hi", 1)).await?;
+    wait_for(within, || async { api.create(&PostParams::default(), &greeting(name, "hi", 1)).await.ok() })
+        .await
+        .with_context(|| format!("Greeting {ns}/{name} could not be created (is its CRD installed?)"))?;
     wait_for(within, || async { api.get(name).await.ok().filter(|g| greeting_ready(g, 1)) })
         .await
         .with_context(|| format!("Greeting {ns}/{name} did not converge"))
@@ -174,6 +177,22 @@ async fn capstan_run_serves_every_cluster_it_is_given() -> Result<()> {
     let clusters: Vec<&str> =
         doc["clusters"].as_array().context("clusters")?.iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(clusters, ["b", "default", "gone"]);
+    // The same controller in two clusters: series of its own in each (they
+    // once shared one queue gauge, the last cluster's).
+    let (_, scrape) = http_get(port, "/metrics").await?;
+    for cluster in ["default", "b"] {
+        for series in [
+            format!(r#"capstan_queue_depth{{cluster="{cluster}",controller="greeter"}}"#),
+            format!(r#"capstan_reconcile_total{{cluster="{cluster}",controller="greeter","#),
+            format!(r#"capstan_controllers{{cluster="{cluster}",state="running"}}"#),
+        ] {
+            assert!(scrape.lines().any(|l| l.starts_with(&series)), "{series} missing in\n{scrape}");
+        }
+    }
+    assert!(
+        !scrape.contains(r#"capstan_reconcile_total{cluster="gone""#),
+        "the cluster that never came up reconciled nothing"
+    );
     assert!(child.try_wait()?.is_none(), "the host keeps running");
     child.kill().await?;
 

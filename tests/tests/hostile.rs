@@ -73,7 +73,7 @@ fn first<'a>(run: &'a Run, name: &str) -> Result<&'a capstan_host::control::reco
 // Item 3: guest strings become metric labels.
 #[tokio::test]
 async fn made_up_kinds_do_not_become_metric_labels() -> Result<()> {
-    let other = r#"capstan_grant_denials_total{controller="fixture",verb="get",kind="other"}"#;
+    let other = r#"capstan_grant_denials_total{cluster="default",controller="fixture",verb="get",kind="other"}"#;
     let before = sample(&metrics().encode(), other);
     let run = mock_run("kinds", "flood-kinds", Limits::default()).await?;
     first(&run, "kinds")?.result.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -86,7 +86,7 @@ async fn made_up_kinds_do_not_become_metric_labels() -> Result<()> {
 // Item 5: one WARN per denied call, uncapped.
 #[tokio::test]
 async fn a_flood_of_denied_calls_is_rate_limited_in_the_log_and_counted() -> Result<()> {
-    let dropped = r#"capstan_guest_log_lines_dropped_total{controller="fixture",reason="budget"}"#;
+    let dropped = r#"capstan_guest_log_lines_dropped_total{cluster="default",controller="fixture",reason="budget"}"#;
     let before = sample(&metrics().encode(), dropped);
     let run = mock_run("denied", "flood-denied", Limits::default()).await?;
     let report = first(&run, "denied")?;
@@ -192,8 +192,8 @@ async fn one_huge_allocation_is_reported_as_the_memory_limit() -> Result<()> {
 
 #[tokio::test]
 async fn stdout_past_the_cap_is_truncated_and_counted_not_a_trap() -> Result<()> {
-    let bytes = r#"capstan_guest_stdio_dropped_bytes_total{controller="fixture",stream="stdout"}"#;
-    let lines = r#"capstan_guest_log_lines_dropped_total{controller="fixture",reason="cap"}"#;
+    let bytes = r#"capstan_guest_stdio_dropped_bytes_total{cluster="default",controller="fixture",stream="stdout"}"#;
+    let lines = r#"capstan_guest_log_lines_dropped_total{cluster="default",controller="fixture",reason="cap"}"#;
     let before = metrics().encode();
     let run = mock_run("printer", "stdout-flood", Limits::default()).await?;
     let report = first(&run, "printer")?;

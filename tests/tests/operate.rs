@@ -130,11 +130,11 @@ async fn the_host_process_serves_probes_metrics_and_status_and_hot_loads_without
     for name in ["a", "b", "c"] {
         wait_for(TIMEOUT, || async { api.get(name).await.ok().filter(ready) }).await?;
     }
-    let traps = r#"capstan_guest_traps_total{controller="fixture",kind="trap"}"#;
+    let traps = r#"capstan_guest_traps_total{cluster="default",controller="fixture",kind="trap"}"#;
     // The greeter asks to be requeued after each success (its resync).
     let greeter_ok = [
-        r#"capstan_reconcile_total{controller="greeter",result="success"}"#,
-        r#"capstan_reconcile_total{controller="greeter",result="requeue_after"}"#,
+        r#"capstan_reconcile_total{cluster="default",controller="greeter",result="success"}"#,
+        r#"capstan_reconcile_total{cluster="default",controller="greeter",result="requeue_after"}"#,
     ];
     let ok = |m: &str| greeter_ok.iter().map(|s| sample(m, s)).sum::<f64>();
     // Counted once each reconcile returns, just after it wrote the status.
@@ -144,7 +144,7 @@ async fn the_host_process_serves_probes_metrics_and_status_and_hot_loads_without
     })
     .await
     .context("the greeter's reconciles and the fixture's trap are counted")?;
-    assert_eq!(sample(&after, r#"capstan_controllers{state="running"}"#), 2.0, "{after}");
+    assert_eq!(sample(&after, r#"capstan_controllers{cluster="default",state="running"}"#), 2.0, "{after}");
     assert!(after.contains("# TYPE capstan_reconcile_time_seconds histogram"), "{after}");
 
     // A new version lands (written to a temporary name and renamed): same

@@ -336,7 +336,7 @@ async fn an_api_server_restart_mid_run_loses_nothing() -> Result<()> {
         greetings.create(&PostParams::default(), &greeting(&format!("before-{i}"), "hi", 1)).await?;
     }
     let watch_errors = || {
-        let series = r#"capstan_watch_errors_total{kind="Greeting.examples.capstan.dev"} "#;
+        let series = r#"capstan_watch_errors_total{cluster="default",kind="Greeting.examples.capstan.dev"} "#;
         let scrape = capstan_host::metrics::metrics().encode();
         scrape.lines().find_map(|l| l.strip_prefix(series)?.parse::<f64>().ok()).unwrap_or(0.0)
     };

@@ -281,7 +281,7 @@ async fn a_flood_of_one_components_slow_webhook_leaves_another_components_webhoo
     assert_eq!(codes.get(&429), Some(&(100 - webhook::DEFAULT_BUDGET)), "{codes:?}");
     let scrape = capstan_host::metrics::metrics().encode();
     ensure!(
-        scrape.contains(r#"capstan_webhook_requests_total{controller="greeter-webhooks",webhook="validate.greetings.webhooks.examples.capstan.dev",code="429"} 92"#),
+        scrape.contains(r#"capstan_webhook_requests_total{cluster="default",controller="greeter-webhooks",webhook="validate.greetings.webhooks.examples.capstan.dev",code="429"} 92"#),
         "the refused calls are counted"
     );
 

@@ -20,7 +20,7 @@ use crate::control::mapping;
 use crate::control::queue::Queue;
 use crate::control::reconciler::{Action, Reconciler};
 use crate::manifest::Manifest;
-use crate::metrics::metrics;
+use crate::metrics::{Owner, metrics};
 use crate::object::{Gvk, ObjectRef};
 use crate::sync::lock;
 
@@ -125,6 +125,8 @@ pub struct Controller {
 /// What a controller's handle, its task and its workers share.
 struct Parts {
     name: String,
+    /// The controller in its cluster, for metrics.
+    owner: Owner,
     reconciler: Arc<Reconciler>,
     cluster: KubeCluster,
     informers: Arc<Informers>,
@@ -139,7 +141,7 @@ struct Parts {
 impl Parts {
     /// Sets the state and the `capstan_controllers` gauge.
     fn set_state(&self, new: State) {
-        metrics().set_controller_state(&self.name, Some(new.as_str()));
+        metrics().set_controller_state(&self.owner, Some(new.as_str()));
         *lock(&self.state) = new;
     }
 
@@ -202,8 +204,10 @@ impl Controller {
     ) -> Self {
         let name = reconciler.component().manifest.name.clone();
         let span = tracing::info_span!("controller", controller = %name);
+        let owner = Owner::new(reconciler.cluster_name(), name.as_str());
         let parts = Arc::new(Parts {
-            queue: Queue::named(&name),
+            queue: Queue::named(owner.clone()),
+            owner,
             name,
             reconciler,
             cluster,
@@ -281,7 +285,7 @@ impl Controller {
             let _ = task.await;
         }
         self.parts.set_state(State::Stopped);
-        metrics().remove_controller(&self.parts.name);
+        metrics().remove_controller(&self.parts.owner);
     }
 }
 
@@ -425,14 +429,14 @@ async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
         }
         Some(mut leading) => loop {
             parts.set_state(State::Standby);
-            metrics().set_leader(&manifest.name, false);
+            metrics().set_leader(&parts.owner, false);
             tracing::info!("standing by: caches warm, not leading");
             if leading.wait_for(|l| *l).await.map(|_| ()).is_err() {
                 break;
             }
             queue_all();
             parts.set_state(State::Running);
-            metrics().set_leader(&manifest.name, true);
+            metrics().set_leader(&parts.owner, true);
             tracing::info!(concurrency = manifest.max_concurrency, "leading: controller running");
             let mut running = workers(manifest.max_concurrency);
             tokio::select! {
@@ -468,7 +472,7 @@ impl Worker {
     /// Reconciles objects from the queue until it is closed.
     async fn work(self: Arc<Self>) {
         let Self { parts, failures, span: controller_span } = &*self;
-        let Parts { queue, reconciler, counts, settings, .. } = &**parts;
+        let Parts { queue, reconciler, counts, settings, owner, .. } = &**parts;
         let backoff = settings.backoff;
         while let Some((r, waited)) = queue.next_waited().await {
             tracing::trace!(object = %r, "dequeued");
@@ -490,7 +494,7 @@ impl Worker {
             crate::telemetry::start_trace(&span);
             let started = std::time::Instant::now();
             let report = reconciler.reconcile(&r).instrument(span.clone()).await;
-            metrics().reconciled(&reconciler.component().manifest.name, report.metrics_result(), started.elapsed());
+            metrics().reconciled(owner, report.metrics_result(), started.elapsed());
             if let Some(event) = report.event {
                 span.record("event", event.as_str());
             }
@@ -538,7 +542,7 @@ impl Worker {
                     *failures += 1;
                     let exhausted = e.retry_limit().is_some_and(|limit| *failures > limit);
                     if e.is_retryable() && !exhausted {
-                        metrics().queue_retried(&reconciler.component().manifest.name);
+                        metrics().queue_retried(owner);
                         let seed = std::time::SystemTime::now()
                             .duration_since(std::time::UNIX_EPOCH)
                             .map(|d| d.subsec_nanos().into())

@@ -136,6 +136,8 @@ type InformerKey = (String, String, Option<String>);
 /// The shared watches of one host.
 pub struct Informers {
     cluster: KubeCluster,
+    /// The cluster's name (the `cluster` label of the watch metrics).
+    cluster_name: Arc<str>,
     /// The namespaces watched; empty: all.
     namespaces: BTreeSet<String>,
     running: Mutex<HashMap<InformerKey, Arc<Informer>>>,
@@ -151,7 +153,21 @@ impl Informers {
     /// Watches namespaced kinds in `namespaces`, or in all namespaces when
     /// there are none. Cluster-scoped kinds are watched whole either way.
     pub fn new(cluster: KubeCluster, namespaces: impl IntoIterator<Item = String>) -> Self {
-        Self { cluster, namespaces: namespaces.into_iter().collect(), running: Mutex::new(HashMap::new()) }
+        Self {
+            cluster,
+            cluster_name: cluster::DEFAULT_CLUSTER.into(),
+            namespaces: namespaces.into_iter().collect(),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The same, for the cluster named `name` (default:
+    /// [`DEFAULT_CLUSTER`](crate::cluster::DEFAULT_CLUSTER)), which labels
+    /// the watch metrics.
+    #[must_use]
+    pub fn in_cluster(mut self, name: Arc<str>) -> Self {
+        self.cluster_name = name;
+        self
     }
 
     /// How many kinds are watched.
@@ -238,6 +254,7 @@ impl Informers {
                 selector = label_selector.unwrap_or_default(),
             );
             let run = run_watch(
+                Arc::clone(&self.cluster_name),
                 gvk.clone(),
                 api,
                 config.clone(),
@@ -302,6 +319,7 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 
 #[allow(clippy::too_many_arguments, reason = "one private task wiring a watch to its consumers")]
 async fn run_watch(
+    cluster_name: Arc<str>,
     gvk: Gvk,
     api: Api<DynamicObject>,
     config: watcher::Config,
@@ -344,7 +362,7 @@ async fn run_watch(
                 listed.clear();
                 if first_list_done {
                     restarts.fetch_add(1, Ordering::Relaxed);
-                    crate::metrics::metrics().watch_restarted(&gvk);
+                    crate::metrics::metrics().watch_restarted(&cluster_name, &gvk);
                     tracing::info!(kind = %gvk, "watch restarted, relisting");
                 }
             }
@@ -357,7 +375,7 @@ async fn run_watch(
                 let _ = synced.send(true);
             }
             Err(e) => {
-                crate::metrics::metrics().watch_failed(&gvk);
+                crate::metrics::metrics().watch_failed(&cluster_name, &gvk);
                 tracing::warn!(kind = %gvk, error = %e, "watch failed, retrying with backoff");
             }
         }

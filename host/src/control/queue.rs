@@ -35,8 +35,8 @@ struct State {
 pub struct Queue {
     state: Mutex<State>,
     notify: Notify,
-    /// The controller, for metrics.
-    name: Option<String>,
+    /// The controller in its cluster, for metrics.
+    owner: Option<metrics::Owner>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -51,13 +51,15 @@ impl Queue {
         Self::default()
     }
 
-    /// An empty queue of `controller` that reports to the [metrics](mod@crate::metrics)
-    /// (`capstan_queue_depth`, `capstan_queue_oldest_item_age_seconds`,
-    /// `capstan_queue_adds_total`) until it is dropped.
-    pub fn named(controller: &str) -> Arc<Self> {
-        let queue = Arc::new(Self { name: Some(controller.to_owned()), ..Self::default() });
+    /// An empty queue of the controller `owner` that reports to the
+    /// [metrics](mod@crate::metrics) (`capstan_queue_depth`,
+    /// `capstan_queue_oldest_item_age_seconds`, `capstan_queue_adds_total`)
+    /// until it is dropped.
+    pub fn named(owner: metrics::Owner) -> Arc<Self> {
+        let probe_owner = owner.clone();
+        let queue = Arc::new(Self { owner: Some(owner), ..Self::default() });
         let probe: std::sync::Weak<Self> = Arc::downgrade(&queue);
-        metrics().track_queue(controller, probe);
+        metrics().track_queue(&probe_owner, probe);
         queue
     }
 
@@ -81,8 +83,8 @@ impl Queue {
         } else {
             false
         };
-        if added && let Some(name) = &self.name {
-            metrics().queue_added(name);
+        if added && let Some(owner) = &self.owner {
+            metrics().queue_added(owner);
         }
     }
 
@@ -300,9 +302,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_named_queue_reports_its_depth_and_adds() {
-        let q = Queue::named("queue-metrics");
-        let adds = r#"capstan_queue_adds_total{controller="queue-metrics"}"#;
-        let depth = r#"capstan_queue_depth{controller="queue-metrics"}"#;
+        let q = Queue::named(metrics::Owner::in_default("queue-metrics"));
+        let adds = r#"capstan_queue_adds_total{cluster="default",controller="queue-metrics"}"#;
+        let depth = r#"capstan_queue_depth{cluster="default",controller="queue-metrics"}"#;
         let read =
             |series: &str| metrics().encode().lines().find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok());
         q.add(r("a"));

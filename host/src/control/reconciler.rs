@@ -516,7 +516,7 @@ impl Reconciler {
             trial: Mutex::new(None),
             runtime,
             cluster,
-            cluster_name: crate::serve::fleet::DEFAULT_CLUSTER.into(),
+            cluster_name: cluster::DEFAULT_CLUSTER.into(),
             namespaces: namespaces.to_vec(),
             handled: Mutex::new(HashMap::new()),
             adding: Mutex::new(HashSet::new()),
@@ -532,7 +532,7 @@ impl Reconciler {
 
     /// Names the cluster this reconciler's objects are in, as guests see it
     /// in their requests (`cluster` of a reconcile or schedule request).
-    /// Default: [`DEFAULT_CLUSTER`](crate::serve::fleet::DEFAULT_CLUSTER),
+    /// Default: [`DEFAULT_CLUSTER`](crate::cluster::DEFAULT_CLUSTER),
     /// `default`.
     #[must_use]
     pub fn in_cluster(mut self, name: impl Into<Arc<str>>) -> Self {
@@ -577,6 +577,7 @@ impl Reconciler {
         };
         let caller = Caller {
             controller: component.manifest.name.as_str().into(),
+            cluster_name: Arc::clone(&self.cluster_name),
             field_manager: component.manifest.field_manager().into(),
             grants,
             cluster: Arc::clone(&self.cluster),
@@ -1043,6 +1044,7 @@ impl Reconciler {
     fn caller(&self, component: &Loaded, r: &ObjectRef, object: &Value) -> Caller {
         Caller {
             controller: component.manifest.name.as_str().into(),
+            cluster_name: Arc::clone(&self.cluster_name),
             field_manager: component.manifest.field_manager().into(),
             grants: self.grants_for(component),
             cluster: Arc::clone(&self.cluster),

@@ -68,7 +68,7 @@ use crate::control::informer::WatchBackoff;
 use crate::control::leader::Leadership;
 use crate::control::queue::Queue;
 use crate::control::reconciler::Reconciler;
-use crate::metrics::metrics;
+use crate::metrics::{Owner, metrics};
 use crate::object::{Gvk, ObjectRef};
 use crate::runtime::bindings::capstan::operator::types as wit;
 use crate::runtime::invocation::Runtime;
@@ -208,6 +208,8 @@ impl View {
 /// What a scheduler's handle, its watches and its worker share.
 struct Parts {
     name: String,
+    /// The scheduler in its cluster, for metrics.
+    owner: Owner,
     reconciler: Arc<Reconciler>,
     setup: Setup,
     queue: Arc<Queue>,
@@ -345,7 +347,7 @@ fn entry(pod: &Pod) -> Option<(String, account::Entry)> {
 }
 
 /// Runs a watch, handing each change (and each complete relist) to `on`.
-async fn follow<K>(api: Api<K>, config: watcher::Config, kind: Gvk, mut on: impl FnMut(Seen<K>) + Send)
+async fn follow<K>(owner: Owner, api: Api<K>, config: watcher::Config, kind: Gvk, mut on: impl FnMut(Seen<K>) + Send)
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -360,7 +362,7 @@ where
             Ok(Event::InitApply(o)) => listed.push(o),
             Ok(Event::InitDone) => on(Seen::Relisted(std::mem::take(&mut listed))),
             Err(e) => {
-                metrics().watch_failed(&kind);
+                metrics().watch_failed(owner.cluster(), &kind);
                 tracing::warn!(kind = %kind, error = %e, "watch failed, retrying with backoff");
             }
         }
@@ -379,11 +381,13 @@ impl Scheduler {
         let name = manifest.roles.scheduler.clone().ok_or_else(|| Error::NotAScheduler(manifest.name.clone()))?;
         let queue = Arc::new(Queue::new());
         let probe: std::sync::Weak<Queue> = Arc::downgrade(&queue);
-        metrics().track_scheduler_queue(&name, probe);
+        let owner = Owner::new(reconciler.cluster_name(), name.as_str());
+        metrics().track_scheduler_queue(&owner, probe);
         let leadership = setup.leadership.take();
         let leading = leadership.as_ref().map(Leadership::watch);
         let parts = Arc::new(Parts {
             name: name.clone(),
+            owner: owner.clone(),
             reconciler,
             setup,
             queue,
@@ -397,16 +401,22 @@ impl Scheduler {
         let mut watches = Vec::new();
         let nodes = Arc::clone(&parts);
         watches.push(tokio::spawn(
-            follow(Api::<Node>::all(client.clone()), watcher::Config::default(), Gvk::new("", "v1", "Node"), {
-                let mut first = true;
-                move |seen| nodes.nodes_seen(seen, std::mem::take(&mut first))
-            })
+            follow(
+                owner.clone(),
+                Api::<Node>::all(client.clone()),
+                watcher::Config::default(),
+                Gvk::new("", "v1", "Node"),
+                {
+                    let mut first = true;
+                    move |seen| nodes.nodes_seen(seen, std::mem::take(&mut first))
+                },
+            )
             .instrument(span.clone()),
         ));
         let bound = Arc::clone(&parts);
         let config = watcher::Config::default().fields("spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed");
         watches.push(tokio::spawn(
-            follow(Api::<Pod>::all(client.clone()), config, pod_kind(), {
+            follow(owner.clone(), Api::<Pod>::all(client.clone()), config, pod_kind(), {
                 let mut first = true;
                 move |seen| bound.bound_seen(seen, std::mem::take(&mut first))
             })
@@ -427,7 +437,7 @@ impl Scheduler {
             let mut first = true;
             let on = move |seen| parts.pending_seen(scope.as_deref(), seen, std::mem::take(&mut first));
             let config = watcher::Config::default().fields(&pending);
-            watches.push(tokio::spawn(follow(api, config, pod_kind(), on).instrument(span.clone())));
+            watches.push(tokio::spawn(follow(owner.clone(), api, config, pod_kind(), on).instrument(span.clone())));
         }
         let total = watches.len();
         let main = tokio::spawn(run(Arc::clone(&parts), total, leading).instrument(span));
@@ -826,7 +836,7 @@ impl Parts {
         match result.map_err(map_error) {
             Ok(_) => {
                 lock(&self.view).forget(&d.r);
-                metrics().scheduler_attempted(&self.name, "scheduled", d.started.elapsed());
+                metrics().scheduler_attempted(&self.owner, "scheduled", d.started.elapsed());
                 tracing::info!(pod = %d.r, node = %d.node, "pod bound");
                 self.queue.done(&d.r);
                 let note = format!("Successfully assigned {namespace}/{} to {}", d.r.name, d.node);
@@ -861,7 +871,7 @@ impl Parts {
             Failure::Unschedulable(m) => ("unschedulable", m),
             Failure::Error(m) => ("error", m),
         };
-        metrics().scheduler_attempted(&self.name, result, started.elapsed());
+        metrics().scheduler_attempted(&self.owner, result, started.elapsed());
         tracing::info!(pod = %r, result, message = %message, "pod not scheduled");
         let failures = {
             let mut view = lock(&self.view);

@@ -260,6 +260,9 @@ pub struct Loader {
     optimizing: Arc<tokio::sync::Semaphore>,
     /// Whether cranelift replaces baseline code.
     optimize: bool,
+    /// The cluster the loaded components run in (the `cluster` label of
+    /// the manifest call's metrics).
+    cluster_name: Arc<str>,
 }
 
 /// The largest component the host reads, plain or decompressed from a
@@ -364,7 +367,17 @@ impl Loader {
             cache_budget: CACHE_BUDGET,
             optimizing: Arc::new(tokio::sync::Semaphore::new(1)),
             optimize: true,
+            cluster_name: crate::cluster::DEFAULT_CLUSTER.into(),
         }
+    }
+
+    /// The cluster the loaded components run in (default:
+    /// [`DEFAULT_CLUSTER`](crate::cluster::DEFAULT_CLUSTER)): the
+    /// `cluster` label of the metrics of the manifest call.
+    #[must_use]
+    pub fn in_cluster(mut self, name: Arc<str>) -> Self {
+        self.cluster_name = name;
+        self
     }
 
     /// Whether cranelift's code replaces the baseline compiler's (default:
@@ -470,9 +483,10 @@ impl Loader {
         // Before the manifest names the controller, the file does.
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let name = invocation.result.as_ref().map_or(stem.as_str(), |m| m.controller.name.as_str());
-        metrics().guest_invoked(name, Export::Manifest, invocation.duration);
+        let owner = crate::metrics::Owner::new(Arc::clone(&self.cluster_name), name);
+        metrics().guest_invoked(&owner, Export::Manifest, invocation.duration);
         if let Err(error) = &invocation.result {
-            metrics().guest_trapped(name, error.kind().as_str());
+            metrics().guest_trapped(&owner, error.kind().as_str());
         }
         let raw = invocation.result.map_err(|error| Error::ManifestCall { path: path.clone(), error })?;
         span.record("controller", raw.controller.name.as_str());

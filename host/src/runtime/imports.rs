@@ -64,6 +64,9 @@ pub const MAX_LOG_LINE: usize = 4 << 10;
 pub struct Caller {
     /// Controller name.
     pub controller: Arc<str>,
+    /// The name of the cluster the controller runs in (the `cluster` label
+    /// of its metrics).
+    pub cluster_name: Arc<str>,
     /// Field manager for server-side apply.
     pub field_manager: Arc<str>,
     /// What the controller may do.
@@ -84,6 +87,11 @@ impl std::fmt::Debug for Caller {
 }
 
 impl Caller {
+    /// Whose metrics the calls count in.
+    pub fn owner(&self) -> crate::metrics::Owner {
+        crate::metrics::Owner::new(Arc::clone(&self.cluster_name), Arc::clone(&self.controller))
+    }
+
     /// Namespace of the object being reconciled.
     pub fn own_namespace(&self) -> Option<&str> {
         self.reconciling.as_ref().and_then(|(r, _)| r.namespace.as_deref())
@@ -240,7 +248,7 @@ impl HostState {
     /// per-invocation caps apply alone.
     fn may_log(&self) -> bool {
         match &self.caller {
-            Some(caller) => throttle::admit(&caller.controller, self.limits.log),
+            Some(caller) => throttle::admit(&caller.owner(), self.limits.log),
             None => true,
         }
     }

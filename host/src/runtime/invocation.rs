@@ -23,7 +23,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::cluster;
-use crate::metrics::{Export, metrics};
+use crate::metrics::{Export, Owner, metrics};
 use crate::runtime::bindings::capstan::operator::types as wit;
 use crate::runtime::bindings::{OperatorPre, v0_1, v0_2, v0_3};
 use crate::runtime::engine::Engine;
@@ -530,7 +530,7 @@ impl Runtime {
                 Ok(instance) => instance,
                 Err(kind) => {
                     if let Some(caller) = &store.data().caller {
-                        metrics().guest_instantiated(&caller.controller);
+                        metrics().guest_instantiated(&caller.owner());
                     }
                     kind.instantiate(&mut store).await.map_err(Failed::Instantiate)?
                 }
@@ -542,10 +542,10 @@ impl Runtime {
         let state = store.data_mut();
         let memory_exceeded = state.limiter.exceeded();
         let past_half = state.limiter.past_half();
-        let controller = state.caller.as_ref().map(|c| Arc::clone(&c.controller));
+        let owner = state.caller.as_ref().map(Caller::owner);
         let journal = state.take_journal();
-        if let Some(controller) = controller {
-            report_dropped(&controller, &journal);
+        if let Some(owner) = owner {
+            report_dropped(&owner, &journal);
         }
         let result = match outcome {
             Ok(Ok((value, instance))) => {
@@ -611,7 +611,7 @@ impl Runtime {
         caller: Caller,
         request: wit::ReconcileRequest,
     ) -> Invocation<ReconcileResult> {
-        let controller = Arc::clone(&caller.controller);
+        let controller = caller.owner();
         let invocation = self
             .invoke(pre, Some(caller), async |store, instance| match instance {
                 Instance::Current(op) => {
@@ -660,7 +660,7 @@ impl Runtime {
         request: wit::AdmissionRequest,
         deadline: Duration,
     ) -> Invocation<wit::AdmissionResponse> {
-        let controller = Arc::clone(&caller.controller);
+        let controller = caller.owner();
         let invocation = self
             .invoke_within(deadline, pre, Some(caller), async |store, instance| match instance {
                 Instance::Current(op) => {
@@ -688,7 +688,7 @@ impl Runtime {
         request: wit::ConversionRequest,
         deadline: Duration,
     ) -> Invocation<Result<Vec<wit::Json>, String>> {
-        let controller = Arc::clone(&caller.controller);
+        let controller = caller.owner();
         let invocation = self
             .invoke_within(deadline, pre, Some(caller), async |store, instance| match instance {
                 Instance::Current(op) => {
@@ -713,7 +713,7 @@ impl Runtime {
         caller: Caller,
         request: wit::ScheduleRequest,
     ) -> Invocation<Result<String, wit::Unschedulable>> {
-        let controller = Arc::clone(&caller.controller);
+        let controller = caller.owner();
         let invocation = self
             .invoke(pre, Some(caller), async |store, instance| match instance {
                 Instance::Current(op) => {
@@ -746,7 +746,7 @@ fn reconcile_only(instance: &Instance) -> Failed {
     Failed::Instantiate(wasmtime::format_err!("a component of contract {contract} serves only reconcile"))
 }
 
-fn count<T>(controller: &str, export: Export, invocation: &Invocation<T>) {
+fn count<T>(controller: &Owner, export: Export, invocation: &Invocation<T>) {
     metrics().guest_invoked(controller, export, invocation.duration);
     if let Err(e) = &invocation.result {
         metrics().guest_trapped(controller, e.kind().as_str());
@@ -767,16 +767,17 @@ fn v0_1_event(e: wit::EventKind) -> v0_1::capstan::operator::types::EventKind {
 /// over the per-invocation cap, stdout and stderr over
 /// [`STDIO_CAPACITY`](crate::runtime::imports::STDIO_CAPACITY)) and says so in the
 /// host's log (within the controller's log budget).
-fn report_dropped(controller: &str, journal: &Journal) {
+fn report_dropped(owner: &Owner, journal: &Journal) {
     if journal.stdout_dropped > 0 {
-        metrics().stdio_dropped(controller, "stdout", journal.stdout_dropped);
+        metrics().stdio_dropped(owner, "stdout", journal.stdout_dropped);
     }
     if journal.stderr_dropped > 0 {
-        metrics().stdio_dropped(controller, "stderr", journal.stderr_dropped);
+        metrics().stdio_dropped(owner, "stderr", journal.stderr_dropped);
     }
     if journal.dropped_logs > 0 || journal.stdout_dropped > 0 || journal.stderr_dropped > 0 {
         tracing::warn!(
-            controller,
+            controller = owner.name(),
+            cluster = owner.cluster(),
             log_lines = journal.dropped_logs,
             stdout_bytes = journal.stdout_dropped,
             stderr_bytes = journal.stderr_dropped,
@@ -854,6 +855,7 @@ mod tests {
         let cluster: Arc<dyn cluster::Cluster> = Arc::new(MockCluster::new());
         let caller = |name: &str, grants: &Arc<Grants>, cluster: &Arc<dyn cluster::Cluster>| Caller {
             controller: name.into(),
+            cluster_name: "default".into(),
             field_manager: "capstan".into(),
             grants: Arc::clone(grants),
             cluster: Arc::clone(cluster),

@@ -42,9 +42,7 @@ use crate::sync::lock;
 
 pub mod secrets;
 
-/// The name of the cluster `capstan run` reaches through `--kubeconfig`,
-/// `--context`, `KUBECONFIG` or its Pod's service account.
-pub const DEFAULT_CLUSTER: &str = "default";
+pub use crate::cluster::DEFAULT_CLUSTER;
 
 /// First wait before a start that failed for a passing reason is tried again.
 const RETRY_START: Duration = Duration::from_millis(500);

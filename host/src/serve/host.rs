@@ -545,9 +545,13 @@ impl HostBuilder {
             Some(runtime) => runtime,
             None => Self::new_runtime(self.limits, self.function_cache, self.baseline)?,
         };
-        let loader = Loader::new(runtime.clone(), self.cache_dir.clone()).optimize(self.optimize);
+        let loader = Loader::new(runtime.clone(), self.cache_dir.clone())
+            .optimize(self.optimize)
+            .in_cluster(self.cluster_name.as_str().into());
         let cluster = KubeCluster::new(self.client.clone(), self.instance.clone());
-        let informers = Arc::new(Informers::new(cluster.clone(), self.namespaces.clone()));
+        let informers = Arc::new(
+            Informers::new(cluster.clone(), self.namespaces.clone()).in_cluster(self.cluster_name.as_str().into()),
+        );
         let elections = self.leader_election.map(|s| Elections::new(self.client.clone(), s)).transpose()?;
         let registry = self.registry.unwrap_or_else(|| {
             let blobs = self.cache_dir.as_deref().and_then(Path::parent).map(Path::to_owned);
@@ -1214,7 +1218,13 @@ impl Shared {
             Some(webhooks) => {
                 let grants =
                     Arc::new(crate::runtime::grants::Grants::from_manifest(&loaded.manifest).within(&self.namespaces));
-                webhooks.publish(self.runtime.clone(), Arc::new(loaded.clone()), grants, Arc::clone(&self.backend));
+                webhooks.publish(
+                    self.runtime.clone(),
+                    Arc::new(loaded.clone()),
+                    grants,
+                    Arc::clone(&self.backend),
+                    Arc::clone(&self.cluster_name),
+                );
             }
             None if !roles.admission.is_empty() || !roles.conversion.is_empty() => {
                 tracing::warn!(component = %loaded.manifest.name, "component declares webhooks, but this host serves none (--webhook-listen)");

@@ -597,11 +597,11 @@ mod tests {
         let doc: Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(doc["controllers"][0]["state"], "running");
 
-        metrics().watch_restarted(&crate::object::Gvk::new("server.test", "v1", "Probe"));
+        metrics().watch_restarted("default", &crate::object::Gvk::new("server.test", "v1", "Probe"));
         let (code, content_type, body) = get(addr, "/metrics").await;
         assert_eq!((code, content_type.as_str()), (200, metrics::CONTENT_TYPE));
         assert!(body.contains("# TYPE capstan_watch_restarts_total counter"), "{body}");
-        assert!(body.contains(r#"capstan_watch_restarts_total{kind="Probe.server.test"}"#), "{body}");
+        assert!(body.contains(r#"capstan_watch_restarts_total{cluster="default",kind="Probe.server.test"}"#), "{body}");
 
         assert_eq!(get(addr, "/nothing").await.0, 404);
         server.shutdown().await;

@@ -64,6 +64,7 @@ use serde_json::{Value, json};
 use tokio_rustls::TlsAcceptor;
 
 use crate::cluster::Cluster;
+use crate::metrics::Owner;
 use crate::runtime::component::Loaded;
 use crate::runtime::grants::Grants;
 use crate::runtime::imports::Caller;
@@ -474,7 +475,14 @@ impl Registry {
 
     /// Makes `component` the version that serves its name's webhooks:
     /// calls that start afterwards use it.
-    pub fn publish(&self, runtime: Runtime, component: Arc<Loaded>, grants: Arc<Grants>, cluster: Arc<dyn Cluster>) {
+    pub fn publish(
+        &self,
+        runtime: Runtime,
+        component: Arc<Loaded>,
+        grants: Arc<Grants>,
+        cluster: Arc<dyn Cluster>,
+        cluster_name: Arc<str>,
+    ) {
         let manifest = &component.manifest;
         if manifest.roles.admission.is_empty() && manifest.roles.conversion.is_empty() {
             lock(&self.served).remove(&manifest.name);
@@ -482,6 +490,7 @@ impl Registry {
         }
         let caller = Caller {
             controller: manifest.name.as_str().into(),
+            cluster_name,
             field_manager: manifest.field_manager().into(),
             grants,
             cluster,
@@ -520,19 +529,21 @@ pub fn router(registry: Arc<Registry>) -> Router {
 
 /// The metric labels of a request: the names as served, `unknown` for
 /// names this host does not serve (they come from the request).
-fn labels(served: Option<&Served>, webhook: Option<&str>) -> (String, String) {
-    let Some(served) = served else { return ("unknown".to_owned(), "unknown".to_owned()) };
+fn labels(served: Option<&Served>, webhook: Option<&str>) -> (Owner, String) {
+    let Some(served) = served else {
+        return (Owner::in_default("unknown"), "unknown".to_owned());
+    };
     let manifest = &served.component.manifest;
     let webhook = match webhook {
         None => "convert",
         Some(name) if manifest.roles.admission.iter().any(|w| w.name == name) => name,
         Some(_) => "unknown",
     };
-    (manifest.name.clone(), webhook.to_owned())
+    (served.caller.owner(), webhook.to_owned())
 }
 
 /// Answers with `result` and counts the request.
-fn answered(result: Result<Value, Error>, labels: (String, String), started: std::time::Instant) -> Response {
+fn answered(result: Result<Value, Error>, labels: (Owner, String), started: std::time::Instant) -> Response {
     let response = respond(result);
     crate::metrics::metrics().webhook_served(&labels.0, &labels.1, response.status().as_u16(), started.elapsed());
     response
@@ -653,9 +664,9 @@ mod tests {
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
         // Names from the request never become labels.
         let scrape = crate::metrics::metrics().encode();
-        assert!(
-            scrape.contains(r#"capstan_webhook_requests_total{controller="unknown",webhook="unknown",code="404"}"#)
-        );
+        assert!(scrape.contains(
+            r#"capstan_webhook_requests_total{cluster="default",controller="unknown",webhook="unknown",code="404"}"#
+        ));
         assert!(!scrape.contains("nobody"), "{scrape}");
     }
 

@@ -328,7 +328,7 @@ pub(crate) async fn serve_webhooks() -> Result<Webhooks, Error> {
 
 /// Requests the webhook server answered for `component` so far.
 fn webhook_requests(component: &str) -> f64 {
-    let prefix = format!("capstan_webhook_requests_total{{controller=\"{component}\"");
+    let prefix = format!("capstan_webhook_requests_total{{cluster=\"default\",controller=\"{component}\"");
     crate::metrics::metrics()
         .encode()
         .lines()

@@ -67,7 +67,7 @@ impl wit::Host for HostState {
         let kind = KindLabel::of(&Gvk::new("events.k8s.io", "v1", "Event"));
         self.events_recorded = self.events_recorded.saturating_add(1);
         if self.events_recorded > self.limits.events {
-            metrics().call_limited(&caller.controller, "events");
+            metrics().call_limited(&caller.owner(), "events");
             let msg = format!(
                 "limit of {} events per invocation reached; nothing was recorded (host setting --max-events)",
                 self.limits.events
@@ -81,7 +81,7 @@ impl wit::Host for HostState {
         let record = match event_record(&caller, event) {
             Some(Ok(record)) => record,
             Some(Err(Refused::Invalid(invalid))) => {
-                metrics().host_call(&caller.controller, Verb::Create, &kind, "bad_request");
+                metrics().host_call(&caller.owner(), Verb::Create, &kind, "bad_request");
                 let msg = invalid.to_string();
                 self.journal_call("events.record", String::new(), CallResult::Failed(msg.clone()), start.elapsed());
                 return Err(wit_kube::Error::BadRequest(msg));
@@ -98,7 +98,7 @@ impl wit::Host for HostState {
         };
         let target = format!("{} {}", record.reason, record.regarding);
         let result = caller.cluster.record_event(record).await;
-        metrics().host_call(&caller.controller, Verb::Create, &kind, result_label(&result));
+        metrics().host_call(&caller.owner(), Verb::Create, &kind, result_label(&result));
         let outcome = match &result {
             Ok(()) => CallResult::Ok,
             Err(e) => CallResult::Failed(e.to_string()),

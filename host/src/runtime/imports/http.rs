@@ -24,7 +24,7 @@
 //!
 //! Redirects are the guest's to follow (`wasi:http` does not), so each hop
 //! is a request of its own, checked again. Each request is counted in
-//! `capstan_egress_requests_total{controller, origin, result}` (`origin`
+//! `capstan_egress_requests_total{cluster, controller, origin, result}` (`origin`
 //! the declared origin, or `undeclared`) and kept in the invocation's
 //! [`Journal`](super::Journal) as `http.request` with its method, scheme,
 //! host, port and path — never its query, headers or body, which may carry
@@ -46,7 +46,7 @@ use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::{CallResult, Caller, ImportCall, throttle};
 use crate::manifest::egress::Egress;
-use crate::metrics::metrics;
+use crate::metrics::{Owner, metrics};
 use crate::runtime::limits::{HTTP_CONNECT_TIMEOUT, Limits};
 
 /// The longest request target kept in the journal, in bytes.
@@ -127,7 +127,7 @@ impl Outbound {
 /// Checks each request against the caller's declared egress and the
 /// invocation's budgets, then sends it.
 pub struct Hooks {
-    controller: Option<Arc<str>>,
+    owner: Option<Owner>,
     egress: Option<Arc<crate::runtime::grants::Grants>>,
     limits: Limits,
     deadline: Option<Instant>,
@@ -140,7 +140,7 @@ pub struct Hooks {
 impl Hooks {
     fn new(limits: &Limits, caller: Option<&Caller>) -> Self {
         Self {
-            controller: caller.map(|c| Arc::clone(&c.controller)),
+            owner: caller.map(Caller::owner),
             egress: caller.map(|c| Arc::clone(&c.grants)),
             limits: *limits,
             deadline: None,
@@ -152,7 +152,7 @@ impl Hooks {
 
     /// Starts another invocation of the store on behalf of `caller`.
     pub fn begin(&mut self, caller: Option<&Caller>) {
-        self.controller = caller.map(|c| Arc::clone(&c.controller));
+        self.owner = caller.map(Caller::owner);
         self.egress = caller.map(|c| Arc::clone(&c.grants));
     }
 
@@ -175,14 +175,16 @@ impl Hooks {
     /// Records a request's fate: journal, metric and (when refused) a
     /// warning within the controller's log budget.
     fn record(&mut self, target: String, origin: &str, result: Result<(), (&'static str, String)>) {
-        let controller = self.controller.as_deref().unwrap_or("-");
+        let controller = self.owner.as_ref().map_or("-", Owner::name);
         let (label, call_result) = match &result {
             Ok(()) => ("ok", CallResult::Ok),
             Err((label, why)) => (*label, CallResult::Denied(why.clone())),
         };
-        metrics().egress_request(controller, origin, label);
+        if let Some(owner) = &self.owner {
+            metrics().egress_request(owner, origin, label);
+        }
         if let Err((_, why)) = &result
-            && self.controller.as_ref().is_none_or(|c| throttle::admit(c, self.limits.log))
+            && self.owner.as_ref().is_none_or(|o| throttle::admit(o, self.limits.log))
         {
             tracing::warn!(controller, request = %target, "outbound HTTP refused: {why}");
         }

@@ -112,7 +112,7 @@ impl HostState {
             self.journal_call(function, target, CallResult::Denied(msg.clone()), start.elapsed());
             return Err(wit::Error::Denied(msg));
         };
-        let controller = Arc::clone(&caller.controller);
+        let controller = caller.owner();
         self.kube_calls = self.kube_calls.saturating_add(1);
         if self.kube_calls > self.limits.host_calls {
             metrics().call_limited(&controller, "host_calls");

@@ -53,7 +53,7 @@ impl wit::Host for HostState {
         if self.journal.logs.len() >= MAX_LOG_LINES {
             self.journal.dropped_logs += 1;
             if let Some(caller) = &self.caller {
-                metrics().log_lines_dropped(&caller.controller, "cap", 1);
+                metrics().log_lines_dropped(&caller.owner(), "cap", 1);
             }
             return;
         }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::Instant;
 
-use crate::metrics::metrics;
+use crate::metrics::{Owner, metrics};
 use crate::runtime::limits::LogBudget;
 use crate::sync::lock;
 
@@ -63,7 +63,8 @@ static BUCKETS: LazyLock<Mutex<HashMap<String, Bucket>>> = LazyLock::new(Mutex::
 /// Whether `controller` may log one more line now. A dropped line is
 /// counted in `capstan_guest_log_lines_dropped_total{reason="budget"}`;
 /// once lines flow again, one warning says how many were dropped.
-pub(crate) fn admit(controller: &str, budget: LogBudget) -> bool {
+pub(crate) fn admit(owner: &Owner, budget: LogBudget) -> bool {
+    let controller = owner.name();
     let now = Instant::now();
     let decision = {
         let mut buckets = lock(&BUCKETS);
@@ -72,7 +73,7 @@ pub(crate) fn admit(controller: &str, budget: LogBudget) -> bool {
     };
     match decision {
         Decision::Drop => {
-            metrics().log_lines_dropped(controller, "budget", 1);
+            metrics().log_lines_dropped(owner, "budget", 1);
             false
         }
         Decision::Log { dropped } => {

@@ -138,7 +138,7 @@ impl MockHost {
         wit::ScheduleRequest {
             pod: serde_json::to_vec(pod).expect("a Pod serializes"),
             nodes,
-            cluster: crate::serve::fleet::DEFAULT_CLUSTER.to_owned(),
+            cluster: crate::cluster::DEFAULT_CLUSTER.to_owned(),
         }
     }
 }
