@@ -246,7 +246,9 @@ impl Alertmanager {
     ///
     /// # Errors
     ///
-    /// When it exits or is not ready within 60 s (its log is in the error).
+    /// When its port stays taken for 10 s (whatever listens there would
+    /// pass for it), or it exits or is not ready within 60 s (its log is in
+    /// the error).
     pub async fn restart(&mut self) -> Result<()> {
         self.stop().await;
         // Whatever answered `/-/ready` on a taken port would pass for this
