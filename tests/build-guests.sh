@@ -30,6 +30,10 @@ build tenant
 cp "$release/tenant.wasm" "$out/tenant.wasm"
 build silences
 cp "$release/silences.wasm" "$out/silences.wasm"
+# The same example calling the Alertmanager that the e2e tests start on
+# loopback, on the port fixed for them (capstan_tests::alertmanager::E2E_PORT).
+SILENCES_ALERTMANAGER=http://127.0.0.1:19093 build silences
+cp "$release/silences.wasm" "$out/silences-e2e.wasm"
 build zone-scheduler
 cp "$release/zone_scheduler.wasm" "$out/zone-scheduler.wasm"
 build greeter-webhooks

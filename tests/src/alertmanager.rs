@@ -3,8 +3,10 @@
 //! `$CAPSTAN_CACHE/alertmanager/alertmanager-<version>/alertmanager`, and
 //! started by each test that needs one with a one-receiver configuration,
 //! no clustering (`--cluster.listen-address=`) and its storage in a
-//! folder of its own, on a free port. Nothing is left running: the process
-//! is killed when the [`Alertmanager`] is dropped.
+//! folder of its own, on a free port ([`Alertmanager::start`]) or on
+//! [`E2E_PORT`] ([`Alertmanager::start_on`]), the one the `silences-e2e`
+//! component of `tests/build-guests.sh` calls. Nothing is left running:
+//! the process is killed when the [`Alertmanager`] is dropped.
 //!
 //! Its module zip lacks the web UI (`ui/app/dist`, built by npm and embedded
 //! with `go:embed`), so `go install …@version` fails on it, and Go refuses
@@ -40,6 +42,18 @@ use tokio::process::{Child, Command};
 /// The Alertmanager version the tests run (the module version of
 /// `github.com/prometheus/alertmanager`).
 pub const ALERTMANAGER_VERSION: &str = "v0.35.0";
+
+/// The port of the Alertmanager the e2e tests of `examples/silences` call.
+///
+/// That component declares the one origin it calls, fixed when it is built
+/// (`SILENCES_ALERTMANAGER`), so its e2e build, `silences-e2e.wasm` from
+/// `tests/build-guests.sh`, is built for `http://127.0.0.1:19093`, and
+/// its tests start Alertmanager there with [`Alertmanager::start_on`].
+/// Below Linux's ephemeral range (32768-60999), so no free port picked by
+/// [`Alertmanager::start`] or any other test takes it. Only one
+/// Alertmanager can use it at a time: the tests that do so run one after
+/// another.
+pub const E2E_PORT: u16 = 19093;
 
 /// How long [`Alertmanager::start`] and [`Alertmanager::restart`] wait for
 /// `/-/ready`, and [`Alertmanager::stop`] for a clean exit.
@@ -180,11 +194,24 @@ impl Alertmanager {
     /// When it cannot be built, exits, or is not ready within 60 s (its log
     /// is in the error).
     pub async fn start() -> Result<Self> {
+        Self::start_on(crate::free_port()?).await
+    }
+
+    /// Starts Alertmanager on `port` of `127.0.0.1` (for a component
+    /// built to call it there: [`E2E_PORT`]) and waits until `/-/ready`
+    /// answers 200.
+    ///
+    /// # Errors
+    ///
+    /// When `port` stays taken for 10 s (another Alertmanager of a test
+    /// that has not exited yet, or anything else: the error says so), and
+    /// as [`start`](Self::start).
+    pub async fn start_on(port: u16) -> Result<Self> {
         let binary = binary().await?;
         let dir = std::env::temp_dir().join(format!("capstan-alertmanager-{}", crate::random_suffix(8)));
         std::fs::create_dir_all(dir.join("data"))?;
         std::fs::write(dir.join("alertmanager.yml"), CONFIG)?;
-        let mut alertmanager = Self { binary, dir, port: crate::free_port()?, child: None };
+        let mut alertmanager = Self { binary, dir, port, child: None };
         alertmanager.restart().await?;
         Ok(alertmanager)
     }
@@ -219,9 +246,14 @@ impl Alertmanager {
     ///
     /// # Errors
     ///
-    /// When it exits or is not ready within 60 s (its log is in the error).
+    /// When its port stays taken for 10 s (whatever listens there would
+    /// pass for it), or it exits or is not ready within 60 s (its log is in
+    /// the error).
     pub async fn restart(&mut self) -> Result<()> {
         self.stop().await;
+        // Whatever answered `/-/ready` on a taken port would pass for this
+        // Alertmanager: the port must be free first.
+        self.wait_for_free_port().await?;
         // Appended to: the log of every run is kept.
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("alertmanager.log"))?;
         let mut child = Command::new(&self.binary)
@@ -248,6 +280,21 @@ impl Alertmanager {
                 bail!("Alertmanager was not ready within {} s:\n{}", TIMEOUT.as_secs(), self.log());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits (at most 10 s) until nothing listens on the port: a process
+    /// killed a moment ago may hold it still.
+    async fn wait_for_free_port(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match std::net::TcpListener::bind(("127.0.0.1", self.port)) {
+                Ok(_) => return Ok(()),
+                Err(e) if tokio::time::Instant::now() > deadline => {
+                    bail!("port {} of 127.0.0.1 is taken, Alertmanager cannot listen there: {e}", self.port)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
         }
     }
 

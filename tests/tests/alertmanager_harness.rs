@@ -1,6 +1,6 @@
 //! The Alertmanager harness ([`capstan_tests::alertmanager`]) against the
 //! real thing: a silence created, read back, expired, and still there after
-//! a restart on the same port and storage.
+//! a restart on the same port and storage; a port already taken is refused.
 //!
 //! Run: `cargo test -p capstan-tests --test alertmanager_harness` (needs Go;
 //! the first run builds Alertmanager into `$CAPSTAN_CACHE/alertmanager`).
@@ -53,5 +53,22 @@ async fn a_silence_is_created_expired_and_survives_a_restart() -> Result<()> {
     let kept = find(&silences, &kept)?;
     assert_eq!(kept["status"]["state"], "active", "{kept}");
     assert_eq!(kept["comment"], "kept across the restart");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_taken_port_is_refused_not_mistaken_for_a_ready_alertmanager() -> Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    // Something else on the port that answers 200 to anything, `/-/ready`
+    // included.
+    let impostor = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = impostor.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = impostor.accept().await {
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+        }
+    });
+    let error = Alertmanager::start_on(port).await.expect_err("the port is taken");
+    assert!(format!("{error:#}").contains(&format!("port {port} of 127.0.0.1 is taken")), "{error:#}");
     Ok(())
 }
