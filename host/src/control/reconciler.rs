@@ -931,6 +931,14 @@ impl Reconciler {
     ) -> Result<Action, Error> {
         let component = Arc::clone(component);
         let manifest = &component.manifest;
+        // Before the read: a write whose event arrives between a read and
+        // this check would leave the read behind it unnoticed (and the
+        // guest would redo what that write recorded, such as an external
+        // object it made). Once no write is pending, the cache shows them.
+        if self.behind_own_write(r) {
+            tracing::debug!(object = %r, "the cache has not shown the host's last write yet: looked at again shortly");
+            return Err(Error::CacheBehind);
+        }
         let object = match self.cluster.get(r).await {
             Ok(o) => o,
             Err(e) if e.is_not_found() => {
@@ -957,11 +965,6 @@ impl Reconciler {
             }
             Err(e) => return Err(e.into()),
         };
-        if self.behind_own_write(r) {
-            tracing::debug!(object = %r, "the cache has not shown the host's last write yet: looked at again shortly");
-            return Err(Error::CacheBehind);
-        }
-
         let uid = object::meta_str(&object, "uid").unwrap_or_default();
         let finalized = lock(&self.finalized).get(r).cloned();
         match finalized {
