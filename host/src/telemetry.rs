@@ -257,6 +257,22 @@ pub fn start_trace(span: &tracing::Span) {
     }
 }
 
+/// The id of the trace the current span belongs to, in hex, if that
+/// trace is exported and sampled (see [`start_trace`]); `None` without
+/// an exporter. The host writes it on the Events it records
+/// ([`TRACE_ID_ANNOTATION`]).
+pub fn current_trace_id() -> Option<String> {
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let span_context = span.span_context();
+    (span_context.is_valid() && span_context.is_sampled()).then(|| span_context.trace_id().to_string())
+}
+
+/// The annotation of an Event the host records during a sampled trace:
+/// the trace's id, to look it up in the tracing backend. A repeated Event
+/// (a series) carries the id of its last occurrence's trace.
+pub const TRACE_ID_ANNOTATION: &str = "capstan.dev/trace-id";
+
 /// Records on `span`, which declares `otel.status_code` and
 /// `otel.status_message`, that what it covers failed with `message`
 /// (bounded to [`MAX_MESSAGE`](crate::cluster::MAX_MESSAGE)).

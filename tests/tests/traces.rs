@@ -10,13 +10,15 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
+use capstan_host::telemetry::TRACE_ID_ANNOTATION;
 use capstan_host::testing::find_component;
 use capstan_tests::jaeger::{Jaeger, tag};
 use capstan_tests::{
     ControlPlane, TestNamespace, capstan_binary, free_port, greeting, greeting_ready, greetings, http_get,
     random_suffix, wait_for,
 };
-use kube::api::PostParams;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::Value;
 use tokio::process::Child;
 
@@ -158,6 +160,24 @@ async fn a_greetings_reconcile_is_a_trace_in_jaeger_with_the_guest_call_and_its_
     ensure!(
         log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).any(|l| l.to_string().contains(trace_id)),
         "no JSON log line carries the trace id {trace_id}:\n{log}"
+    );
+
+    // The greeter's Event about the Greeting names the trace it was
+    // recorded in, and that trace is in Jaeger: a reconcile of the Greeting.
+    let events: Api<Event> = Api::namespaced(ns.client(), ns.name());
+    let about = |e: &Event| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("traced");
+    let annotated = wait_for(CONVERGE, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().filter(|e| about(e)).find_map(|e| e.metadata.annotations?.remove(TRACE_ID_ANNOTATION))
+    })
+    .await
+    .context("no Event about the Greeting carries a trace id")?;
+    let traces = jaeger.traces(&service).await?;
+    let traced = traces.iter().find(|t| t["traceID"] == annotated.as_str());
+    let root = traced.and_then(|t| t["spans"].as_array()?.iter().find(|s| s["operationName"] == "reconcile"));
+    ensure!(
+        root.and_then(|s| tag(s, "object")).and_then(Value::as_str).is_some_and(|o| o.ends_with("/traced")),
+        "the Event's trace {annotated} is not a reconcile of the Greeting in Jaeger"
     );
     ns.cleanup().await
 }

@@ -393,7 +393,8 @@ impl Cluster for KubeCluster {
             ..ObjectReference::default()
         };
         let note = event.note.map(|n| super::bounded(&n, MAX_EVENT_NOTE));
-        recorder.publish(event.warning, event.reason, event.action, note, regarding).await.map_err(map_error)
+        let trace_id = crate::telemetry::current_trace_id();
+        recorder.publish(event.warning, event.reason, event.action, note, regarding, trace_id).await.map_err(map_error)
     }
 }
 

@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::sync::lock;
+use crate::telemetry::TRACE_ID_ANNOTATION;
 
 /// How long after its last occurrence an Event can still grow a series
 /// (client-go's and kube-runtime's 6 minutes).
@@ -142,7 +143,9 @@ impl Recorder {
     /// cluster-scoped object): created the first time, a series patch when
     /// the same Event occurred within [`SERIES_TTL`]. A series whose Event
     /// is gone (deleted, or expired by the API server) starts again with a
-    /// new Event.
+    /// new Event. `trace_id` (the trace the Event was recorded in, if
+    /// exported) goes into the [`TRACE_ID_ANNOTATION`] annotation, of the
+    /// series' last occurrence for a repeated Event.
     pub async fn publish(
         &self,
         warning: bool,
@@ -150,12 +153,19 @@ impl Recorder {
         action: String,
         note: Option<String>,
         regarding: ObjectReference,
+        trace_id: Option<String>,
     ) -> kube::Result<()> {
         let now = k8s_openapi::jiff::Timestamp::now();
         let namespace = regarding.namespace.clone().unwrap_or_else(|| "default".into());
         let name = format!("{}.{:x}", regarding.name.as_deref().unwrap_or(&self.controller), now.as_nanosecond());
+        let annotations = trace_id.as_ref().map(|id| [(TRACE_ID_ANNOTATION.to_owned(), id.clone())].into());
         let event = Event {
-            metadata: ObjectMeta { namespace: Some(namespace.clone()), name: Some(name), ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                namespace: Some(namespace.clone()),
+                name: Some(name),
+                annotations,
+                ..ObjectMeta::default()
+            },
             action: Some(action),
             reason: Some(reason),
             note,
@@ -171,7 +181,10 @@ impl Recorder {
         if let Some(seen) = seen {
             let count = seen.count + 1;
             let series = EventSeries { count, last_observed_time: MicroTime(now) };
-            let patch = serde_json::json!({ "series": series });
+            let mut patch = serde_json::json!({ "series": series });
+            if let Some(id) = &trace_id {
+                patch["metadata"] = serde_json::json!({ "annotations": { TRACE_ID_ANNOTATION: id } });
+            }
             let api: Api<Event> = Api::namespaced(self.client.clone(), &seen.namespace);
             match api.patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
                 Ok(_) => {
