@@ -528,7 +528,8 @@ async fn undeclared_origins_are_refused_every_time_on_the_real_host_and_it_serve
     wait_running(&host, "fetcher").await?;
     let declared = Server::declared().await?;
     let other = Server::undeclared().await?;
-    let denied = r#"capstan_egress_requests_total{cluster="default",controller="fetcher",origin="undeclared",result="denied"}"#;
+    let denied =
+        r#"capstan_egress_requests_total{cluster="default",controller="fetcher",origin="undeclared",result="denied"}"#;
     let denied_before = metric(denied);
 
     // Another port on loopback, the API server's own address (HTTPS, as
