@@ -9,6 +9,12 @@
 //! - **Drift**: a silence someone expired or deleted in Alertmanager
 //!   directly is made again (a `Recreated` Warning says so); the resource
 //!   is looked at again every minute.
+//! - **Idempotent**: before it makes a silence, it looks for a live one
+//!   of its own that is already what the spec asks for (made by an
+//!   earlier pass whose status was never written: the host stopped, or
+//!   the write failed) and takes that one; `createdBy` says whose it is
+//!   (`capstan/NAMESPACE/NAME` unless the spec says otherwise). A delete
+//!   whose status names no silence expires such a one too.
 //! - **Delete**: behind the finalizer the silence is expired
 //!   (`DELETE /api/v2/silence/{id}`); while Alertmanager cannot be reached
 //!   the finalizer stays and the host retries.
@@ -68,7 +74,8 @@ pub struct SilenceSpec {
     pub matchers: Vec<Matcher>,
     /// Why, as Alertmanager shows it.
     pub comment: String,
-    /// Who, as Alertmanager shows it (default `capstan`).
+    /// Who, as Alertmanager shows it (default `capstan/NAMESPACE/NAME`,
+    /// which is also how the controller finds a silence it made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
     /// When the silence ends, RFC 3339 (`2026-12-24T18:00:00Z`).
@@ -122,6 +129,10 @@ pub struct Silences;
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Gettable {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    created_by: String,
     status: GettableStatus,
     #[serde(default)]
     matchers: Vec<Matcher>,
@@ -174,6 +185,29 @@ fn get(id: &str) -> std::result::Result<Option<Gettable>, HttpError> {
     body.json().map(Some).map_err(|e| HttpError::Transport(format!("Alertmanager's answer: {e}")))
 }
 
+/// Who the silences of `silence` are made by: the spec's `createdBy`, or
+/// `capstan/NAMESPACE/NAME`.
+fn created_by(silence: &Silence) -> String {
+    silence.spec.created_by.clone().unwrap_or_else(|| {
+        let namespace = silence.metadata.namespace.as_deref().unwrap_or_default();
+        format!("capstan/{namespace}/{}", silence.name_any())
+    })
+}
+
+/// A live silence made for `silence` that already is what its spec asks
+/// for, if Alertmanager holds one: made by an earlier pass that could not
+/// record its id.
+fn find_own(silence: &Silence) -> std::result::Result<Option<String>, HttpError> {
+    let response = Request::get(&format!("{ALERTMANAGER}/api/v2/silences")).send()?;
+    let all: Vec<Gettable> =
+        response.error_for_status()?.json().map_err(|e| HttpError::Transport(format!("Alertmanager's answer: {e}")))?;
+    let by = created_by(silence);
+    Ok(all
+        .into_iter()
+        .find(|h| h.status.state != "expired" && h.created_by == by && up_to_date(&silence.spec, h))
+        .map(|h| h.id))
+}
+
 /// The same instant, whatever the precision Alertmanager writes it with.
 fn same_time(a: &str, b: &str) -> bool {
     let seconds = |t: &str| t.split(['.', 'Z', '+']).next().map(str::to_owned);
@@ -208,12 +242,13 @@ fn now() -> String {
 
 /// Creates the silence (no `id`) or updates the one with `id`; returns
 /// the id Alertmanager gives it.
-fn post(spec: &SilenceSpec, id: Option<&str>) -> std::result::Result<String, HttpError> {
+fn post(silence: &Silence, id: Option<&str>) -> std::result::Result<String, HttpError> {
+    let spec = &silence.spec;
     let mut body = json!({
         "matchers": spec.matchers,
         "startsAt": now(),
         "endsAt": spec.ends_at,
-        "createdBy": spec.created_by.as_deref().unwrap_or("capstan"),
+        "createdBy": created_by(silence),
         "comment": spec.comment,
     });
     if let Some(id) = id {
@@ -231,6 +266,15 @@ fn post(spec: &SilenceSpec, id: Option<&str>) -> std::result::Result<String, Htt
         .as_str()
         .map(str::to_owned)
         .ok_or_else(|| HttpError::Transport("Alertmanager's answer has no silenceID".to_owned()))
+}
+
+/// Makes the silence of `silence`, or takes the live one of its own that
+/// an earlier pass made (see [`find_own`]); returns its id.
+fn create(silence: &Silence) -> Result<String> {
+    match find_own(silence).map_err(|e| failed(silence, e))? {
+        Some(id) => Ok(id),
+        None => post(silence, None).map_err(|e| failed(silence, e)),
+    }
 }
 
 impl Controller for Silences {
@@ -255,16 +299,16 @@ impl Controller for Silences {
         let id = match (&known, &held) {
             (Some(id), Some(h)) if h.status.state != "expired" && up_to_date(&silence.spec, h) => id.clone(),
             (Some(id), Some(h)) if h.status.state != "expired" => {
-                post(&silence.spec, Some(id)).map_err(|e| failed(&silence, e))?
+                post(&silence, Some(id)).map_err(|e| failed(&silence, e))?
             }
             (Some(id), _) => {
                 outcome = outcome.event(
                     Event::warning("Recreated", "Sync")
                         .note(format!("silence {id} was expired or removed in Alertmanager; made it again")),
                 );
-                post(&silence.spec, None).map_err(|e| failed(&silence, e))?
+                create(&silence)?
             }
-            (None, _) => post(&silence.spec, None).map_err(|e| failed(&silence, e))?,
+            (None, _) => create(&silence)?,
         };
         let state = match get(&id).map_err(|e| failed(&silence, e))? {
             Some(h) => h.status.state,
@@ -275,7 +319,9 @@ impl Controller for Silences {
     }
 
     fn delete(&self, _ctx: &Context, silence: Silence) -> Result<Outcome> {
-        let Some(id) = silence.status.as_ref().and_then(|s| s.silence_id.clone()) else {
+        let known = silence.status.as_ref().and_then(|s| s.silence_id.clone());
+        let Some(id) = known.map_or_else(|| find_own(&silence).map_err(|e| failed(&silence, e)), |id| Ok(Some(id)))?
+        else {
             return Ok(Outcome::new());
         };
         match get(&id).map_err(|e| failed(&silence, e))? {
@@ -329,7 +375,7 @@ mod tests {
 
     fn held(state: &str, comment: &str) -> Value {
         json!({
-            "id": "s1", "status": {"state": state}, "comment": comment, "createdBy": "capstan",
+            "id": "s1", "status": {"state": state}, "comment": comment, "createdBy": "capstan/ops/maintenance",
             "matchers": [{"name": "alertname", "value": "Down", "isRegex": false, "isEqual": true}],
             "startsAt": "2026-12-03T10:00:00.000Z", "endsAt": "2030-01-01T00:00:00.000Z",
         })
@@ -346,16 +392,41 @@ mod tests {
     #[test]
     fn a_new_silence_is_created_and_its_state_reported() {
         let mut host = host();
+        host.stub_http("GET", &url("/api/v2/silences"), ok(json!([])));
         host.stub_http("POST", &url("/api/v2/silences"), ok(json!({"silenceID": "s1"})));
         host.stub_http("GET", &url("/api/v2/silence/s1"), ok(held("active", "planned")));
         let done = host.reconcile::<Silences>(EventKind::Added, &silence(None)).expect("synced");
         let status = done.status.expect("a status");
         assert_eq!((status["silenceId"].as_str(), status["state"].as_str()), (Some("s1"), Some("active")));
         assert_eq!(status["conditions"][0]["reason"], "Synced");
-        let posted: Value = serde_json::from_slice(&host.http_requests()[0].body).expect("json");
+        let post = host.http_requests().iter().find(|r| r.method == "POST").expect("a create");
+        let posted: Value = serde_json::from_slice(&post.body).expect("json");
         assert!(posted.get("id").is_none(), "a create carries no id: {posted}");
         assert_eq!(posted["matchers"][0]["name"], "alertname");
+        assert_eq!(posted["createdBy"], "capstan/ops/maintenance");
         assert_eq!(done.requeue_after, Some(RECHECK));
+    }
+
+    #[test]
+    fn a_silence_an_earlier_pass_made_is_taken_not_made_twice() {
+        let mut host = host();
+        // Another resource's silence with the same matchers, and ours.
+        let mut theirs = held("active", "planned");
+        theirs["id"] = json!("s0");
+        theirs["createdBy"] = json!("capstan/ops/other");
+        host.stub_http("GET", &url("/api/v2/silences"), ok(json!([theirs, held("active", "planned")])));
+        host.stub_http("GET", &url("/api/v2/silence/s1"), ok(held("active", "planned")));
+        let done = host.reconcile::<Silences>(EventKind::Added, &silence(None)).expect("synced");
+        assert_eq!(done.status.expect("a status")["silenceId"], "s1");
+        assert!(host.http_requests().iter().all(|r| r.method == "GET"), "{:?}", host.http_requests());
+
+        // Deleted before its status named it: that silence is expired.
+        let mut host = self::host();
+        host.stub_http("GET", &url("/api/v2/silences"), ok(json!([held("active", "planned")])));
+        host.stub_http("GET", &url("/api/v2/silence/s1"), ok(held("active", "planned")));
+        host.stub_http("DELETE", &url("/api/v2/silence/s1"), ok(json!({})));
+        host.reconcile::<Silences>(EventKind::Deleted, &silence(None)).expect("expired");
+        assert!(host.http_requests().iter().any(|r| r.method == "DELETE"));
     }
 
     #[test]
@@ -381,6 +452,7 @@ mod tests {
     fn a_silence_expired_in_alertmanager_is_made_again_and_said() {
         let mut host = host();
         host.stub_http("GET", &url("/api/v2/silence/s1"), ok(held("expired", "planned")));
+        host.stub_http("GET", &url("/api/v2/silences"), ok(json!([held("expired", "planned")])));
         host.stub_http("POST", &url("/api/v2/silences"), ok(json!({"silenceID": "s2"})));
         host.stub_http("GET", &url("/api/v2/silence/s2"), ok(held("active", "planned")));
         let done = host.reconcile::<Silences>(EventKind::Resync, &silence(Some("s1"))).expect("synced");
@@ -391,7 +463,7 @@ mod tests {
     #[test]
     fn alertmanager_down_is_transient_with_an_unreachable_status() {
         let mut host = host();
-        host.stub_http("POST", &url("/api/v2/silences"), Err(HttpError::Transport("connection refused".into())));
+        host.stub_http("GET", &url("/api/v2/silences"), Err(HttpError::Transport("connection refused".into())));
         let err = host.reconcile::<Silences>(EventKind::Added, &silence(None)).expect_err("fails");
         assert!(!err.is_terminal(), "{err:?}");
         assert_eq!(err.status().expect("a status")["conditions"][0]["reason"], "Unreachable");
@@ -401,6 +473,7 @@ mod tests {
     fn a_spec_alertmanager_refuses_is_terminal() {
         let mut host = host();
         let refused = Response { status: 400, headers: vec![], body: b"bad matcher".to_vec() };
+        host.stub_http("GET", &url("/api/v2/silences"), ok(json!([])));
         host.stub_http("POST", &url("/api/v2/silences"), Ok(refused));
         let err = host.reconcile::<Silences>(EventKind::Added, &silence(None)).expect_err("fails");
         assert!(err.is_terminal(), "{err:?}");
