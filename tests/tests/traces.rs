@@ -91,8 +91,16 @@ async fn create_ready(ns: &TestNamespace, name: &str) -> Result<()> {
 
 /// The spans of the trace whose root is a reconcile of `object` (`Kind
 /// namespace/name` as the host writes an object reference, matched on the
-/// name's ending), once it holds every span in `wanted`.
-async fn reconcile_trace(jaeger: &Jaeger, service: &str, name: &str, wanted: &[&str]) -> Result<Value> {
+/// name's ending), of `event` if given (`added`: the first one; later
+/// passes, such as the one a child's status change triggers, skip the
+/// children that did not change), once it holds every span in `wanted`.
+async fn reconcile_trace(
+    jaeger: &Jaeger,
+    service: &str,
+    name: &str,
+    event: Option<&str>,
+    wanted: &[&str],
+) -> Result<Value> {
     let found = wait_for(CONVERGE, || async {
         let traces = jaeger.traces(service).await.ok()?;
         traces.into_iter().find(|t| {
@@ -101,6 +109,7 @@ async fn reconcile_trace(jaeger: &Jaeger, service: &str, name: &str, wanted: &[&
                 s["operationName"] == "reconcile"
                     && s["references"].as_array().is_none_or(Vec::is_empty)
                     && tag(s, "object").and_then(Value::as_str).is_some_and(|o| o.ends_with(&format!("/{name}")))
+                    && event.is_none_or(|e| tag(s, "event").and_then(Value::as_str) == Some(e))
             });
             root.is_some() && wanted.iter().all(|w| spans.iter().any(|s| s["operationName"] == *w))
         })
@@ -118,10 +127,15 @@ async fn a_greetings_reconcile_is_a_trace_in_jaeger_with_the_guest_call_and_its_
     let host = Host::start(plane.kubeconfig_path(), ns.name(), &jaeger.otlp_endpoint(), &service).await?;
 
     create_ready(&ns, "traced").await?;
-    let trace =
-        reconcile_trace(&jaeger, &service, "traced", &["guest_call", "host_call", "apply_child", "write_status"])
-            .await
-            .with_context(|| format!("host log:\n{}\nJaeger log:\n{}", host.log(), jaeger.log()))?;
+    let trace = reconcile_trace(
+        &jaeger,
+        &service,
+        "traced",
+        Some("added"),
+        &["guest_call", "host_call", "apply_child", "write_status"],
+    )
+    .await
+    .with_context(|| format!("host log:\n{}\nJaeger log:\n{}", host.log(), jaeger.log()))?;
     let spans = trace["spans"].as_array().context("spans")?;
     let named = |name: &'static str| spans.iter().filter(move |s| s["operationName"] == name);
 
@@ -190,7 +204,7 @@ async fn a_collector_that_goes_away_costs_only_dropped_spans() -> Result<()> {
     let service = format!("capstan-{}", random_suffix(6));
     let host = Host::start(plane.kubeconfig_path(), ns.name(), &jaeger.otlp_endpoint(), &service).await?;
     create_ready(&ns, "before").await?;
-    reconcile_trace(&jaeger, &service, "before", &["guest_call"]).await?;
+    reconcile_trace(&jaeger, &service, "before", None, &["guest_call"]).await?;
 
     jaeger.stop().await;
     let dropped = r#"capstan_trace_spans_dropped_total{reason="export_failed"}"#;
@@ -204,6 +218,6 @@ async fn a_collector_that_goes_away_costs_only_dropped_spans() -> Result<()> {
     // The collector back: new traces arrive again.
     jaeger.resume().await?;
     create_ready(&ns, "after").await?;
-    reconcile_trace(&jaeger, &service, "after", &["guest_call"]).await.with_context(|| host.log())?;
+    reconcile_trace(&jaeger, &service, "after", None, &["guest_call"]).await.with_context(|| host.log())?;
     ns.cleanup().await
 }
