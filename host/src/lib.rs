@@ -3,9 +3,7 @@
 //!
 //! The host owns every conversation with the cluster; controller logic is
 //! a component exporting the `capstan:operator/controller` interface (see
-//! `wit/`). The modules are grouped by layer, each using those above it
-//! (and [`tooling::generate`], which renders the RBAC that
-//! [`control::access`] reviews and the CRDs [`serve::host`] installs):
+//! `wit/`). The modules are grouped by layer, each using those above it:
 //!
 //! - [`manifest`], [`object`], [`metrics`] and [`telemetry`]: what a
 //!   controller declares, the JSON helpers every layer shares, the
@@ -15,6 +13,9 @@
 //! - [`runtime`]: the Wasm side — one wasmtime engine, loading and caching
 //!   components, a fresh sandboxed instance per call with limits, and the
 //!   host functions guests call, checked against their grants;
+//! - [`policy`]: what a component may do as RBAC rules, derived from its
+//!   manifest: the one set [`control::access`] reviews and
+//!   [`tooling::generate`] renders, with the Kubernetes name rules;
 //! - [`control`]: the control loop — shared watches, the work queue, one
 //!   reconcile from object to applied outcome, the loop that runs it,
 //!   leader election, permission reviews and custom schedulers;
@@ -30,6 +31,7 @@ pub mod control;
 pub mod manifest;
 pub mod metrics;
 pub mod object;
+pub mod policy;
 pub mod runtime;
 pub mod serve;
 mod sync;

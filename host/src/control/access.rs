@@ -1,9 +1,9 @@
 //! Checks a component's permissions against what the host may do: every
-//! rule the generated RBAC would grant the component (see
-//! [`generate::rbac`](crate::tooling::generate)) is asked of the API server as a
-//! `SelfSubjectAccessReview`. A component that needs more than the
-//! operator granted the host is rejected when it loads, instead of failing
-//! with 403s at run time.
+//! rule the generated RBAC would grant the component (the rules of
+//! [`policy`](crate::policy), which `capstan gen` renders) is asked of the
+//! API server as a `SelfSubjectAccessReview`. A component that needs more
+//! than the operator granted the host is rejected when it loads, instead
+//! of failing with 403s at run time.
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
 use kube::Api;
@@ -11,7 +11,7 @@ use kube::api::PostParams;
 
 use crate::cluster::kube::KubeCluster;
 use crate::manifest::Manifest;
-use crate::tooling::generate::{Component, PluralOverride, Resources, component_rules};
+use crate::policy::{PluralOverride, Resources, component_rules};
 
 /// Why a component's permissions could not be confirmed.
 #[derive(Debug, thiserror::Error)]
@@ -50,8 +50,7 @@ pub async fn check(
         }
     }
     let resources = Resources::new(&manifest.crds, &overrides);
-    let component = Component::new(manifest.clone(), Vec::new());
-    let rules = component_rules(&component, &resources, install_crds).map_err(|e| Error::Rules(e.to_string()))?;
+    let rules = component_rules(manifest, &resources, install_crds).map_err(|e| Error::Rules(e.to_string()))?;
 
     let scopes: Vec<Option<&str>> =
         if namespaces.is_empty() { vec![None] } else { namespaces.iter().map(|n| Some(n.as_str())).collect() };

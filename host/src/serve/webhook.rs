@@ -65,6 +65,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::cluster::Cluster;
 use crate::metrics::Owner;
+use crate::policy::names;
 use crate::runtime::component::Loaded;
 use crate::runtime::grants::Grants;
 use crate::runtime::imports::Caller;
@@ -370,12 +371,8 @@ impl std::str::FromStr for ServiceRef {
             None => (rest, 443),
         };
         for (what, value) in [("namespace", namespace), ("name", name)] {
-            crate::tooling::generate::names::check(
-                format!("service {what}"),
-                value,
-                crate::tooling::generate::names::Rule::Dns1123Label,
-            )
-            .map_err(|e| format!("{s:?}: {e}"))?;
+            names::check(format!("service {what}"), value, names::Rule::Dns1123Label)
+                .map_err(|e| format!("{s:?}: {e}"))?;
         }
         if port == 0 {
             return Err(bad());

@@ -837,8 +837,7 @@ mod tests {
         let long = namespace_for(&"x".repeat(100), &random_suffix());
         assert!(long.len() <= 63, "{long}");
         assert!(namespace_for("__", "abcdef") == "e2e-abcdef");
-        crate::tooling::generate::names::check("namespace", &long, crate::tooling::generate::names::Rule::Dns1123Label)
-            .expect("valid");
+        crate::policy::names::check("namespace", &long, crate::policy::names::Rule::Dns1123Label).expect("valid");
     }
 
     #[test]

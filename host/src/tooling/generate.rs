@@ -3,8 +3,9 @@
 //! as files, or as a kustomize base or overlay (`capstan gen`).
 //!
 //! The single source of truth is each component's own [`Manifest`]: its
-//! CRDs as declared, and RBAC rules derived from [`Grants::from_manifest`],
-//! the same rules the host checks on every call.
+//! CRDs as declared, and RBAC rules derived from [`Grants::from_manifest`]
+//! by [`crate::policy`], the same rules the host checks on every call and
+//! reviews before it runs a component.
 //!
 //! ```no_run
 //! # async fn example(loader: capstan_host::runtime::component::Loader) -> Result<(), Box<dyn std::error::Error>> {
@@ -87,9 +88,7 @@
 
 mod deployment;
 mod kustomize;
-pub mod names;
 mod rbac;
-mod resources;
 pub mod sample;
 mod webhooks;
 
@@ -101,15 +100,20 @@ use serde_json::Value;
 pub use deployment::{
     CACHE_DIR, COMPONENTS_DIR, CONFIG_MAP_LIMIT, HEALTH_PORT, LAST_APPLIED_LIMIT, REGISTRY_CREDENTIALS_DIR, RUN_AS,
 };
-pub(crate) use rbac::component_rules;
-pub use resources::PluralOverride;
-pub(crate) use resources::Resources;
 pub use webhooks::WEBHOOK_PORT;
 
+/// A `--plural` value, now [`crate::policy::PluralOverride`]; re-exported
+/// so `tooling::generate::PluralOverride` keeps working.
+pub use crate::policy::PluralOverride;
+/// The Kubernetes name rules, now [`crate::policy::names`]; re-exported so
+/// `tooling::generate::names` keeps working.
+pub use crate::policy::names;
+
 use crate::manifest::Manifest;
+use crate::policy::names::Rule;
+use crate::policy::{self, Resources};
 #[cfg(doc)]
 use crate::runtime::grants::Grants;
-use names::Rule;
 
 /// The image of the host when none is given: a placeholder under the
 /// reserved `.invalid` domain (RFC 2606), which never resolves. No host
@@ -121,32 +125,10 @@ pub const DEFAULT_IMAGE: &str = concat!("registry.invalid/capstan:", env!("CARGO
 /// Why manifests cannot be generated.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A name breaks a Kubernetes naming rule.
-    #[error("{what} {value:?} is not a valid {rule}")]
-    Name {
-        /// What the name is for.
-        what: String,
-        /// The name as given.
-        value: String,
-        /// The rule it breaks.
-        rule: Rule,
-    },
-    /// No component defines the kind's CRD, it is not a common built-in
-    /// kind, and no `--plural` names its resource.
-    #[error(
-        "unknown kind {kind} in group {group:?}: no component defines its CRD and it is not a common built-in kind; \
-         pass --plural {}=<plural>",
-        kind_key(.kind, .group)
-    )]
-    UnknownKind {
-        /// API group.
-        group: String,
-        /// Kind.
-        kind: String,
-    },
-    /// A `--plural` value is not `KIND.GROUP=PLURAL`.
-    #[error("invalid plural {0:?}: expected KIND.GROUP=PLURAL, or KIND=PLURAL for the core group")]
-    PluralOverride(String),
+    /// A name, a kind's plural or a `--plural` value is wrong (see
+    /// [`policy::Error`]).
+    #[error(transparent)]
+    Policy(#[from] policy::Error),
     /// Two components declare the same controller name.
     #[error("two components are named {0:?}: controller names must be unique")]
     DuplicateController(String),
@@ -223,10 +205,6 @@ pub enum Error {
         /// The I/O error.
         error: std::io::Error,
     },
-}
-
-fn kind_key(kind: &str, group: &str) -> String {
-    if group.is_empty() { kind.to_owned() } else { format!("{kind}.{group}") }
 }
 
 /// `Result` with this module's [`Error`].
@@ -510,7 +488,7 @@ fn check_components(components: &[Component]) -> Result<BTreeMap<String, Value>>
 ///
 /// # Errors
 ///
-/// [`Error::Name`] for a CRD name Kubernetes would reject,
+/// [`Error::Policy`] for a CRD name Kubernetes would reject,
 /// [`Error::ConflictingCrd`], [`Error::DuplicateController`].
 pub fn crds(components: &[Component]) -> Result<Vec<Value>> {
     Ok(check_components(components)?.into_values().collect())
@@ -626,7 +604,8 @@ impl Parts {
 ///
 /// # Errors
 ///
-/// [`Error::UnknownKind`], [`Error::Name`], and the errors of [`crds`].
+/// [`Error::Policy`] for a kind with no known plural or a name Kubernetes
+/// would reject, and the errors of [`crds`].
 pub fn rbac(components: &[Component], options: &Options) -> Result<Vec<Value>> {
     let parts = Parts::new(components, &options.clone().skip_deployment(true))?;
     Ok(std::iter::once(parts.host_rbac).chain(parts.component_rbac).flat_map(|f| f.objects).collect())
@@ -970,14 +949,23 @@ mod tests {
         );
         let mut bad = crd("greetings", "Greeting");
         bad["spec"]["names"]["listKind"] = json!("greeting-list");
-        assert!(matches!(crds(&[component("a", vec![bad])]), Err(Error::Name { rule: Rule::Kind, .. })));
+        assert!(matches!(
+            crds(&[component("a", vec![bad])]),
+            Err(Error::Policy(policy::Error::Name { rule: Rule::Kind, .. }))
+        ));
     }
 
     #[test]
     fn invalid_options_are_errors_not_broken_manifests() {
         let c = [component("greeter", vec![])];
-        assert!(matches!(manifest(&c, &Options::default().namespace("Ops")), Err(Error::Name { .. })));
-        assert!(matches!(manifest(&c, &Options::default().name("capstan_host")), Err(Error::Name { .. })));
+        assert!(matches!(
+            manifest(&c, &Options::default().namespace("Ops")),
+            Err(Error::Policy(policy::Error::Name { .. }))
+        ));
+        assert!(matches!(
+            manifest(&c, &Options::default().name("capstan_host")),
+            Err(Error::Policy(policy::Error::Name { .. }))
+        ));
         assert!(matches!(manifest(&c, &Options::default().image("has space")), Err(Error::Image(_))));
     }
 
@@ -1009,7 +997,7 @@ mod tests {
 
     #[test]
     fn error_messages_read_right() {
-        let e = Error::UnknownKind { group: String::new(), kind: "Widget".into() };
+        let e = Error::from(policy::Error::UnknownKind { group: String::new(), kind: "Widget".into() });
         assert_eq!(
             e.to_string(),
             "unknown kind Widget in group \"\": no component defines its CRD and it is not a common built-in kind; \

@@ -23,14 +23,14 @@
 
 use std::path::{Component as PathPart, Path, PathBuf};
 
-use crate::tooling::generate::names::{self, Rule};
+use crate::policy::names::{self, Rule};
 
 /// Why a project cannot be created.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A name, kind or group breaks a Kubernetes naming rule.
     #[error(transparent)]
-    Name(#[from] crate::tooling::generate::Error),
+    Name(#[from] crate::policy::Error),
     /// The API group has no dot or is not a DNS subdomain.
     #[error("group {0:?} must be a DNS subdomain with a dot, like example.com")]
     Group(String),

@@ -68,7 +68,7 @@ impl Project {
             return Ok(Self { dir, name: crate_name.clone(), build: Build::Cargo { crate_name } });
         }
         if dir.join("build.sh").is_file() {
-            return Ok(Self { dir, name: crate::tooling::generate::names::to_snake(&folder), build: Build::Script });
+            return Ok(Self { dir, name: crate::policy::names::to_snake(&folder), build: Build::Script });
         }
         bail!(
             "{}: not a project made by `capstan new` (no Cargo.toml and no build.sh); create one with: capstan new NAME",

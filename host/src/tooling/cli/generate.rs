@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
-use crate::tooling::generate::{self, Component, Delivery, File, Options, PluralOverride};
+use crate::policy::PluralOverride;
+use crate::tooling::generate::{self, Component, Delivery, File, Options};
 
 /// What to generate.
 #[derive(Debug, Subcommand)]

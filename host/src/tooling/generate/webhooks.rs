@@ -13,10 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Value, json};
 
-use super::rbac::Rules;
-use super::resources::Resources;
 use super::{Component, Error, Options};
 use crate::manifest::{Manifest, Verb};
+use crate::policy::{Resources, Rules};
 use crate::serve::webhook::{Endpoint, Install, ServiceRef};
 
 /// The container port the host serves webhooks on.

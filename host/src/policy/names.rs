@@ -7,7 +7,7 @@
 //! into the shapes Kubernetes wants (`my-app`, `MyApp`, `myapps`).
 //!
 //! ```
-//! use capstan_host::tooling::generate::names::{self, Rule};
+//! use capstan_host::policy::names::{self, Rule};
 //!
 //! assert_eq!(names::to_label("MyApp"), "my-app");
 //! assert_eq!(names::to_upper_camel("my-app"), "MyApp");
@@ -84,7 +84,7 @@ pub fn check(what: impl Into<String>, value: &str, rule: Rule) -> Result<(), Err
 /// [`check`]: it may be empty, too long or start with a digit.
 ///
 /// ```
-/// use capstan_host::tooling::generate::names::to_label;
+/// use capstan_host::policy::names::to_label;
 ///
 /// assert_eq!(to_label("HTTPServer"), "http-server");
 /// assert_eq!(to_label("my_app v2"), "my-app-v2");

@@ -44,9 +44,9 @@ const WITH_STATUS: &[(&str, &str)] = &[
 /// (`KIND=PLURAL` for the core group).
 ///
 /// ```
-/// let p: capstan_host::tooling::generate::PluralOverride = "Certificate.cert-manager.io=certificates".parse()?;
+/// let p: capstan_host::policy::PluralOverride = "Certificate.cert-manager.io=certificates".parse()?;
 /// assert_eq!((p.group.as_str(), p.kind.as_str(), p.plural.as_str()), ("cert-manager.io", "Certificate", "certificates"));
-/// # Ok::<(), capstan_host::tooling::generate::Error>(())
+/// # Ok::<(), capstan_host::policy::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluralOverride {
@@ -73,7 +73,7 @@ impl FromStr for PluralOverride {
     }
 }
 
-/// Kind → plural lookup for one generation run.
+/// Kind → plural lookup for one generation run or permission review.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Resources {
     plurals: BTreeMap<(String, String), String>,
