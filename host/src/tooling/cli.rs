@@ -497,12 +497,22 @@ impl RegistryArgs {
     }
 }
 
-/// `sha256:` digest of a manifest's grants as `capstan inspect` prints
-/// them (`grantsDigest`; the `dev.capstan.grants-digest` annotation of a
-/// pushed component): equal digests, equal permissions.
+/// `sha256:` digest of everything a manifest lets its component reach, as
+/// `capstan inspect` prints it (`grantsDigest`; the
+/// `dev.capstan.grants-digest` annotation of a pushed component): its
+/// grants, its admission webhooks (what they see, change and may refuse,
+/// with their selectors and failure policy), the CRDs it converts, its
+/// scheduler name and its egress. Equal digests, equal reach.
 pub fn grants_digest(manifest: &Manifest) -> String {
     let doc = manifest_document(manifest, "", "");
-    crate::serve::oci::sha256(&serde_json::to_vec(&doc["grants"]).expect("a JSON value serialises"))
+    let reach = json!({
+        "grants": doc["grants"],
+        "admission": doc["roles"]["admission"],
+        "conversion": doc["roles"]["conversion"],
+        "scheduler": doc["roles"]["scheduler"],
+        "egress": doc["egress"],
+    });
+    crate::serve::oci::sha256(&serde_json::to_vec(&reach).expect("a JSON value serialises"))
 }
 
 /// An address for `--listen`: `IP:PORT`, an IPv6 address with or without
@@ -731,6 +741,15 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
                 "failurePolicy": w.failure_policy(),
                 "timeoutSeconds": w.timeout.as_secs(),
                 "sideEffects": w.side_effects(),
+                // What reviewing is: seeing the objects, changing them
+                // (mutating), refusing writes of them (either type).
+                "access": if w.mutating { json!(["read", "write", "veto"]) } else { json!(["read", "veto"]) },
+                // Where: the host narrows the declared selector to the
+                // namespaces it serves (`-n`), else to all but these.
+                "namespaces": json!({"exceptSystem": crate::serve::webhook::install::SYSTEM_NAMESPACES}),
+                "namespaceSelector": w.namespace_selector,
+                "objectSelector": w.object_selector,
+                "ownKinds": w.kinds.iter().filter(|k| manifest.reviews_as_own_kind(w, k)).map(&kind).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "conversion": manifest.roles.conversion.iter().map(|gk| json!({"group": gk.group, "kind": gk.kind})).collect::<Vec<_>>(),
             "scheduler": manifest.roles.scheduler,
