@@ -1263,6 +1263,47 @@ mod tests {
     }
 
     #[test]
+    fn the_grants_digest_changes_with_what_a_webhook_reaches_and_inspect_shows_it() {
+        use crate::manifest::{AdmissionWebhook, Operation, Permission, Scope, Verb};
+        use crate::object::Gvk;
+        let secret = Gvk::new("", "v1", "Secret");
+        let mut m = Manifest::bare("vaults", Gvk::new("example.com", "v1", "Vault"));
+        m.permissions.push(Permission {
+            group: String::new(),
+            kind: "Secret".into(),
+            verbs: vec![Verb::Get, Verb::Patch],
+            scope: Scope::Cluster,
+            status: false,
+            resource_names: vec![],
+        });
+        let without = grants_digest(&m);
+        let webhook = |mutating: bool| AdmissionWebhook {
+            name: "secrets.example.com".into(),
+            mutating,
+            kinds: vec![secret.clone()],
+            operations: vec![Operation::Create],
+            ignore_failures: false,
+            timeout: std::time::Duration::from_secs(5),
+            side_effects_on_dry_run: false,
+            namespace_selector: None,
+            object_selector: None,
+        };
+        m.roles.admission.push(webhook(false));
+        let validating = grants_digest(&m);
+        assert_ne!(without, validating, "a webhook reaches what grants alone do not show");
+        m.roles.admission[0] = webhook(true);
+        let mutating = grants_digest(&m);
+        assert_ne!(validating, mutating, "changing is more than seeing");
+        m.roles.admission[0].object_selector = Some(serde_json::json!({"matchLabels": {"a": "b"}}));
+        assert_ne!(mutating, grants_digest(&m), "the selector is part of the reach");
+        let doc = manifest_document(&m, "", "");
+        let shown = &doc["roles"]["admission"][0];
+        assert_eq!(shown["access"], serde_json::json!(["read", "write", "veto"]));
+        assert_eq!(shown["objectSelector"], serde_json::json!({"matchLabels": {"a": "b"}}));
+        assert_eq!(shown["ownKinds"], serde_json::json!([]), "granted by the permission, not as its own kind");
+    }
+
+    #[test]
     fn run_takes_namespaces_repeated_or_separated_by_commas() {
         assert!(namespaces(&[]).is_empty(), "all namespaces by default");
         assert_eq!(namespaces(&["-n", "a"]), ["a"]);
