@@ -130,12 +130,38 @@ impl Permission {
 }
 
 impl Manifest {
-    /// Whether the manifest grants `verb` on objects of `kind` somewhere:
-    /// the primary kind (read, update, patch), an owned kind (every verb),
-    /// a watched kind (read), or a declared permission.
+    /// Whether the manifest grants `verb` on objects of `kind` somewhere,
+    /// for its webhooks: the primary kind when it is reconciled (read,
+    /// update, patch), a kind whose CRD the component defines (read,
+    /// update, patch: its own kind, checked against the CRD's
+    /// `capstan.dev/installed-by` when webhooks are installed), an owned
+    /// kind (every verb), a watched kind (read), or a declared permission.
+    ///
+    /// The primary kind of a component that does not reconcile grants
+    /// nothing: the SDKs fill it in (a webhook-only component's first
+    /// webhook kind, a scheduler's `Pod`), so it says nothing about what
+    /// the component may see.
     pub fn grants(&self, verb: Verb, kind: &Gvk) -> bool {
+        self.grants_with(verb, kind, true)
+    }
+
+    /// Whether a webhook of the manifest may review `kind` only because
+    /// the component defines the kind's CRD: nothing else grants what the
+    /// webhook needs (reading, and writing for a mutating one). The host
+    /// then installs the webhook only if the CRD in the cluster is the
+    /// component's own (`capstan.dev/installed-by`), so that listing a
+    /// copy of another component's CRD reaches nothing.
+    pub fn reviews_as_own_kind(&self, webhook: &AdmissionWebhook, kind: &Gvk) -> bool {
+        let without_crds = |verb| self.grants_with(verb, kind, false);
+        let granted =
+            without_crds(Verb::Get) && (!webhook.mutating || without_crds(Verb::Patch) || without_crds(Verb::Update));
+        !granted && self.crd_for(kind).is_some()
+    }
+
+    fn grants_with(&self, verb: Verb, kind: &Gvk, own_crds: bool) -> bool {
         let same = |k: &Gvk| k.group == kind.group && k.kind == kind.kind;
-        (same(&self.primary) && (Verb::READ.contains(&verb) || matches!(verb, Verb::Update | Verb::Patch)))
+        let reads_and_writes = Verb::READ.contains(&verb) || matches!(verb, Verb::Update | Verb::Patch);
+        (reads_and_writes && (self.roles.reconcile && same(&self.primary) || own_crds && self.crd_for(kind).is_some()))
             || self.owns.iter().any(|o| same(&o.kind))
             || (Verb::READ.contains(&verb) && self.watches.iter().any(|w| same(&w.kind)))
             || self.permissions.iter().any(|p| {
@@ -167,19 +193,19 @@ impl Manifest {
                     return Err(bad(format!(
                         "{kind}: a webhook sees every object of its kinds in every namespace the host serves, but the \
                          manifest grants it only {p} (declare the permission with scope cluster and no resource names, \
-                         or the kind as the primary, owned or watched kind)"
+                         or the kind as the reconciled primary, an owned or a watched kind)"
                     )));
                 }
                 if !self.grants(Verb::Get, kind) {
                     return Err(bad(format!(
                         "{kind}: a webhook sees every object of its kinds, but the manifest grants no read of it \
-                         (declare it as the primary, owned or watched kind, or a permission with get)"
+                         (reconcile it as the primary kind, define its CRD, own or watch it, or declare a permission with get)"
                     )));
                 }
                 if webhook.mutating && !self.grants(Verb::Patch, kind) && !self.grants(Verb::Update, kind) {
                     return Err(bad(format!(
                         "{kind}: a mutating webhook changes what it reviews, but the manifest grants no write of it \
-                         (declare it as the primary or an owned kind, or a permission with update or patch)"
+                         (reconcile it as the primary kind, define its CRD, own it, or declare a permission with update or patch)"
                     )));
                 }
             }
@@ -192,10 +218,14 @@ impl Manifest {
     /// For an admission kind granted by nothing but permissions, the first
     /// permission on it that is narrower than what a webhook sees (some
     /// names, or some namespaces), described; `None` when the kind is the
-    /// primary, owned or watched, or a permission covers it whole.
+    /// reconciled primary, the component's own CRD kind, owned or
+    /// watched, or a permission covers it whole.
     fn narrow_permission(&self, kind: &Gvk) -> Option<String> {
         let same = |k: &Gvk| k.group == kind.group && k.kind == kind.kind;
-        if same(&self.primary) || self.owns.iter().any(|o| same(&o.kind)) || self.watches.iter().any(|w| same(&w.kind))
+        if (self.roles.reconcile && same(&self.primary))
+            || self.crd_for(kind).is_some()
+            || self.owns.iter().any(|o| same(&o.kind))
+            || self.watches.iter().any(|w| same(&w.kind))
         {
             return None;
         }

@@ -182,8 +182,9 @@ async fn a_crd_someone_else_installed_is_taken_over_only_when_the_operator_says_
     assert_eq!(taken_by_host(&crds, &name).await?, (None, false), "left as Helm installed it");
     host.shutdown().await;
 
-    // A component with a conversion on a CRD installed that way is
-    // refused, naming the way out; the CRD keeps no conversion.
+    // A component with a conversion (and webhooks reviewing its kind as
+    // its own) on a CRD installed that way is refused, naming the way
+    // out; the CRD keeps no conversion.
     let converter = find_component("greeter-webhooks").map_err(anyhow::Error::msg)?;
     let mut converted = crd_of(&converter).await?;
     let converted_name = converted["metadata"]["name"].as_str().context("a named CRD")?.to_owned();
@@ -205,7 +206,10 @@ async fn a_crd_someone_else_installed_is_taken_over_only_when_the_operator_says_
         .await
         .expect_err("its conversion is refused");
     assert!(
-        matches!(&refused, HostError::Webhook { error: webhook::Error::ConversionUnowned { crd, .. }, .. } if *crd == converted_name),
+        matches!(&refused, HostError::Webhook {
+            error: webhook::Error::ConversionUnowned { crd, .. } | webhook::Error::AdmissionUnowned { crd, installed: true, .. },
+            ..
+        } if *crd == converted_name),
         "{refused}"
     );
     assert!(refused.to_string().contains(&format!("--adopt-crd {converted_name}")), "names the way out: {refused}");

@@ -346,8 +346,11 @@ mod tests {
 
     #[test]
     fn a_webhook_is_validated_and_defaulted() {
-        let m = parse(vec![], wit::Roles { admission: vec![webhook("validate.greetings.example.com")], ..roles() })
-            .expect("valid");
+        let m = parse(
+            vec![crd(&["v1alpha1"])],
+            wit::Roles { admission: vec![webhook("validate.greetings.example.com")], ..roles() },
+        )
+        .expect("valid");
         let w = &m.roles.admission[0];
         assert_eq!(w.operations, vec![Operation::Create, Operation::Update], "sorted, without duplicates");
         assert_eq!(w.timeout, Duration::from_secs(10));
@@ -461,9 +464,30 @@ mod tests {
                 assert!(err.to_string().contains(&format!("grants it only {what}")), "{err}");
             }
         }
-        // The primary kind is the component's own.
-        parse(vec![], wit::Roles { admission: vec![webhook("validate.greetings.example.com")], ..roles() })
-            .expect("a webhook on the primary kind");
+        // The primary kind it reconciles, and a kind whose CRD it defines,
+        // are the component's own.
+        let reconciling =
+            wit::Roles { reconcile: true, admission: vec![webhook("v.greetings.example.com")], ..roles() };
+        parse(vec![], reconciling).expect("a webhook on the reconciled primary kind");
+        let defining = wit::Roles { admission: vec![webhook("v.greetings.example.com")], ..roles() };
+        parse(vec![crd(&["v1alpha1"])], defining.clone()).expect("a webhook on its own CRD's kind");
+        // The primary kind of a component that does not reconcile is what
+        // the SDK filled in (a webhook-only component's first webhook
+        // kind): it grants nothing.
+        let err = parse(vec![], defining).expect_err("a webhook-only component on a kind it was granted nothing on");
+        assert!(err.to_string().contains("grants no read of it"), "{err}");
+        for primary in [secret.clone(), gvk("", "v1", "Pod")] {
+            let only_webhooks = wit::ComponentManifest {
+                controller: wit::ControllerManifest { primary: primary.clone(), ..controller(vec![]) },
+                roles: wit::Roles {
+                    admission: vec![wit::AdmissionWebhook { kinds: vec![primary], ..on_secrets(true) }],
+                    ..roles()
+                },
+                egress: vec![],
+            };
+            let err = Manifest::try_from(only_webhooks).expect_err("mutating its unreconciled primary kind");
+            assert!(err.to_string().contains("grants no read of it"), "{err}");
+        }
         // Leases: never.
         let lease = wit::AdmissionWebhook {
             kinds: vec![gvk("coordination.k8s.io", "v1", "Lease")],

@@ -213,6 +213,12 @@ impl Grants {
         self
     }
 
+    /// The namespaces the host serves ([`within`](Self::within)); `None`:
+    /// all.
+    pub fn served_namespaces(&self) -> Option<&[String]> {
+        self.namespaces.as_deref()
+    }
+
     /// True if some rule allows `verb` on some object of `kind`, which is
     /// namespaced or not (`namespaced`), in some namespace, of some name,
     /// while reconciling some object of a primary kind that is namespaced

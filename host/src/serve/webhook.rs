@@ -170,6 +170,36 @@ pub enum Error {
         /// The component that declared its conversion.
         component: String,
     },
+    /// A webhook reviews a kind the component may see only as its own
+    /// (it defines the kind's CRD, nothing else grants it), but the CRD
+    /// in the cluster belongs to another component.
+    #[error("webhooks of component {component} may not review the kind of CRD {crd}: it belongs to component {owner}")]
+    AdmissionOwned {
+        /// The CRD.
+        crd: String,
+        /// The component that installed it.
+        owner: String,
+        /// The component whose webhook reviews its kind.
+        component: String,
+    },
+    /// A webhook reviews a kind the component may see only as its own,
+    /// but the CRD in the cluster belongs to no component (kubectl, Helm
+    /// or an older host installed it) and the operator did not name it in
+    /// `--adopt-crd`, or it is not installed at all.
+    #[error(
+        "webhooks of component {component} review the kind of CRD {crd}, which the component may see only as its own, but \
+         {}: install it with the component (--install-crds, or `capstan gen crd`, which mark it \
+         capstan.dev/installed-by={component}), run with --adopt-crd {crd}, or declare a permission on the kind",
+        if *.installed { "no Capstan component installed it (no capstan.dev/installed-by annotation)" } else { "it is not installed" }
+    )]
+    AdmissionUnowned {
+        /// The CRD.
+        crd: String,
+        /// The component whose webhook reviews its kind.
+        component: String,
+        /// Whether the CRD exists (without the annotation).
+        installed: bool,
+    },
     /// `--webhook-failure-policy` gives one target both policies.
     #[error("--webhook-failure-policy {0} is given both Ignore and Fail")]
     PolicyTwice(String),
@@ -212,6 +242,8 @@ impl Error {
             | Error::Owned { .. }
             | Error::ConversionOwned { .. }
             | Error::ConversionUnowned { .. }
+            | Error::AdmissionOwned { .. }
+            | Error::AdmissionUnowned { .. }
             | Error::PolicyTwice(_)
             | Error::PolicyUnmatched { .. }
             | Error::PolicyComponent { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -731,6 +763,30 @@ mod tests {
             "--webhook-failure-policy greeter/typo.example.com: component greeter declares no such admission \
              webhook (it declares: validate.example.com)"
         );
+        let e = Error::AdmissionOwned {
+            crd: "vaults.example.com".into(),
+            owner: "vaults".into(),
+            component: "thief".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "webhooks of component thief may not review the kind of CRD vaults.example.com: it belongs to component vaults"
+        );
+        for (installed, why) in [
+            (true, "no Capstan component installed it (no capstan.dev/installed-by annotation)"),
+            (false, "it is not installed"),
+        ] {
+            let e = Error::AdmissionUnowned { crd: "vaults.example.com".into(), component: "vaults".into(), installed };
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "webhooks of component vaults review the kind of CRD vaults.example.com, which the component may \
+                     see only as its own, but {why}: install it with the component (--install-crds, or `capstan gen \
+                     crd`, which mark it capstan.dev/installed-by=vaults), run with --adopt-crd vaults.example.com, \
+                     or declare a permission on the kind"
+                )
+            );
+        }
         let e = Error::PolicyComponent { component: "other".into(), known: "greeter".into() };
         assert_eq!(
             e.to_string(),

@@ -497,12 +497,22 @@ impl RegistryArgs {
     }
 }
 
-/// `sha256:` digest of a manifest's grants as `capstan inspect` prints
-/// them (`grantsDigest`; the `dev.capstan.grants-digest` annotation of a
-/// pushed component): equal digests, equal permissions.
+/// `sha256:` digest of everything a manifest lets its component reach, as
+/// `capstan inspect` prints it (`grantsDigest`; the
+/// `dev.capstan.grants-digest` annotation of a pushed component): its
+/// grants, its admission webhooks (what they see, change and may refuse,
+/// with their selectors and failure policy), the CRDs it converts, its
+/// scheduler name and its egress. Equal digests, equal reach.
 pub fn grants_digest(manifest: &Manifest) -> String {
     let doc = manifest_document(manifest, "", "");
-    crate::serve::oci::sha256(&serde_json::to_vec(&doc["grants"]).expect("a JSON value serialises"))
+    let reach = json!({
+        "grants": doc["grants"],
+        "admission": doc["roles"]["admission"],
+        "conversion": doc["roles"]["conversion"],
+        "scheduler": doc["roles"]["scheduler"],
+        "egress": doc["egress"],
+    });
+    crate::serve::oci::sha256(&serde_json::to_vec(&reach).expect("a JSON value serialises"))
 }
 
 /// An address for `--listen`: `IP:PORT`, an IPv6 address with or without
@@ -731,6 +741,15 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
                 "failurePolicy": w.failure_policy(),
                 "timeoutSeconds": w.timeout.as_secs(),
                 "sideEffects": w.side_effects(),
+                // What reviewing is: seeing the objects, changing them
+                // (mutating), refusing writes of them (either type).
+                "access": if w.mutating { json!(["read", "write", "veto"]) } else { json!(["read", "veto"]) },
+                // Where: the host narrows the declared selector to the
+                // namespaces it serves (`-n`), else to all but these.
+                "namespaces": json!({"exceptSystem": crate::serve::webhook::install::SYSTEM_NAMESPACES}),
+                "namespaceSelector": w.namespace_selector,
+                "objectSelector": w.object_selector,
+                "ownKinds": w.kinds.iter().filter(|k| manifest.reviews_as_own_kind(w, k)).map(&kind).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "conversion": manifest.roles.conversion.iter().map(|gk| json!({"group": gk.group, "kind": gk.kind})).collect::<Vec<_>>(),
             "scheduler": manifest.roles.scheduler,
@@ -1241,6 +1260,47 @@ mod tests {
             Command::Run(run) => run.namespaces,
             other => panic!("not run: {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_grants_digest_changes_with_what_a_webhook_reaches_and_inspect_shows_it() {
+        use crate::manifest::{AdmissionWebhook, Operation, Permission, Scope, Verb};
+        use crate::object::Gvk;
+        let secret = Gvk::new("", "v1", "Secret");
+        let mut m = Manifest::bare("vaults", Gvk::new("example.com", "v1", "Vault"));
+        m.permissions.push(Permission {
+            group: String::new(),
+            kind: "Secret".into(),
+            verbs: vec![Verb::Get, Verb::Patch],
+            scope: Scope::Cluster,
+            status: false,
+            resource_names: vec![],
+        });
+        let without = grants_digest(&m);
+        let webhook = |mutating: bool| AdmissionWebhook {
+            name: "secrets.example.com".into(),
+            mutating,
+            kinds: vec![secret.clone()],
+            operations: vec![Operation::Create],
+            ignore_failures: false,
+            timeout: std::time::Duration::from_secs(5),
+            side_effects_on_dry_run: false,
+            namespace_selector: None,
+            object_selector: None,
+        };
+        m.roles.admission.push(webhook(false));
+        let validating = grants_digest(&m);
+        assert_ne!(without, validating, "a webhook reaches what grants alone do not show");
+        m.roles.admission[0] = webhook(true);
+        let mutating = grants_digest(&m);
+        assert_ne!(validating, mutating, "changing is more than seeing");
+        m.roles.admission[0].object_selector = Some(serde_json::json!({"matchLabels": {"a": "b"}}));
+        assert_ne!(mutating, grants_digest(&m), "the selector is part of the reach");
+        let doc = manifest_document(&m, "", "");
+        let shown = &doc["roles"]["admission"][0];
+        assert_eq!(shown["access"], serde_json::json!(["read", "write", "veto"]));
+        assert_eq!(shown["objectSelector"], serde_json::json!({"matchLabels": {"a": "b"}}));
+        assert_eq!(shown["ownKinds"], serde_json::json!([]), "granted by the permission, not as its own kind");
     }
 
     #[test]

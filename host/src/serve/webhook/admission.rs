@@ -242,6 +242,18 @@ pub fn answer(webhook: &AdmissionWebhook, parsed: &Parsed, answer: wit::Admissio
     Ok(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}))
 }
 
+/// Whether a webhook reviews objects in `namespace`, on a host that serves
+/// `served` (`None`: all): the served ones by name, else every namespace
+/// but [`SYSTEM_NAMESPACES`](super::install::SYSTEM_NAMESPACES), as the
+/// installed [`namespace_selector`](super::install::namespace_selector)
+/// says.
+pub fn reviews_namespace(served: Option<&[String]>, namespace: &str) -> bool {
+    match served {
+        Some(served) => served.iter().any(|s| s == namespace),
+        None => !super::install::SYSTEM_NAMESPACES.contains(&namespace),
+    }
+}
+
 /// Serves one review for the webhook named `webhook` of `served`; the
 /// host's own bookkeeping (see the module docs) is allowed without calling
 /// the guest.
@@ -277,6 +289,20 @@ async fn review(served: &Served, webhook: &str, body: &[u8]) -> Result<Value, Er
         .find(|w| w.name == webhook)
         .ok_or_else(|| Error::NoWebhook { component: manifest.name.clone(), webhook: webhook.to_owned() })?;
     let parsed = parse(declared, body)?;
+    // The installed configuration sends nothing from outside the
+    // namespaces the host serves; a review that comes from there anyway
+    // (sent to the port by another client, or by a configuration someone
+    // edited) is not the component's to see: allowed, the guest not asked.
+    if let Some(namespace) = &parsed.request.namespace
+        && !reviews_namespace(served.caller.grants.served_namespaces(), namespace)
+    {
+        tracing::debug!(component = %manifest.name, webhook, uid = %parsed.uid, namespace = %cluster::bounded(namespace, 253), "a review from a namespace the host does not serve, allowed unseen");
+        return answer(
+            declared,
+            &parsed,
+            wit::AdmissionResponse { allowed: true, message: None, code: None, warnings: Vec::new(), patched: None },
+        );
+    }
     // Only an update can be bookkeeping: the host's user is asked for no
     // other request.
     if matches!(parsed.request.operation, wit::Operation::Update)
@@ -433,6 +459,18 @@ mod tests {
                 "userInfo": {"username": "host"}, "oldObject": old},
         }));
         assert!(!is_host_bookkeeping(&parse(&webhook(false), &delete).expect("a review"), "host"));
+    }
+
+    #[test]
+    fn reviews_come_only_from_the_namespaces_the_host_serves() {
+        for system in ["kube-system", "kube-public", "kube-node-lease"] {
+            assert!(!reviews_namespace(None, system), "{system}");
+        }
+        assert!(reviews_namespace(None, "team-a"));
+        let served = ["team-a".to_owned(), "kube-system".to_owned()];
+        assert!(reviews_namespace(Some(&served), "team-a"));
+        assert!(reviews_namespace(Some(&served), "kube-system"), "served by name");
+        assert!(!reviews_namespace(Some(&served), "team-b"));
     }
 
     #[test]

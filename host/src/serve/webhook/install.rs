@@ -21,7 +21,10 @@
 //! `--take-over-webhooks`. A CRD's conversion is set only by the component
 //! the CRD belongs to (its `capstan.dev/installed-by` annotation); one
 //! without the annotation only when the operator names it in
-//! `--adopt-crd`. [`uninstall`] removes only what the caller owns.
+//! `--adopt-crd`; the same holds for a webhook on a kind the component
+//! may review only because it defines the kind's CRD
+//! ([`Manifest::reviews_as_own_kind`]). [`uninstall`] removes only what
+//! the caller owns.
 //!
 //! # Caveats
 //!
@@ -239,7 +242,9 @@ pub fn objects(
 /// host installed and still serves (unless `take_over`),
 /// [`Error::ConversionOwned`] for a CRD another component installed,
 /// [`Error::ConversionUnowned`] for one no component installed that is
-/// not in `adopt` (`--adopt-crd`),
+/// not in `adopt` (`--adopt-crd`), [`Error::AdmissionOwned`] and
+/// [`Error::AdmissionUnowned`] likewise for a CRD whose kind a webhook
+/// reviews only as the component's own,
 /// [`Error::Install`] naming the object that could not be read or applied,
 /// or the kind whose resource discovery does not know.
 pub async fn install(
@@ -251,6 +256,7 @@ pub async fn install(
     adopt: &std::collections::BTreeSet<String>,
 ) -> Result<(), Error> {
     install.failure_policies.check(manifest)?;
+    check_own_kinds(cluster, manifest, adopt).await?;
     let plurals = plurals(cluster, manifest).await?;
     let owner = install.owner();
     for object in objects(manifest, install, &plurals, namespaces) {
@@ -288,6 +294,54 @@ pub async fn install(
         apply(cluster, object).await?;
     }
     tracing::info!(component = %manifest.name, owner = %owner, "webhook configurations installed");
+    Ok(())
+}
+
+/// Checks that every kind a webhook of `manifest` reviews only as the
+/// component's own ([`Manifest::reviews_as_own_kind`]) has its CRD in the
+/// cluster marked as the component's (`capstan.dev/installed-by`), or
+/// named in `adopt`.
+async fn check_own_kinds(
+    cluster: &KubeCluster,
+    manifest: &Manifest,
+    adopt: &std::collections::BTreeSet<String>,
+) -> Result<(), Error> {
+    let mut checked = std::collections::BTreeSet::new();
+    for webhook in &manifest.roles.admission {
+        for kind in webhook.kinds.iter().filter(|k| manifest.reviews_as_own_kind(webhook, k)) {
+            let Some(name) = crd_of(manifest, &kind.group, &kind.kind).and_then(|c| crate::object::meta_str(c, "name"))
+            else {
+                continue;
+            };
+            if !checked.insert(name.to_owned()) || adopt.contains(name) {
+                continue;
+            }
+            let r = ObjectRef::new(Gvk::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition"), None, name);
+            let existing = existing(cluster, &r, &format!("CustomResourceDefinition {name}")).await?;
+            let installed_by = existing
+                .as_ref()
+                .and_then(|crd| crd.pointer("/metadata/annotations"))
+                .and_then(|a| a.get(crate::serve::host::INSTALLED_BY))
+                .and_then(Value::as_str);
+            match installed_by {
+                Some(owner) if owner == manifest.name => {}
+                Some(owner) => {
+                    return Err(Error::AdmissionOwned {
+                        crd: name.to_owned(),
+                        owner: owner.to_owned(),
+                        component: manifest.name.clone(),
+                    });
+                }
+                None => {
+                    return Err(Error::AdmissionUnowned {
+                        crd: name.to_owned(),
+                        component: manifest.name.clone(),
+                        installed: existing.is_some(),
+                    });
+                }
+            }
+        }
+    }
     Ok(())
 }
 
