@@ -100,6 +100,7 @@ use serde_json::Value;
 pub use deployment::{
     CACHE_DIR, COMPONENTS_DIR, CONFIG_MAP_LIMIT, HEALTH_PORT, LAST_APPLIED_LIMIT, REGISTRY_CREDENTIALS_DIR, RUN_AS,
 };
+pub use rbac::ADMISSION_ANNOTATION;
 pub use webhooks::WEBHOOK_PORT;
 
 /// A `--plural` value, now [`crate::policy::PluralOverride`]; re-exported
@@ -844,6 +845,13 @@ mod tests {
         // RBAC: get, patch and delete of its own configurations and CRD by
         // name, no create.
         let role = objects.iter().find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "capstan-greeter");
+        // What the webhooks reach, which no rule says, beside the rules.
+        assert_eq!(
+            role.expect("the greeter's role")["metadata"]["annotations"][ADMISSION_ANNOTATION],
+            "validate.examples.capstan.dev (validating: read, veto) Greeting.examples.capstan.dev in every namespace \
+             but kube-system, kube-public, kube-node-lease\ndefault.examples.capstan.dev (mutating: read, write, veto) \
+             Greeting.examples.capstan.dev in every namespace but kube-system, kube-public, kube-node-lease"
+        );
         let rules = role.expect("the greeter's role")["rules"].as_array().expect("rules").clone();
         let on = |resource: &str| -> Vec<Value> {
             rules.iter().filter(|r| r["resources"][0] == resource).cloned().collect()

@@ -124,10 +124,46 @@ pub(crate) fn component_objects(
     let labels = options.labels(Some(&component.manifest.name));
     let mut out = Vec::new();
     if !rules.cluster.is_empty() {
-        out.extend(cluster_role_and_binding(&name, &rules.cluster, options, &labels)?);
+        let mut objects = cluster_role_and_binding(&name, &rules.cluster, options, &labels)?;
+        if let Some(reach) = admission_reach(&component.manifest, &options.watch_namespaces) {
+            // RBAC cannot say what a webhook sees, changes or refuses: the
+            // role says it beside its rules.
+            objects[0]["metadata"]["annotations"] = serde_json::json!({ADMISSION_ANNOTATION: reach});
+        }
+        out.extend(objects);
     }
     for (namespace, rules) in &rules.namespaces {
         out.extend(role(&name, namespace, rules, options, &labels)?);
     }
     Ok(out)
+}
+
+/// The annotation on a component's ClusterRole that says what its
+/// admission webhooks reach, which no RBAC rule expresses.
+pub const ADMISSION_ANNOTATION: &str = "capstan.dev/admission";
+
+/// What the admission webhooks of `manifest` reach, one line each:
+/// `NAME (validating: read, veto) KIND, … in NAMESPACES`; `None` without
+/// webhooks.
+fn admission_reach(manifest: &crate::manifest::Manifest, watched: &[String]) -> Option<String> {
+    let where_ = if watched.is_empty() {
+        format!("in every namespace but {}", crate::serve::webhook::install::SYSTEM_NAMESPACES.join(", "))
+    } else {
+        format!("in {}", watched.join(", "))
+    };
+    let lines: Vec<String> = manifest
+        .roles
+        .admission
+        .iter()
+        .map(|w| {
+            let access = if w.mutating { "mutating: read, write, veto" } else { "validating: read, veto" };
+            let kinds: Vec<String> = w
+                .kinds
+                .iter()
+                .map(|k| if k.group.is_empty() { k.kind.clone() } else { format!("{}.{}", k.kind, k.group) })
+                .collect();
+            format!("{} ({access}) {} {where_}", w.name, kinds.join(", "))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
