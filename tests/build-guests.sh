@@ -65,6 +65,12 @@ build capstan-fixture-guests --features keeper
 cp "$release/capstan_fixture_guests.wasm" "$out/keeper.wasm"
 build capstan-fixture-guests --features snooper
 cp "$release/capstan_fixture_guests.wasm" "$out/snooper.wasm"
+build capstan-fixture-guests --features meddler
+cp "$release/capstan_fixture_guests.wasm" "$out/meddler.wasm"
+build capstan-fixture-guests --features copycat
+cp "$release/capstan_fixture_guests.wasm" "$out/copycat.wasm"
+build capstan-fixture-guests --features secret-mutator
+cp "$release/capstan_fixture_guests.wasm" "$out/secret-mutator.wasm"
 build capstan-fixture-guests --features unwritable
 cp "$release/capstan_fixture_guests.wasm" "$out/unwritable.wasm"
 build capstan-fixture-guests --features fetcher

@@ -30,6 +30,7 @@ pub mod alertmanager;
 pub mod bench;
 pub mod jaeger;
 pub mod registry;
+pub mod webhook;
 
 use std::collections::hash_map::RandomState;
 use std::future::Future;

@@ -19,6 +19,7 @@ use capstan_host::serve::host::HostBuilder;
 use capstan_host::serve::webhook::tls::{Certs, ClientAuth};
 use capstan_host::serve::webhook::{self, Endpoint, Install, Registry};
 use capstan_host::testing::find_component;
+use capstan_tests::webhook::post;
 use capstan_tests::{ControlPlane, TestNamespace, free_port, wait_for};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -26,7 +27,6 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const GROUP: &str = "webhooks.examples.capstan.dev";
 const VALIDATE: &str = "validate.greetings.webhooks.examples.capstan.dev";
@@ -59,46 +59,6 @@ fn foreign_client_cert(name: &str) -> Result<(CertificateDer<'static>, PrivateKe
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
     let cert = leaf.signed_by(&key, &issuer)?;
     Ok((cert.der().clone(), PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())?))
-}
-
-/// POSTs `body` to `path` on the webhook server at `port` (trusting
-/// `server_ca`), presenting `client` if given; the HTTP code and the JSON
-/// body. A failed handshake is an error.
-async fn post(
-    port: u16,
-    server_ca: &[u8],
-    client: Option<(CertificateDer<'static>, PrivateKeyDer<'static>)>,
-    path: &str,
-    body: &Value,
-) -> Result<(u16, Value)> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(server_ca)?)?;
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
-    let config = match client {
-        Some((cert, key)) => builder.with_client_auth_cert(vec![cert], key)?,
-        None => builder.with_no_client_auth(),
-    };
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await?;
-    let body = serde_json::to_vec(body)?;
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n",
-        body.len()
-    );
-    tls.write_all(head.as_bytes()).await?;
-    tls.write_all(&body).await?;
-    let mut answer = Vec::new();
-    // TLS 1.3 reports a refused client certificate at the first read.
-    tls.read_to_end(&mut answer).await?;
-    let answer = String::from_utf8_lossy(&answer);
-    let code = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).context("an HTTP status line")?;
-    let json =
-        answer.split_once("\r\n\r\n").map_or(Value::Null, |(_, b)| serde_json::from_str(b).unwrap_or(Value::Null));
-    Ok((code, json))
 }
 
 /// An AdmissionReview of creating a Greeting in `ns` with `annotations`.

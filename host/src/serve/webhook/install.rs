@@ -300,7 +300,8 @@ pub async fn install(
 /// Checks that every kind a webhook of `manifest` reviews only as the
 /// component's own ([`Manifest::reviews_as_own_kind`]) has its CRD in the
 /// cluster marked as the component's (`capstan.dev/installed-by`), or
-/// named in `adopt`.
+/// marked as no component's and named in `adopt`: a CRD another
+/// component installed is never adopted, as for its conversion.
 async fn check_own_kinds(
     cluster: &KubeCluster,
     manifest: &Manifest,
@@ -313,7 +314,7 @@ async fn check_own_kinds(
             else {
                 continue;
             };
-            if !checked.insert(name.to_owned()) || adopt.contains(name) {
+            if !checked.insert(name.to_owned()) {
                 continue;
             }
             let r = ObjectRef::new(Gvk::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition"), None, name);
@@ -331,6 +332,9 @@ async fn check_own_kinds(
                         owner: owner.to_owned(),
                         component: manifest.name.clone(),
                     });
+                }
+                None if adopt.contains(name) => {
+                    tracing::warn!(crd = %name, component = %manifest.name, "reviewing the kind of a CRD no component installed (--adopt-crd)");
                 }
                 None => {
                     return Err(Error::AdmissionUnowned {
