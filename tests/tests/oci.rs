@@ -449,6 +449,68 @@ async fn a_host_starts_and_serves_while_its_references_hang_and_looks_at_its_fol
     ns.cleanup().await
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_layer_streams_into_the_cache_and_leaves_nothing_behind_when_refused_or_cut_off() -> Result<()> {
+    let cache = TempDir::new("stream-cache")?;
+    let blobs = cache.0.join("oci/blobs/sha256");
+    let options = Options::default().timeout(Duration::from_secs(3)).cache_dir(Some(cache.0.clone()));
+    let registry = Arc::new(Registry::new(options));
+
+    // 100 KiB of a 1 MiB layer, then nothing: what came is on disk (not
+    // held in memory) while the pull waits for the rest.
+    let stalling = HostileRegistry::start(Hostile::StallingLayer { declared: 1 << 20, sent: 100 << 10 }).await?;
+    let reference: Reference = stalling.reference("capstan/stalling:v1").parse()?;
+    let pull = tokio::spawn({
+        let registry = Arc::clone(&registry);
+        async move { registry.pull(&reference).await }
+    });
+    let (name, _) = wait_for(TIMEOUT, || async { files_in(&blobs).into_iter().find(|(_, size)| *size == 100 << 10) })
+        .await
+        .context("the bytes that came are in a file of the cache")?;
+    assert!(name.contains(".part-"), "{name}: a temporary file, never taken for the blob");
+    let error = pull.await?.expect_err("cut off at the deadline");
+    assert!(matches!(error, oci::Error::Timeout { .. }), "{error}");
+    assert_eq!(files_in(&blobs), [], "the partial file went with the pull");
+
+    // Longer than declared, and shorter (its digest does not match):
+    // refused, nothing left.
+    for (hostile, reason) in [
+        (Hostile::LyingLayer { declared: 1000, sent: 1 << 20 }, "too_large"),
+        (Hostile::LyingLayer { declared: 1000, sent: 999 }, "digest"),
+    ] {
+        let lying = HostileRegistry::start(hostile).await?;
+        let error = registry.pull(&lying.reference("capstan/lying:v1").parse()?).await.expect_err("refused");
+        assert_eq!(error.reason(), reason, "{error}");
+        assert_eq!(files_in(&blobs), [], "{reason}: nothing in the cache");
+    }
+
+    // A layer that matches is renamed into place, and read from there.
+    let layer = b"\0asm a layer".to_vec();
+    let honest = HostileRegistry::start(Hostile::Slow { delay: Duration::ZERO, layer: layer.clone() }).await?;
+    let reference: Reference = honest.reference("capstan/honest:v1").parse()?;
+    let pulled = registry.pull(&reference).await?;
+    assert!(!pulled.cached && pulled.bytes == layer, "{pulled:?}");
+    let hex = oci::sha256(&layer).trim_start_matches("sha256:").to_owned();
+    assert_eq!(files_in(&blobs), [(hex, layer.len() as u64)]);
+    let again = registry.pull(&reference).await?;
+    assert!(again.cached && again.bytes == layer, "{again:?}");
+    Ok(())
+}
+
+/// The files in `dir` with their sizes, by name (none if it is not there).
+fn files_in(dir: &Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), e.metadata().ok()?.len()))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
 /// The log lines of a test, as written.
 #[derive(Clone, Default)]
 struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);

@@ -35,8 +35,11 @@
 //!   up to [`MAX_MANIFEST_SIZE`], a layer up to the size its manifest
 //!   declares (itself at most [`MAX_COMPONENT_SIZE`]), an error answer up
 //!   to a few KiB, whatever `Content-Length` says; the reading stops at the
-//!   bound and the pull fails ([`Error::TooLarge`]). The layer's digest is
-//!   computed as it arrives.
+//!   bound and the pull fails ([`Error::TooLarge`]). The layer is never
+//!   held whole in memory while it arrives: it is written to a temporary
+//!   file beside the blob cache as it comes, its digest computed as it
+//!   goes, and renamed into the cache only once the digest matches; a
+//!   layer refused, cut off or out of time leaves no file behind.
 //! - Every lookup and pull ends within [`Options::timeout`] (default
 //!   [`TIMEOUT`], 60 s) from its start, however slowly the registry
 //!   answers ([`Error::Timeout`]).
@@ -44,6 +47,7 @@
 //!   [`MAX_ERROR_TEXT`] bytes before it is kept in an error, so it is
 //!   bounded in logs and in the host's status.
 
+mod cache;
 pub mod credentials;
 pub mod fetch;
 
@@ -377,7 +381,8 @@ pub struct Pulled {
     pub summary: Option<Summary>,
     /// Whether the layer came from the blob cache.
     pub cached: bool,
-    /// The component.
+    /// The component: the layer, read back from the file it was verified
+    /// in.
     pub bytes: Vec<u8>,
 }
 
@@ -575,8 +580,7 @@ impl Registry {
         if response.content_length().is_some_and(|n| n > MAX_MANIFEST_SIZE) {
             return Err(too_large());
         }
-        let bytes =
-            fetch::read_bounded(reference, &mut response, MAX_MANIFEST_SIZE, None).await?.ok_or_else(too_large)?;
+        let bytes = fetch::read_bounded(reference, &mut response, MAX_MANIFEST_SIZE).await?.ok_or_else(too_large)?;
         let digest = sha256(&bytes);
         Ok((bytes, digest))
     }
@@ -603,7 +607,7 @@ impl Registry {
             self.manifest(reference, &format!("manifests/{at}"), authorization.as_deref()).await?;
         let Layer { digest: layer_digest, size: declared, summary } = component_layer(reference, &manifest)?;
         let cache = self.blob_path(&layer_digest);
-        if let Some(bytes) = cache.as_deref().and_then(read_cached(&layer_digest)) {
+        if let Some(bytes) = cache.as_deref().and_then(|path| cache::read_cached(path, &layer_digest, declared)) {
             return Ok(Pulled {
                 reference: reference.clone(),
                 manifest_digest,
@@ -613,20 +617,36 @@ impl Registry {
                 bytes,
             });
         }
-        // Read up to the declared size and no further, hashed as it comes.
-        let mut response = self
+        let response = self
             .send(reference, reqwest::Method::GET, &format!("blobs/{layer_digest}"), authorization.as_deref())
             .await?;
-        let mut hasher = Sha256::new();
         let too_large = || Error::TooLarge { reference: reference.to_string(), what: "layer", limit: declared };
-        let bytes =
-            fetch::read_bounded(reference, &mut response, declared, Some(&mut hasher)).await?.ok_or_else(too_large)?;
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if response.content_length().is_some_and(|n| n > declared) {
+            return Err(too_large());
+        }
+        // Streamed to a temporary file beside the cache (or in the temporary
+        // directory, without a cache) up to the declared size and no
+        // further, hashed as it comes; the file goes with `partial` unless
+        // the digest matches and it is renamed into the cache.
+        let hex = layer_digest.trim_start_matches("sha256:");
+        let dir = cache.as_deref().and_then(Path::parent).map_or_else(std::env::temp_dir, Path::to_owned);
+        let mut partial =
+            cache::Partial::create(&dir, hex).await.map_err(|error| Error::Cache { path: dir.clone(), error })?;
+        let mut body = fetch::Answer { reference, response };
+        if !fetch::stream_bounded(&mut body, declared, &mut partial).await? {
+            return Err(too_large());
+        }
+        let actual = partial.digest();
         if actual != layer_digest {
             return Err(Error::Digest { reference: reference.to_string(), expected: layer_digest, actual });
         }
+        let cache_error = |path: &Path| {
+            let path = path.to_owned();
+            move |error| Error::Cache { path, error }
+        };
+        let bytes = partial.read_back().await.map_err(cache_error(partial.path()))?;
         if let Some(path) = &cache {
-            write_blob(path, &bytes).map_err(|error| Error::Cache { path: path.clone(), error })?;
+            partial.persist(path).await.map_err(cache_error(path))?;
         }
         Ok(Pulled { reference: reference.clone(), manifest_digest, layer_digest, summary, cached: false, bytes })
     }
@@ -763,29 +783,6 @@ pub fn component_layer(reference: &Reference, manifest: &[u8]) -> Result<Layer> 
     Ok(Layer { digest: layer_digest, size: declared, summary })
 }
 
-/// Reads a cached blob, if it is there and still matches `digest`.
-fn read_cached(digest: &str) -> impl Fn(&Path) -> Option<Vec<u8>> + '_ {
-    move |path| {
-        let bytes = std::fs::read(path).ok()?;
-        if sha256(&bytes) == digest {
-            return Some(bytes);
-        }
-        tracing::warn!(path = %path.display(), "cached blob does not match its digest, pulling it again");
-        let _ = std::fs::remove_file(path);
-        None
-    }
-}
-
-/// Writes a blob into the cache through a temporary file and a rename.
-fn write_blob(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
-}
-
 /// Sorts oci-client's errors into this module's.
 fn classify(reference: &Reference, error: oci_client::errors::OciDistributionError) -> Error {
     use oci_client::errors::OciDistributionError as E;
@@ -875,19 +872,5 @@ mod tests {
         assert_eq!(e.to_string(), "oci://r/g:v1: not a Wasm component artifact: 2 layers, expected one");
         let e = Error::Unavailable { reference: "oci://r/g:v1".into(), reason: "connection refused".into() };
         assert!(e.is_unavailable() && e.to_string() == "oci://r/g:v1: registry unavailable: connection refused");
-    }
-
-    #[test]
-    fn a_cached_blob_that_no_longer_matches_is_dropped() {
-        let dir = std::env::temp_dir().join(format!("capstan-oci-cache-{}", std::process::id()));
-        let registry = Registry::new(Options::default().cache_dir(Some(dir.clone())));
-        let digest = sha256(b"component");
-        let path = registry.blob_path(&digest).expect("a cache path");
-        write_blob(&path, b"component").expect("written");
-        assert_eq!(read_cached(&digest)(&path).as_deref(), Some(&b"component"[..]));
-        std::fs::write(&path, b"tampered").expect("written");
-        assert_eq!(read_cached(&digest)(&path), None);
-        assert!(!path.exists(), "the bad entry is removed");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
