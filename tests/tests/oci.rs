@@ -449,6 +449,63 @@ async fn a_host_starts_and_serves_while_its_references_hang_and_looks_at_its_fol
     ns.cleanup().await
 }
 
+/// A client for an API server that is not there: for hosts that never
+/// get as far as asking it anything (every component they are given is
+/// rejected, or never arrives).
+fn nowhere() -> Result<kube::Client> {
+    let config = kube::Config::new("http://127.0.0.1:1".parse()?);
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lookup_and_the_pull_after_it_share_one_deadline() -> Result<()> {
+    // Every answer comes after 2 s: a lookup (one answer) fits in 5 s, and
+    // so does a pull (the manifest and the layer, two answers); the three
+    // together do not.
+    let layer = b"\0asm not quite a component".to_vec();
+    let slow = HostileRegistry::start(Hostile::Slow { delay: Duration::from_secs(2), layer }).await?;
+    let registry = Registry::new(Options::default().timeout(Duration::from_secs(5)));
+    let reference: Reference = slow.reference("capstan/slow:v1").parse()?;
+    let digest = registry.resolve(&reference).await.context("a lookup alone fits")?;
+    let pinned = reference.at_digest(&digest);
+    registry.pull(&pinned).await.context("a pull alone fits")?;
+
+    let started = std::time::Instant::now();
+    let deadline = registry.deadline();
+    assert_eq!(registry.resolve_by(&reference, deadline).await?, digest);
+    let error = registry.pull_by(&pinned, deadline).await.expect_err("past the deadline both share");
+    assert!(matches!(error, oci::Error::Timeout { .. }), "{error}");
+    assert_eq!(error.to_string(), format!("{pinned}: registry too slow: no complete answer within 5 s"));
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(5500), "the lookup and the pull took {took:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_followed_reference_is_looked_up_and_pulled_within_one_deadline_not_one_each() -> Result<()> {
+    // As above: the lookup and the pull each fit in the 5 s deadline, not
+    // both. With a deadline each, the layer (not a component) would be
+    // pulled and rejected by the loader; with one for both, the look runs
+    // out of time first. The host never gets to ask its API server
+    // anything.
+    let layer = b"\0asm not quite a component".to_vec();
+    let slow = HostileRegistry::start(Hostile::Slow { delay: Duration::from_secs(2), layer }).await?;
+    let reference = slow.reference("capstan/slow:v1");
+    let host = HostBuilder::new(nowhere()?)
+        .registry(Some(Arc::new(Registry::new(Options::default().timeout(Duration::from_secs(5))))))
+        .poll_interval(Duration::from_secs(3600))
+        .reference(reference.parse()?)
+        .start()
+        .await?;
+    let rejected = wait_for(TIMEOUT, || async { status_of(&host, &reference).and_then(|s| s.rejected) })
+        .await
+        .context("the first look ends")?;
+    assert_eq!(rejected.kind, "timeout", "{rejected:?}");
+    assert!(rejected.reason.contains("no complete answer within 5 s"), "{rejected:?}");
+    host.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_layer_streams_into_the_cache_and_leaves_nothing_behind_when_refused_or_cut_off() -> Result<()> {
     let cache = TempDir::new("stream-cache")?;

@@ -10,9 +10,10 @@
 //! # Guarantees
 //!
 //! - A registry that is down, too slow, or answers with errors, never
-//!   stops what runs: each lookup and pull ends within the registry's
-//!   deadline ([`Options::timeout`](crate::serve::oci::Options::timeout),
-//!   60 s by default), and the tag is looked up again at the next poll.
+//!   stops what runs: each look (the lookup of the tag and the pull of
+//!   what it points at, together) ends within the registry's deadline
+//!   ([`Options::timeout`](crate::serve::oci::Options::timeout), 60 s by
+//!   default), and the tag is looked up again at the next poll.
 //!   A failure is logged (`warn`) and recorded in the status once per
 //!   streak of the same failure, again at most every [`REPEAT_LOG`] while
 //!   it lasts, and `info` once the registry answers again.
@@ -141,14 +142,16 @@ impl Follow {
 
 impl State {
     /// One look: resolves the tag, and pulls and loads what it points at
-    /// if that is new. `Ok(None)`: nothing new.
+    /// if that is new; the lookup and the pull share one deadline (one
+    /// fetch). `Ok(None)`: nothing new.
     async fn step(
         &mut self,
         shared: &Arc<Shared>,
         key: &std::path::Path,
         reference: &Reference,
     ) -> Result<Option<Change>, Error> {
-        let digest = match shared.registry.resolve(reference).await {
+        let deadline = shared.registry.deadline();
+        let digest = match shared.registry.resolve_by(reference, deadline).await {
             Ok(digest) => {
                 if self.streak.end() {
                     tracing::info!(reference = %reference, "registry answers again");
@@ -160,7 +163,7 @@ impl State {
         if self.loaded.as_ref() == Some(&digest) || self.refused.as_ref() == Some(&digest) {
             return Ok(None);
         }
-        let pulled = match shared.registry.pull(&reference.at_digest(&digest)).await {
+        let pulled = match shared.registry.pull_by(&reference.at_digest(&digest), deadline).await {
             Ok(pulled) => pulled,
             Err(error) if error.is_unavailable() => return Err(self.failed(shared, key, Some(&digest), error)),
             Err(error) => {

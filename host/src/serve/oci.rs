@@ -40,9 +40,11 @@
 //!   file beside the blob cache as it comes, its digest computed as it
 //!   goes, and renamed into the cache only once the digest matches; a
 //!   layer refused, cut off or out of time leaves no file behind.
-//! - Every lookup and pull ends within [`Options::timeout`] (default
-//!   [`TIMEOUT`], 60 s) from its start, however slowly the registry
-//!   answers ([`Error::Timeout`]).
+//! - Every fetch ends within [`Options::timeout`] (default [`TIMEOUT`],
+//!   60 s) from its start, however slowly the registry answers
+//!   ([`Error::Timeout`]): a lookup, a pull (manifest and layer), or a
+//!   lookup and the pull that follows it sharing one deadline
+//!   ([`Registry::resolve_by`], [`Registry::pull_by`]).
 //! - Text taken from a registry (its error answers) is cut to
 //!   [`MAX_ERROR_TEXT`] bytes before it is kept in an error, so it is
 //!   bounded in logs and in the host's status.
@@ -88,8 +90,8 @@ pub const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 /// The largest manifest read (4 MiB, as the distribution registry and
 /// containerd allow); a larger one is refused.
 pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
-/// How long one lookup or pull may take by default, from its first
-/// request to its last byte (see [`Options::timeout`]).
+/// How long one fetch (a lookup, a pull, or both) may take by default,
+/// from its first request to its last byte (see [`Options::timeout`]).
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// The manifest media types a pull accepts.
 const MANIFEST_MEDIA_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
@@ -358,10 +360,13 @@ impl Options {
         self
     }
 
-    /// How long one lookup of a tag ([`Registry::resolve`]) or one pull
-    /// ([`Registry::pull`]) may take, from its first request to its last
-    /// byte; a slower one fails with [`Error::Timeout`]. Default:
-    /// [`TIMEOUT`] (60 s).
+    /// How long one fetch may take, from its first request to its last
+    /// byte: a lookup of a tag ([`Registry::resolve`]), a pull
+    /// ([`Registry::pull`]: the manifest and the layer together), or a
+    /// lookup and the pull that follows it when they share a deadline
+    /// ([`Registry::resolve_by`], [`Registry::pull_by`], as a followed
+    /// reference does); a slower one fails with [`Error::Timeout`].
+    /// Default: [`TIMEOUT`] (60 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -428,7 +433,7 @@ impl Registry {
         Self { options, clients: Mutex::new(HashMap::new()), http: Mutex::new(HashMap::new()) }
     }
 
-    /// The deadline of one lookup or pull.
+    /// How long one fetch may take ([`Options::timeout`]).
     pub fn timeout(&self) -> Duration {
         self.options.timeout.unwrap_or(TIMEOUT)
     }
@@ -522,12 +527,24 @@ impl Registry {
         Ok(response)
     }
 
-    /// Runs `operation` within [`timeout`](Self::timeout).
-    async fn within_deadline<T>(&self, reference: &Reference, operation: impl Future<Output = Result<T>>) -> Result<T> {
-        let after = self.timeout();
-        tokio::time::timeout(after, operation)
+    /// The deadline of one fetch that starts now: [`timeout`](Self::timeout)
+    /// from now. Give it to [`resolve_by`](Self::resolve_by) and
+    /// [`pull_by`](Self::pull_by) to bound a lookup and the pull that
+    /// follows it together.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.timeout()
+    }
+
+    /// Runs `operation` until `deadline` at most.
+    async fn within_deadline<T>(
+        &self,
+        reference: &Reference,
+        deadline: tokio::time::Instant,
+        operation: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        tokio::time::timeout_at(deadline, operation)
             .await
-            .unwrap_or_else(|_| Err(Error::Timeout { reference: reference.to_string(), after }))
+            .unwrap_or_else(|_| Err(Error::Timeout { reference: reference.to_string(), after: self.timeout() }))
     }
 
     async fn auth(&self, reference: &Reference) -> Result<oci_client::secrets::RegistryAuth> {
@@ -541,7 +558,7 @@ impl Registry {
     /// The digest of the manifest `reference` names now: its digest if it
     /// names one, else what its tag points at (a `HEAD` request; a `GET`
     /// of the manifest, within [`MAX_MANIFEST_SIZE`], if the registry does
-    /// not name the digest).
+    /// not name the digest), within [`Options::timeout`] from now.
     ///
     /// # Errors
     ///
@@ -549,10 +566,31 @@ impl Registry {
     /// [`Error::Timeout`] when it does not finish within the deadline,
     /// [`Error::Registry`] when it refuses (e.g. the tag is unknown).
     pub async fn resolve(&self, reference: &Reference) -> Result<String> {
+        self.resolve_by(reference, self.deadline()).await
+    }
+
+    /// [`resolve`](Self::resolve), ending at `deadline` (see
+    /// [`deadline`](Self::deadline)): a lookup and the pull that follows
+    /// it share one deadline, so that together they take no longer than
+    /// [`Options::timeout`].
+    ///
+    /// ```no_run
+    /// # async fn f(registry: &capstan_host::serve::oci::Registry, reference: &capstan_host::serve::oci::Reference)
+    /// # -> Result<(), capstan_host::serve::oci::Error> {
+    /// let deadline = registry.deadline();
+    /// let digest = registry.resolve_by(reference, deadline).await?;
+    /// let pulled = registry.pull_by(&reference.at_digest(&digest), deadline).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`resolve`](Self::resolve); [`Error::Timeout`] at `deadline`.
+    pub async fn resolve_by(&self, reference: &Reference, deadline: tokio::time::Instant) -> Result<String> {
         if let Some(digest) = reference.digest() {
             return Ok(digest.to_owned());
         }
-        self.within_deadline(reference, async {
+        self.within_deadline(reference, deadline, async {
             let authorization = self.authorization(reference).await?;
             let path = format!("manifests/{}", reference.tag().unwrap_or("latest"));
             let head = self.send(reference, reqwest::Method::HEAD, &path, authorization.as_deref()).await?;
@@ -587,7 +625,8 @@ impl Registry {
 
     /// Pulls the component `reference` names: its manifest, then its layer
     /// (from the blob cache if there, verified either way), within the
-    /// deadline ([`Options::timeout`]).
+    /// deadline ([`Options::timeout`] from now, for the manifest and the
+    /// layer together).
     ///
     /// # Errors
     ///
@@ -597,7 +636,17 @@ impl Registry {
     /// that does not match its digest, and those of
     /// [`resolve`](Self::resolve).
     pub async fn pull(&self, reference: &Reference) -> Result<Pulled> {
-        self.within_deadline(reference, self.pull_now(reference)).await
+        self.pull_by(reference, self.deadline()).await
+    }
+
+    /// [`pull`](Self::pull), ending at `deadline` (see
+    /// [`resolve_by`](Self::resolve_by)).
+    ///
+    /// # Errors
+    ///
+    /// As [`pull`](Self::pull); [`Error::Timeout`] at `deadline`.
+    pub async fn pull_by(&self, reference: &Reference, deadline: tokio::time::Instant) -> Result<Pulled> {
+        self.within_deadline(reference, deadline, self.pull_now(reference)).await
     }
 
     async fn pull_now(&self, reference: &Reference) -> Result<Pulled> {
