@@ -253,6 +253,8 @@ async fn a_host_runs_a_reference_follows_its_tag_and_keeps_serving_without_its_r
         .reference(live.parse()?)
         .start()
         .await?;
+    // The start does not wait for the pull: the greeter runs once it came.
+    wait_for(TIMEOUT, || async { host.controller("greeter") }).await.context("the greeter runs")?;
     served_by(&ns, "first", None).await?;
     let status = status_of(&host, &live).context("status of the reference")?;
     assert_eq!(status.reference.as_deref(), Some(live.as_str()), "{status:?}");
@@ -440,7 +442,9 @@ async fn a_host_starts_and_serves_while_its_references_hang_and_looks_at_its_fol
     let host =
         tokio::time::timeout(TIMEOUT / 2, start).await.context("the host starts while its references hang")??;
     served_by(&ns, "beside-a-hanging-reference", None).await?;
-    let rejected = status_of(&host, &hanging).and_then(|s| s.rejected).context("the hanging reference is reported")?;
+    let rejected = wait_for(TIMEOUT, || async { status_of(&host, &hanging).and_then(|s| s.rejected) })
+        .await
+        .context("the hanging reference is reported at its deadline")?;
     assert_eq!(rejected.kind, "timeout", "{rejected:?}");
     // The folder is looked at again while its reference hangs.
     std::fs::copy(component("fixture"), dir.0.join("fixture.wasm"))?;
@@ -504,6 +508,57 @@ async fn a_followed_reference_is_looked_up_and_pulled_within_one_deadline_not_on
     assert!(rejected.reason.contains("no complete answer within 5 s"), "{rejected:?}");
     host.shutdown().await;
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reference_that_hangs_for_all_of_a_long_deadline_holds_up_neither_the_start_nor_the_folder_nor_a_fast_one()
+-> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("oci-hang").await?;
+    // One byte every 5 s: not one answer within the 120 s deadline.
+    let hanging = HostileRegistry::start(Hostile::Trickle { every: Duration::from_secs(5) }).await?;
+    let fast =
+        HostileRegistry::start(Hostile::Slow { delay: Duration::ZERO, layer: std::fs::read(component("greeter"))? })
+            .await?;
+    let dir = TempDir::new("hang-folder")?;
+    std::fs::copy(component("fixture"), dir.0.join("fixture.wasm"))?;
+    let hanging_file = dir.0.join("hanging.oci");
+    std::fs::write(&hanging_file, hanging.reference("capstan/other:v1"))?;
+    let slow = hanging.reference("capstan/slow:v1");
+    let patient = Registry::new(Options::default().timeout(Duration::from_secs(120)));
+    let soon = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let start = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .registry(Some(Arc::new(patient)))
+        .poll_interval(POLL)
+        .reference(slow.parse()?)
+        .reference(fast.reference("capstan/greeter:v1").parse()?)
+        .components_dir(Some(dir.0.clone()))
+        .start();
+    let host = tokio::time::timeout(soon, start).await.context("the host starts without waiting for pulls")??;
+    ensure!(host.controller("fixture").is_some(), "the folder's file runs once the host started: {:?}", host.status());
+    let pending = status_of(&host, &slow).context("the hanging reference is in the status")?;
+    assert_eq!((pending.state, pending.rejected.is_none()), ("pending", true), "{pending:?}");
+
+    // The fast reference arrives and serves beside the hanging ones.
+    wait_for(soon, || async { host.controller("greeter") }).await.context("the fast reference runs")?;
+    served_by(&ns, "beside-a-long-hang", None).await?;
+    let took = started.elapsed();
+    assert!(took < soon, "the file and the fast reference served after {took:?}");
+
+    // The hanging ones are still pending, well within their deadline, and
+    // the host says it is not ready because of them.
+    for key in [slow.clone(), hanging_file.to_string_lossy().into_owned()] {
+        let status = status_of(&host, &key).context("in the status")?;
+        assert_eq!((status.state, status.rejected.is_none()), ("pending", true), "{status:?}");
+    }
+    let reasons = host.readiness().expect_err("not ready while references are pending");
+    assert!(reasons.contains(&format!("{slow}: pending, not pulled yet")), "{reasons:?}");
+    assert_eq!(reasons.iter().filter(|r| r.contains("pending, not pulled yet")).count(), 2, "{reasons:?}");
+    host.shutdown().await;
+    ns.cleanup().await
 }
 
 #[tokio::test(flavor = "multi_thread")]
