@@ -307,6 +307,25 @@ pub enum Hostile {
         /// The pause between two bytes.
         every: Duration,
     },
+    /// Serves a Wasm artifact whose one layer is declared `declared` bytes
+    /// long (as [`LyingLayer`](Self::LyingLayer)), sends the first `sent`
+    /// of them, and then nothing more, holding the connection open.
+    StallingLayer {
+        /// The size the manifest declares.
+        declared: u64,
+        /// The bytes sent before it stalls.
+        sent: u64,
+    },
+    /// Serves a Wasm artifact whose one layer is `layer`, as an honest
+    /// registry would (a `HEAD` of the manifest names its digest), but
+    /// sends every answer except `/v2/`'s only after `delay` (none: a
+    /// registry that answers at once).
+    Slow {
+        /// How long each answer waits.
+        delay: Duration,
+        /// The layer.
+        layer: Vec<u8>,
+    },
     /// Answers every `GET` but `/v2/` with `status` and a body of `size`
     /// bytes (`é` then `x`s); a `HEAD` of a manifest with a success that
     /// names no digest.
@@ -382,6 +401,39 @@ fn lying_manifest(declared: u64) -> Vec<u8> {
     serde_json::to_vec(&manifest).unwrap_or_default()
 }
 
+/// The manifest of [`Hostile::Slow`]: a Wasm artifact whose layer is
+/// `layer`.
+fn honest_manifest(layer: &[u8]) -> Vec<u8> {
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": capstan_host::serve::oci::CONFIG_MEDIA_TYPE,
+            "digest": capstan_host::serve::oci::sha256(b"{}"),
+            "size": 2,
+        },
+        "layers": [{
+            "mediaType": capstan_host::serve::oci::LAYER_MEDIA_TYPE,
+            "digest": capstan_host::serve::oci::sha256(layer),
+            "size": layer.len(),
+        }],
+    });
+    serde_json::to_vec(&manifest).unwrap_or_default()
+}
+
+/// The answer to a request for a manifest (`HEAD` or `GET`), naming its
+/// digest.
+fn manifest_answer(method: &str, manifest: Vec<u8>) -> Vec<u8> {
+    let digest = capstan_host::serve::oci::sha256(&manifest);
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n\
+         Docker-Content-Digest: {digest}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        manifest.len()
+    );
+    let body = if method == "HEAD" { Vec::new() } else { manifest };
+    head.into_bytes().into_iter().chain(body).collect()
+}
+
 /// Answers one connection (one request) as `hostile` says.
 async fn answer(mut stream: tokio::net::TcpStream, hostile: Hostile) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -407,18 +459,20 @@ async fn answer(mut stream: tokio::net::TcpStream, hostile: Hostile) {
                 .collect(),
             0,
         ),
-        Hostile::LyingLayer { declared, sent } => {
-            let manifest = lying_manifest(*declared);
-            let digest = capstan_host::serve::oci::sha256(&manifest);
-            let media = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
-            if path.contains("/manifests/") {
-                let head =
-                    ok(&format!("{media}Docker-Content-Digest: {digest}\r\nContent-Length: {}\r\n", manifest.len()));
-                let body = if method == "HEAD" { Vec::new() } else { manifest };
-                (head.into_bytes().into_iter().chain(body).collect(), 0)
-            } else {
-                (ok("Content-Type: application/octet-stream\r\n").into_bytes(), *sent)
-            }
+        Hostile::LyingLayer { declared, .. } | Hostile::StallingLayer { declared, .. }
+            if path.contains("/manifests/") =>
+        {
+            (manifest_answer(&method, lying_manifest(*declared)), 0)
+        }
+        Hostile::LyingLayer { sent, .. } | Hostile::StallingLayer { sent, .. } => {
+            (ok("Content-Type: application/octet-stream\r\n").into_bytes(), *sent)
+        }
+        Hostile::Slow { layer, .. } if path.contains("/manifests/") => {
+            (manifest_answer(&method, honest_manifest(layer)), 0)
+        }
+        Hostile::Slow { layer, .. } => {
+            let head = ok(&format!("Content-Type: application/octet-stream\r\nContent-Length: {}\r\n", layer.len()));
+            (head.into_bytes().into_iter().chain(layer.iter().copied()).collect(), 0)
         }
         Hostile::HugeManifest { size } => {
             let media = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
@@ -449,6 +503,11 @@ async fn answer(mut stream: tokio::net::TcpStream, hostile: Hostile) {
         }
         return;
     }
+    if let Hostile::Slow { delay, .. } = hostile
+        && path != "/v2/"
+    {
+        tokio::time::sleep(delay).await;
+    }
     if stream.write_all(&reply).await.is_err() {
         return;
     }
@@ -460,6 +519,11 @@ async fn answer(mut stream: tokio::net::TcpStream, hostile: Hostile) {
             return;
         }
         left -= n as u64;
+    }
+    if matches!(hostile, Hostile::StallingLayer { .. }) && !path.contains("/manifests/") {
+        // Nothing more, until the client gives up.
+        let _ = stream.flush().await;
+        std::future::pending::<()>().await;
     }
     let _ = stream.shutdown().await;
 }

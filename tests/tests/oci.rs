@@ -253,6 +253,8 @@ async fn a_host_runs_a_reference_follows_its_tag_and_keeps_serving_without_its_r
         .reference(live.parse()?)
         .start()
         .await?;
+    // The start does not wait for the pull: the greeter runs once it came.
+    wait_for(TIMEOUT, || async { host.controller("greeter") }).await.context("the greeter runs")?;
     served_by(&ns, "first", None).await?;
     let status = status_of(&host, &live).context("status of the reference")?;
     assert_eq!(status.reference.as_deref(), Some(live.as_str()), "{status:?}");
@@ -440,13 +442,185 @@ async fn a_host_starts_and_serves_while_its_references_hang_and_looks_at_its_fol
     let host =
         tokio::time::timeout(TIMEOUT / 2, start).await.context("the host starts while its references hang")??;
     served_by(&ns, "beside-a-hanging-reference", None).await?;
-    let rejected = status_of(&host, &hanging).and_then(|s| s.rejected).context("the hanging reference is reported")?;
+    let rejected = wait_for(TIMEOUT, || async { status_of(&host, &hanging).and_then(|s| s.rejected) })
+        .await
+        .context("the hanging reference is reported at its deadline")?;
     assert_eq!(rejected.kind, "timeout", "{rejected:?}");
     // The folder is looked at again while its reference hangs.
     std::fs::copy(component("fixture"), dir.0.join("fixture.wasm"))?;
     wait_for(TIMEOUT, || async { host.controller("fixture") }).await.context("a file added to the folder runs")?;
     host.shutdown().await;
     ns.cleanup().await
+}
+
+/// A client for an API server that is not there: for hosts that never
+/// get as far as asking it anything (every component they are given is
+/// rejected, or never arrives).
+fn nowhere() -> Result<kube::Client> {
+    let config = kube::Config::new("http://127.0.0.1:1".parse()?);
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lookup_and_the_pull_after_it_share_one_deadline() -> Result<()> {
+    // Every answer comes after 2 s: a lookup (one answer) fits in 5 s, and
+    // so does a pull (the manifest and the layer, two answers); the three
+    // together do not.
+    let layer = b"\0asm not quite a component".to_vec();
+    let slow = HostileRegistry::start(Hostile::Slow { delay: Duration::from_secs(2), layer }).await?;
+    let registry = Registry::new(Options::default().timeout(Duration::from_secs(5)));
+    let reference: Reference = slow.reference("capstan/slow:v1").parse()?;
+    let digest = registry.resolve(&reference).await.context("a lookup alone fits")?;
+    let pinned = reference.at_digest(&digest);
+    registry.pull(&pinned).await.context("a pull alone fits")?;
+
+    let started = std::time::Instant::now();
+    let deadline = registry.deadline();
+    assert_eq!(registry.resolve_by(&reference, deadline).await?, digest);
+    let error = registry.pull_by(&pinned, deadline).await.expect_err("past the deadline both share");
+    assert!(matches!(error, oci::Error::Timeout { .. }), "{error}");
+    assert_eq!(error.to_string(), format!("{pinned}: registry too slow: no complete answer within 5 s"));
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(5500), "the lookup and the pull took {took:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_followed_reference_is_looked_up_and_pulled_within_one_deadline_not_one_each() -> Result<()> {
+    // As above: the lookup and the pull each fit in the 5 s deadline, not
+    // both. With a deadline each, the layer (not a component) would be
+    // pulled and rejected by the loader; with one for both, the look runs
+    // out of time first. The host never gets to ask its API server
+    // anything.
+    let layer = b"\0asm not quite a component".to_vec();
+    let slow = HostileRegistry::start(Hostile::Slow { delay: Duration::from_secs(2), layer }).await?;
+    let reference = slow.reference("capstan/slow:v1");
+    let host = HostBuilder::new(nowhere()?)
+        .registry(Some(Arc::new(Registry::new(Options::default().timeout(Duration::from_secs(5))))))
+        .poll_interval(Duration::from_secs(3600))
+        .reference(reference.parse()?)
+        .start()
+        .await?;
+    let rejected = wait_for(TIMEOUT, || async { status_of(&host, &reference).and_then(|s| s.rejected) })
+        .await
+        .context("the first look ends")?;
+    assert_eq!(rejected.kind, "timeout", "{rejected:?}");
+    assert!(rejected.reason.contains("no complete answer within 5 s"), "{rejected:?}");
+    host.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reference_that_hangs_for_all_of_a_long_deadline_holds_up_neither_the_start_nor_the_folder_nor_a_fast_one()
+-> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("oci-hang").await?;
+    // One byte every 5 s: not one answer within the 120 s deadline.
+    let hanging = HostileRegistry::start(Hostile::Trickle { every: Duration::from_secs(5) }).await?;
+    let fast =
+        HostileRegistry::start(Hostile::Slow { delay: Duration::ZERO, layer: std::fs::read(component("greeter"))? })
+            .await?;
+    let dir = TempDir::new("hang-folder")?;
+    std::fs::copy(component("fixture"), dir.0.join("fixture.wasm"))?;
+    let hanging_file = dir.0.join("hanging.oci");
+    std::fs::write(&hanging_file, hanging.reference("capstan/other:v1"))?;
+    let slow = hanging.reference("capstan/slow:v1");
+    let patient = Registry::new(Options::default().timeout(Duration::from_secs(120)));
+    let soon = Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let start = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .install_crds(true)
+        .registry(Some(Arc::new(patient)))
+        .poll_interval(POLL)
+        .reference(slow.parse()?)
+        .reference(fast.reference("capstan/greeter:v1").parse()?)
+        .components_dir(Some(dir.0.clone()))
+        .start();
+    let host = tokio::time::timeout(soon, start).await.context("the host starts without waiting for pulls")??;
+    ensure!(host.controller("fixture").is_some(), "the folder's file runs once the host started: {:?}", host.status());
+    let pending = status_of(&host, &slow).context("the hanging reference is in the status")?;
+    assert_eq!((pending.state, pending.rejected.is_none()), ("pending", true), "{pending:?}");
+
+    // The fast reference arrives and serves beside the hanging ones.
+    wait_for(soon, || async { host.controller("greeter") }).await.context("the fast reference runs")?;
+    served_by(&ns, "beside-a-long-hang", None).await?;
+    let took = started.elapsed();
+    assert!(took < soon, "the file and the fast reference served after {took:?}");
+
+    // The hanging ones are still pending, well within their deadline, and
+    // the host says it is not ready because of them.
+    for key in [slow.clone(), hanging_file.to_string_lossy().into_owned()] {
+        let status = status_of(&host, &key).context("in the status")?;
+        assert_eq!((status.state, status.rejected.is_none()), ("pending", true), "{status:?}");
+    }
+    let reasons = host.readiness().expect_err("not ready while references are pending");
+    assert!(reasons.contains(&format!("{slow}: pending, not pulled yet")), "{reasons:?}");
+    assert_eq!(reasons.iter().filter(|r| r.contains("pending, not pulled yet")).count(), 2, "{reasons:?}");
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_layer_streams_into_the_cache_and_leaves_nothing_behind_when_refused_or_cut_off() -> Result<()> {
+    let cache = TempDir::new("stream-cache")?;
+    let blobs = cache.0.join("oci/blobs/sha256");
+    let options = Options::default().timeout(Duration::from_secs(3)).cache_dir(Some(cache.0.clone()));
+    let registry = Arc::new(Registry::new(options));
+
+    // 100 KiB of a 1 MiB layer, then nothing: what came is on disk (not
+    // held in memory) while the pull waits for the rest.
+    let stalling = HostileRegistry::start(Hostile::StallingLayer { declared: 1 << 20, sent: 100 << 10 }).await?;
+    let reference: Reference = stalling.reference("capstan/stalling:v1").parse()?;
+    let pull = tokio::spawn({
+        let registry = Arc::clone(&registry);
+        async move { registry.pull(&reference).await }
+    });
+    let (name, _) = wait_for(TIMEOUT, || async { files_in(&blobs).into_iter().find(|(_, size)| *size == 100 << 10) })
+        .await
+        .context("the bytes that came are in a file of the cache")?;
+    assert!(name.contains(".part-"), "{name}: a temporary file, never taken for the blob");
+    let error = pull.await?.expect_err("cut off at the deadline");
+    assert!(matches!(error, oci::Error::Timeout { .. }), "{error}");
+    assert_eq!(files_in(&blobs), [], "the partial file went with the pull");
+
+    // Longer than declared, and shorter (its digest does not match):
+    // refused, nothing left.
+    for (hostile, reason) in [
+        (Hostile::LyingLayer { declared: 1000, sent: 1 << 20 }, "too_large"),
+        (Hostile::LyingLayer { declared: 1000, sent: 999 }, "digest"),
+    ] {
+        let lying = HostileRegistry::start(hostile).await?;
+        let error = registry.pull(&lying.reference("capstan/lying:v1").parse()?).await.expect_err("refused");
+        assert_eq!(error.reason(), reason, "{error}");
+        assert_eq!(files_in(&blobs), [], "{reason}: nothing in the cache");
+    }
+
+    // A layer that matches is renamed into place, and read from there.
+    let layer = b"\0asm a layer".to_vec();
+    let honest = HostileRegistry::start(Hostile::Slow { delay: Duration::ZERO, layer: layer.clone() }).await?;
+    let reference: Reference = honest.reference("capstan/honest:v1").parse()?;
+    let pulled = registry.pull(&reference).await?;
+    assert!(!pulled.cached && pulled.bytes == layer, "{pulled:?}");
+    let hex = oci::sha256(&layer).trim_start_matches("sha256:").to_owned();
+    assert_eq!(files_in(&blobs), [(hex, layer.len() as u64)]);
+    let again = registry.pull(&reference).await?;
+    assert!(again.cached && again.bytes == layer, "{again:?}");
+    Ok(())
+}
+
+/// The files in `dir` with their sizes, by name (none if it is not there).
+fn files_in(dir: &Path) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), e.metadata().ok()?.len()))
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 /// The log lines of a test, as written.

@@ -10,15 +10,18 @@
 //! # Guarantees
 //!
 //! - A registry that is down, too slow, or answers with errors, never
-//!   stops what runs: each lookup and pull ends within the registry's
-//!   deadline ([`Options::timeout`](crate::serve::oci::Options::timeout),
-//!   60 s by default), and the tag is looked up again at the next poll.
+//!   stops what runs: each look (the lookup of the tag and the pull of
+//!   what it points at, together) ends within the registry's deadline
+//!   ([`Options::timeout`](crate::serve::oci::Options::timeout), 60 s by
+//!   default), and the tag is looked up again at the next poll.
 //!   A failure is logged (`warn`) and recorded in the status once per
 //!   streak of the same failure, again at most every [`REPEAT_LOG`] while
 //!   it lasts, and `info` once the registry answers again.
 //! - Pulls run in the follower's own task, beside everything else: the
 //!   first one does not hold up the caller (the host's start, or the look
-//!   at a components folder), nor another reference.
+//!   at a components folder), nor another reference. Until it arrives,
+//!   the reference shows as `pending` in the host's status and keeps the
+//!   host from being ready.
 //! - A manifest whose component was rejected (or that could not be
 //!   verified) is not pulled again while the tag points at it; moving the
 //!   tag (back) to a good version loads that one.
@@ -28,7 +31,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::serve::host::{Change, Error, Shared};
@@ -38,10 +40,6 @@ use crate::serve::oci::Reference;
 pub const POLL_INTERVAL: Duration = Duration::from_secs(30);
 /// How often a failure that goes on unchanged is logged again.
 pub const REPEAT_LOG: Duration = Duration::from_secs(300);
-
-/// What the first look of a follower did; the sender is dropped (and
-/// this answers an error) if the follower stops first.
-pub(crate) type First = oneshot::Receiver<Result<Option<Change>, Error>>;
 
 /// A followed reference; stops following when dropped (what it loaded
 /// keeps running).
@@ -110,45 +108,47 @@ impl Follow {
     /// Starts following `reference` as the component of `key` (the
     /// reference itself, or the `*.oci` file naming it): its own task
     /// pulls and loads it, then looks again at every poll. Returns at
-    /// once, with the follower and what will tell what the first look did
-    /// (the caller may wait for it, or not). The follower keeps looking
-    /// whatever the first look did: a registry that is down or too slow
-    /// at first is tried again at each poll.
+    /// once; until the first pull arrives, `key` shows as `pending` in the
+    /// host's status (and keeps it from being ready), unless a version
+    /// runs from it already. The follower keeps looking whatever the first
+    /// look did: a registry that is down or too slow at first is tried
+    /// again at each poll.
     ///
     /// `async` for its callers (a components folder's look awaits it), it
     /// waits for nothing.
-    pub(crate) async fn start(shared: Arc<Shared>, key: PathBuf, reference: Reference) -> (Self, First) {
-        let (tell, first) = oneshot::channel();
+    pub(crate) async fn start(shared: Arc<Shared>, key: PathBuf, reference: Reference) -> Self {
         let every = shared.poll_interval;
         tracing::info!(reference = %reference, every_s = every.as_secs_f64(), "following reference");
+        shared.expect(&key);
         let task = tokio::spawn(async move {
             let mut state = State::default();
             let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            let _ = tell.send(state.step(&shared, &key, &reference).await);
-            if reference.digest().is_some() && state.loaded.is_some() {
-                return;
-            }
             loop {
                 tick.tick().await;
+                // Failures are logged and kept in the status by `step`.
                 let _ = state.step(&shared, &key, &reference).await;
+                if reference.digest().is_some() && state.loaded.is_some() {
+                    return;
+                }
             }
         });
-        (Self { task }, first)
+        Self { task }
     }
 }
 
 impl State {
     /// One look: resolves the tag, and pulls and loads what it points at
-    /// if that is new. `Ok(None)`: nothing new.
+    /// if that is new; the lookup and the pull share one deadline (one
+    /// fetch). `Ok(None)`: nothing new.
     async fn step(
         &mut self,
         shared: &Arc<Shared>,
         key: &std::path::Path,
         reference: &Reference,
     ) -> Result<Option<Change>, Error> {
-        let digest = match shared.registry.resolve(reference).await {
+        let deadline = shared.registry.deadline();
+        let digest = match shared.registry.resolve_by(reference, deadline).await {
             Ok(digest) => {
                 if self.streak.end() {
                     tracing::info!(reference = %reference, "registry answers again");
@@ -160,7 +160,7 @@ impl State {
         if self.loaded.as_ref() == Some(&digest) || self.refused.as_ref() == Some(&digest) {
             return Ok(None);
         }
-        let pulled = match shared.registry.pull(&reference.at_digest(&digest)).await {
+        let pulled = match shared.registry.pull_by(&reference.at_digest(&digest), deadline).await {
             Ok(pulled) => pulled,
             Err(error) if error.is_unavailable() => return Err(self.failed(shared, key, Some(&digest), error)),
             Err(error) => {

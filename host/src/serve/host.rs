@@ -316,12 +316,16 @@ impl HostBuilder {
     /// Adds a component to run from an OCI registry, and follows its tag
     /// (see [`crate::serve::follow`]): when the tag moves, the new version is
     /// pulled, verified and swapped in like a changed file. References are
-    /// pulled beside the loading of files, each within the registry's
-    /// deadline ([`crate::serve::oci::Options::timeout`]). A reference
-    /// that is refused, or whose component is rejected, stops the start; one
+    /// pulled beside the loading of files and the components folder, each
+    /// within the registry's deadline
+    /// ([`crate::serve::oci::Options::timeout`]); [`start`](Self::start)
+    /// waits for none of them. Until its first pull arrives, a reference
+    /// shows as `pending` in [`Host::status`] and keeps the host from being
+    /// ready ([`Host::readiness`]); one that is refused, or whose component
+    /// is rejected, shows as `rejected` (and keeps it from being ready); one
     /// whose registry is down or too slow
-    /// ([`unavailable`](crate::serve::oci::Error::is_unavailable)) does not:
-    /// it shows in [`Host::status`] and its follower tries again at each poll.
+    /// ([`unavailable`](crate::serve::oci::Error::is_unavailable)) is tried
+    /// again by its follower at each poll.
     pub fn reference(mut self, reference: crate::serve::oci::Reference) -> Self {
         self.references.push(reference);
         self
@@ -530,13 +534,19 @@ impl HostBuilder {
         Runtime::new(&engine, limits).map_err(|e| Error::Link(format!("{e:#}")))
     }
 
-    /// Loads every component, installs CRDs if asked, starts the
-    /// controllers, and starts following the components directory.
+    /// Loads every component file, installs CRDs if asked, starts the
+    /// controllers, starts following the components directory (its first
+    /// look loads its `*.wasm` files), and starts pulling the references
+    /// beside all that without waiting for them (see
+    /// [`reference`](Self::reference)): a slow registry delays neither the
+    /// start nor the folder.
     ///
     /// # Errors
     ///
     /// Any [`Error`]: a rejected component named with
-    /// [`component`](Self::component) stops the start, naming the file.
+    /// [`component`](Self::component) stops the start, naming the file
+    /// (unless a components directory or a reference may still bring
+    /// something to run).
     pub async fn start(self) -> Result<Host, Error> {
         if let Some(bad) = self.namespaces.iter().find(|ns| !crate::manifest::is_dns1123_label(ns)) {
             return Err(Error::Namespace(bad.clone()));
@@ -581,14 +591,14 @@ impl HostBuilder {
         });
         let host = Host { shared: Arc::clone(&shared), dir: Mutex::new(None), follows: Mutex::new(Vec::new()) };
         let more_may_come = self.components_dir.is_some() || !self.references.is_empty();
-        // References are pulled beside the loading of files, each in its
-        // follower's task, within the registry's deadline.
-        let mut firsts = Vec::new();
+        // References are pulled beside the loading of files and the look at
+        // the components folder, each in its follower's task, within the
+        // registry's deadline; the start waits for none of them (one that
+        // has not arrived shows as pending).
         for reference in self.references {
             let key = PathBuf::from(reference.to_string());
-            let (follow, first) = Follow::start(Arc::clone(&shared), key, reference).await;
+            let follow = Follow::start(Arc::clone(&shared), key, reference).await;
             lock(&host.follows).push(follow);
-            firsts.push(first);
         }
         // A file that is rejected is reported (log, `/status`, `/readyz`)
         // and the others run; the start fails only when none of them does
@@ -605,17 +615,6 @@ impl HostBuilder {
         {
             host.shutdown().await;
             return Err(e);
-        }
-        for first in futures::future::join_all(firsts).await {
-            match first {
-                // Down or too slow: reported, and tried again by its follower.
-                Ok(Err(Error::Pull { error, .. })) if error.is_unavailable() => {}
-                Ok(Err(e)) => {
-                    host.shutdown().await;
-                    return Err(e);
-                }
-                Ok(Ok(_)) | Err(_) => {}
-            }
         }
         if let Some(dir) = self.components_dir {
             match DirWatch::start(Arc::clone(&shared), dir).await {
@@ -740,7 +739,8 @@ pub struct ComponentStatus {
     pub tier: Option<&'static str>,
     /// `running`, `standby` (another replica leads), `syncing`,
     /// `waiting-for-kinds`, `stopped`, `serving` (no reconcile loop:
-    /// webhooks or a scheduler only), or `rejected` (nothing runs from this
+    /// webhooks or a scheduler only), `pending` (a reference whose first
+    /// pull has not arrived yet), or `rejected` (nothing runs from this
     /// file).
     pub state: &'static str,
     /// Whether this replica leads the controller (with leader election).
@@ -871,6 +871,24 @@ impl Shared {
     /// status as a rejection; a running version keeps serving).
     pub(crate) fn reject_pull(&self, key: &Path, digest: Option<&str>, error: crate::serve::oci::Error) -> Error {
         self.reject(key, digest.map(|d| d.trim_start_matches("sha256:")), Error::Pull { path: key.to_owned(), error })
+    }
+
+    /// Notes that `key` (a followed reference) is expected: it shows as
+    /// `pending` until its first pull arrives, unless the host knows it
+    /// already (a version runs from it, or it was rejected).
+    pub(crate) fn expect(&self, key: &Path) {
+        let mut slots = lock(&self.slots);
+        if slots.iter().all(|s| s.path != key) {
+            slots.push(Slot {
+                path: key.to_owned(),
+                controller: None,
+                leadership: None,
+                scheduler: None,
+                version: None,
+                swaps: 0,
+                rejected: None,
+            });
+        }
     }
 
     /// Whether some version runs from `key`.
@@ -1380,6 +1398,7 @@ impl Shared {
                     None if slot.version.is_some() => ("serving", Vec::new()),
                     // No reconcile loop: nothing to wait for or sync.
                     Some(state) if !reconciles && state != State::Stopped => ("serving", Vec::new()),
+                    None if slot.rejected.is_none() => ("pending", Vec::new()),
                     None => ("rejected", Vec::new()),
                     Some(State::Running) => ("running", Vec::new()),
                     Some(State::Standby) => ("standby", Vec::new()),
@@ -1615,9 +1634,10 @@ impl Host {
     /// synced its caches and leads or stands by behind a live leader (not
     /// kept from its Lease for longer than a lease duration, see
     /// [`Leadership::blocked`]), every scheduler has listed its Pods and
-    /// Nodes once, and every component file the host was given runs some
-    /// version; otherwise, why not (one reason per controller, scheduler
-    /// or file). A file whose new version was rejected while an older one
+    /// Nodes once, and every component file and reference the host was
+    /// given runs some version (a reference whose first pull has not
+    /// arrived is `pending, not pulled yet`); otherwise, why not (one
+    /// reason per controller, scheduler or file). A file whose new version was rejected while an older one
     /// serves does not make the host unready: what runs, serves. A file
     /// with no version running (rejected since the host started, e.g. a
     /// broken component on disk at a restart) does: a controller that
@@ -1634,7 +1654,7 @@ impl Host {
                 .filter(|s| s.controller.is_none() && s.version.is_none())
                 .map(|s| match &s.rejected {
                     Some(r) => format!("{}: rejected, no version runs: {}", s.path.display(), r.reason),
-                    None => format!("{}: no version runs", s.path.display()),
+                    None => format!("{}: pending, not pulled yet", s.path.display()),
                 })
                 .chain(slots.is_empty().then(|| "no component runs: none was given or found yet".to_owned()))
                 .collect();

@@ -35,15 +35,21 @@
 //!   up to [`MAX_MANIFEST_SIZE`], a layer up to the size its manifest
 //!   declares (itself at most [`MAX_COMPONENT_SIZE`]), an error answer up
 //!   to a few KiB, whatever `Content-Length` says; the reading stops at the
-//!   bound and the pull fails ([`Error::TooLarge`]). The layer's digest is
-//!   computed as it arrives.
-//! - Every lookup and pull ends within [`Options::timeout`] (default
-//!   [`TIMEOUT`], 60 s) from its start, however slowly the registry
-//!   answers ([`Error::Timeout`]).
+//!   bound and the pull fails ([`Error::TooLarge`]). The layer is never
+//!   held whole in memory while it arrives: it is written to a temporary
+//!   file beside the blob cache as it comes, its digest computed as it
+//!   goes, and renamed into the cache only once the digest matches; a
+//!   layer refused, cut off or out of time leaves no file behind.
+//! - Every fetch ends within [`Options::timeout`] (default [`TIMEOUT`],
+//!   60 s) from its start, however slowly the registry answers
+//!   ([`Error::Timeout`]): a lookup, a pull (manifest and layer), or a
+//!   lookup and the pull that follows it sharing one deadline
+//!   ([`Registry::resolve_by`], [`Registry::pull_by`]).
 //! - Text taken from a registry (its error answers) is cut to
 //!   [`MAX_ERROR_TEXT`] bytes before it is kept in an error, so it is
 //!   bounded in logs and in the host's status.
 
+mod cache;
 pub mod credentials;
 pub mod fetch;
 
@@ -84,8 +90,8 @@ pub const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 /// The largest manifest read (4 MiB, as the distribution registry and
 /// containerd allow); a larger one is refused.
 pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
-/// How long one lookup or pull may take by default, from its first
-/// request to its last byte (see [`Options::timeout`]).
+/// How long one fetch (a lookup, a pull, or both) may take by default,
+/// from its first request to its last byte (see [`Options::timeout`]).
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 /// The manifest media types a pull accepts.
 const MANIFEST_MEDIA_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, \
@@ -354,10 +360,13 @@ impl Options {
         self
     }
 
-    /// How long one lookup of a tag ([`Registry::resolve`]) or one pull
-    /// ([`Registry::pull`]) may take, from its first request to its last
-    /// byte; a slower one fails with [`Error::Timeout`]. Default:
-    /// [`TIMEOUT`] (60 s).
+    /// How long one fetch may take, from its first request to its last
+    /// byte: a lookup of a tag ([`Registry::resolve`]), a pull
+    /// ([`Registry::pull`]: the manifest and the layer together), or a
+    /// lookup and the pull that follows it when they share a deadline
+    /// ([`Registry::resolve_by`], [`Registry::pull_by`], as a followed
+    /// reference does); a slower one fails with [`Error::Timeout`].
+    /// Default: [`TIMEOUT`] (60 s).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -377,7 +386,8 @@ pub struct Pulled {
     pub summary: Option<Summary>,
     /// Whether the layer came from the blob cache.
     pub cached: bool,
-    /// The component.
+    /// The component: the layer, read back from the file it was verified
+    /// in.
     pub bytes: Vec<u8>,
 }
 
@@ -423,7 +433,7 @@ impl Registry {
         Self { options, clients: Mutex::new(HashMap::new()), http: Mutex::new(HashMap::new()) }
     }
 
-    /// The deadline of one lookup or pull.
+    /// How long one fetch may take ([`Options::timeout`]).
     pub fn timeout(&self) -> Duration {
         self.options.timeout.unwrap_or(TIMEOUT)
     }
@@ -517,12 +527,24 @@ impl Registry {
         Ok(response)
     }
 
-    /// Runs `operation` within [`timeout`](Self::timeout).
-    async fn within_deadline<T>(&self, reference: &Reference, operation: impl Future<Output = Result<T>>) -> Result<T> {
-        let after = self.timeout();
-        tokio::time::timeout(after, operation)
+    /// The deadline of one fetch that starts now: [`timeout`](Self::timeout)
+    /// from now. Give it to [`resolve_by`](Self::resolve_by) and
+    /// [`pull_by`](Self::pull_by) to bound a lookup and the pull that
+    /// follows it together.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.timeout()
+    }
+
+    /// Runs `operation` until `deadline` at most.
+    async fn within_deadline<T>(
+        &self,
+        reference: &Reference,
+        deadline: tokio::time::Instant,
+        operation: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        tokio::time::timeout_at(deadline, operation)
             .await
-            .unwrap_or_else(|_| Err(Error::Timeout { reference: reference.to_string(), after }))
+            .unwrap_or_else(|_| Err(Error::Timeout { reference: reference.to_string(), after: self.timeout() }))
     }
 
     async fn auth(&self, reference: &Reference) -> Result<oci_client::secrets::RegistryAuth> {
@@ -536,7 +558,7 @@ impl Registry {
     /// The digest of the manifest `reference` names now: its digest if it
     /// names one, else what its tag points at (a `HEAD` request; a `GET`
     /// of the manifest, within [`MAX_MANIFEST_SIZE`], if the registry does
-    /// not name the digest).
+    /// not name the digest), within [`Options::timeout`] from now.
     ///
     /// # Errors
     ///
@@ -544,10 +566,31 @@ impl Registry {
     /// [`Error::Timeout`] when it does not finish within the deadline,
     /// [`Error::Registry`] when it refuses (e.g. the tag is unknown).
     pub async fn resolve(&self, reference: &Reference) -> Result<String> {
+        self.resolve_by(reference, self.deadline()).await
+    }
+
+    /// [`resolve`](Self::resolve), ending at `deadline` (see
+    /// [`deadline`](Self::deadline)): a lookup and the pull that follows
+    /// it share one deadline, so that together they take no longer than
+    /// [`Options::timeout`].
+    ///
+    /// ```no_run
+    /// # async fn f(registry: &capstan_host::serve::oci::Registry, reference: &capstan_host::serve::oci::Reference)
+    /// # -> Result<(), capstan_host::serve::oci::Error> {
+    /// let deadline = registry.deadline();
+    /// let digest = registry.resolve_by(reference, deadline).await?;
+    /// let pulled = registry.pull_by(&reference.at_digest(&digest), deadline).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`resolve`](Self::resolve); [`Error::Timeout`] at `deadline`.
+    pub async fn resolve_by(&self, reference: &Reference, deadline: tokio::time::Instant) -> Result<String> {
         if let Some(digest) = reference.digest() {
             return Ok(digest.to_owned());
         }
-        self.within_deadline(reference, async {
+        self.within_deadline(reference, deadline, async {
             let authorization = self.authorization(reference).await?;
             let path = format!("manifests/{}", reference.tag().unwrap_or("latest"));
             let head = self.send(reference, reqwest::Method::HEAD, &path, authorization.as_deref()).await?;
@@ -575,15 +618,15 @@ impl Registry {
         if response.content_length().is_some_and(|n| n > MAX_MANIFEST_SIZE) {
             return Err(too_large());
         }
-        let bytes =
-            fetch::read_bounded(reference, &mut response, MAX_MANIFEST_SIZE, None).await?.ok_or_else(too_large)?;
+        let bytes = fetch::read_bounded(reference, &mut response, MAX_MANIFEST_SIZE).await?.ok_or_else(too_large)?;
         let digest = sha256(&bytes);
         Ok((bytes, digest))
     }
 
     /// Pulls the component `reference` names: its manifest, then its layer
     /// (from the blob cache if there, verified either way), within the
-    /// deadline ([`Options::timeout`]).
+    /// deadline ([`Options::timeout`] from now, for the manifest and the
+    /// layer together).
     ///
     /// # Errors
     ///
@@ -593,7 +636,17 @@ impl Registry {
     /// that does not match its digest, and those of
     /// [`resolve`](Self::resolve).
     pub async fn pull(&self, reference: &Reference) -> Result<Pulled> {
-        self.within_deadline(reference, self.pull_now(reference)).await
+        self.pull_by(reference, self.deadline()).await
+    }
+
+    /// [`pull`](Self::pull), ending at `deadline` (see
+    /// [`resolve_by`](Self::resolve_by)).
+    ///
+    /// # Errors
+    ///
+    /// As [`pull`](Self::pull); [`Error::Timeout`] at `deadline`.
+    pub async fn pull_by(&self, reference: &Reference, deadline: tokio::time::Instant) -> Result<Pulled> {
+        self.within_deadline(reference, deadline, self.pull_now(reference)).await
     }
 
     async fn pull_now(&self, reference: &Reference) -> Result<Pulled> {
@@ -603,7 +656,7 @@ impl Registry {
             self.manifest(reference, &format!("manifests/{at}"), authorization.as_deref()).await?;
         let Layer { digest: layer_digest, size: declared, summary } = component_layer(reference, &manifest)?;
         let cache = self.blob_path(&layer_digest);
-        if let Some(bytes) = cache.as_deref().and_then(read_cached(&layer_digest)) {
+        if let Some(bytes) = cache.as_deref().and_then(|path| cache::read_cached(path, &layer_digest, declared)) {
             return Ok(Pulled {
                 reference: reference.clone(),
                 manifest_digest,
@@ -613,20 +666,36 @@ impl Registry {
                 bytes,
             });
         }
-        // Read up to the declared size and no further, hashed as it comes.
-        let mut response = self
+        let response = self
             .send(reference, reqwest::Method::GET, &format!("blobs/{layer_digest}"), authorization.as_deref())
             .await?;
-        let mut hasher = Sha256::new();
         let too_large = || Error::TooLarge { reference: reference.to_string(), what: "layer", limit: declared };
-        let bytes =
-            fetch::read_bounded(reference, &mut response, declared, Some(&mut hasher)).await?.ok_or_else(too_large)?;
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if response.content_length().is_some_and(|n| n > declared) {
+            return Err(too_large());
+        }
+        // Streamed to a temporary file beside the cache (or in the temporary
+        // directory, without a cache) up to the declared size and no
+        // further, hashed as it comes; the file goes with `partial` unless
+        // the digest matches and it is renamed into the cache.
+        let hex = layer_digest.trim_start_matches("sha256:");
+        let dir = cache.as_deref().and_then(Path::parent).map_or_else(std::env::temp_dir, Path::to_owned);
+        let mut partial =
+            cache::Partial::create(&dir, hex).await.map_err(|error| Error::Cache { path: dir.clone(), error })?;
+        let mut body = fetch::Answer { reference, response };
+        if !fetch::stream_bounded(&mut body, declared, &mut partial).await? {
+            return Err(too_large());
+        }
+        let actual = partial.digest();
         if actual != layer_digest {
             return Err(Error::Digest { reference: reference.to_string(), expected: layer_digest, actual });
         }
+        let cache_error = |path: &Path| {
+            let path = path.to_owned();
+            move |error| Error::Cache { path, error }
+        };
+        let bytes = partial.read_back().await.map_err(cache_error(partial.path()))?;
         if let Some(path) = &cache {
-            write_blob(path, &bytes).map_err(|error| Error::Cache { path: path.clone(), error })?;
+            partial.persist(path).await.map_err(cache_error(path))?;
         }
         Ok(Pulled { reference: reference.clone(), manifest_digest, layer_digest, summary, cached: false, bytes })
     }
@@ -763,29 +832,6 @@ pub fn component_layer(reference: &Reference, manifest: &[u8]) -> Result<Layer> 
     Ok(Layer { digest: layer_digest, size: declared, summary })
 }
 
-/// Reads a cached blob, if it is there and still matches `digest`.
-fn read_cached(digest: &str) -> impl Fn(&Path) -> Option<Vec<u8>> + '_ {
-    move |path| {
-        let bytes = std::fs::read(path).ok()?;
-        if sha256(&bytes) == digest {
-            return Some(bytes);
-        }
-        tracing::warn!(path = %path.display(), "cached blob does not match its digest, pulling it again");
-        let _ = std::fs::remove_file(path);
-        None
-    }
-}
-
-/// Writes a blob into the cache through a temporary file and a rename.
-fn write_blob(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
-}
-
 /// Sorts oci-client's errors into this module's.
 fn classify(reference: &Reference, error: oci_client::errors::OciDistributionError) -> Error {
     use oci_client::errors::OciDistributionError as E;
@@ -875,19 +921,5 @@ mod tests {
         assert_eq!(e.to_string(), "oci://r/g:v1: not a Wasm component artifact: 2 layers, expected one");
         let e = Error::Unavailable { reference: "oci://r/g:v1".into(), reason: "connection refused".into() };
         assert!(e.is_unavailable() && e.to_string() == "oci://r/g:v1: registry unavailable: connection refused");
-    }
-
-    #[test]
-    fn a_cached_blob_that_no_longer_matches_is_dropped() {
-        let dir = std::env::temp_dir().join(format!("capstan-oci-cache-{}", std::process::id()));
-        let registry = Registry::new(Options::default().cache_dir(Some(dir.clone())));
-        let digest = sha256(b"component");
-        let path = registry.blob_path(&digest).expect("a cache path");
-        write_blob(&path, b"component").expect("written");
-        assert_eq!(read_cached(&digest)(&path).as_deref(), Some(&b"component"[..]));
-        std::fs::write(&path, b"tampered").expect("written");
-        assert_eq!(read_cached(&digest)(&path), None);
-        assert!(!path.exists(), "the bad entry is removed");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

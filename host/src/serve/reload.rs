@@ -331,7 +331,7 @@ async fn follow(shared: &Arc<Shared>, path: &Path, follows: &mut HashMap<PathBuf
     // The old reference stops being followed; what it loaded serves until
     // the new one replaces it.
     follows.remove(path);
-    let (follow, _first) = Follow::start(Arc::clone(shared), path.to_owned(), reference.clone()).await;
+    let follow = Follow::start(Arc::clone(shared), path.to_owned(), reference.clone()).await;
     follows.insert(path.to_owned(), (reference, follow));
 }
 

@@ -460,9 +460,11 @@ pub struct RegistryArgs {
         env = "CAPSTAN_INSECURE_REGISTRIES"
     )]
     pub insecure: Vec<String>,
-    /// Longest time one lookup of a tag or one pull may take, in seconds,
-    /// however slowly the registry answers; a slower one fails (and a
-    /// followed reference is tried again at the next poll).
+    /// Longest time one fetch from a registry may take in all, in
+    /// seconds, however slowly the registry answers: for a followed
+    /// reference, the lookup of its tag, the manifest and the layer
+    /// together; for `pull`, the manifest and the layer. A slower one
+    /// fails (and a followed reference is tried again at the next poll).
     #[arg(
         long,
         default_value_t = crate::serve::oci::TIMEOUT.as_secs_f64(),

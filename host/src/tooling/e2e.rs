@@ -265,9 +265,7 @@ struct Names {
 
 /// Adds what every YAML file under `dir` names to `out`.
 fn names_in(dir: &Path, out: &mut Names) -> Result<(), Error> {
-    let entries = std::fs::read_dir(dir).map_err(|error| scenario::Error::Read { path: dir.to_owned(), error })?;
-    for entry in entries.filter_map(Result::ok) {
-        let path = entry.path();
+    for path in scenario::entries_of(dir)? {
         if path.is_dir() {
             names_in(&path, out)?;
         } else if path.extension().is_some_and(|e| e == "yaml") {
@@ -383,6 +381,7 @@ async fn run_in(
     let mut mismatches = Vec::new();
     let since = k8s_openapi::jiff::Timestamp::now();
     let given = place.read(&case.join("given.yaml"))?;
+    let steps = scenario::steps_of(case)?;
     let (crds, objects): (Vec<Value>, Vec<Value>) =
         given.into_iter().partition(|o| o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition"));
     for crd in crds {
@@ -420,38 +419,29 @@ async fn run_in(
     let step = Step { dir: case, label: String::new(), refused };
     check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
 
-    let steps_dir = case.join("steps");
-    if steps_dir.is_dir() {
-        let mut steps: Vec<PathBuf> = std::fs::read_dir(&steps_dir)
-            .map_err(|error| scenario::Error::Read { path: steps_dir.clone(), error })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_dir())
-            .collect();
-        steps.sort();
-        for step in steps {
-            let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
-            let mut refused = Vec::new();
-            for object in place.read(&step.join("apply.yaml"))? {
-                if object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
-                    if let Err(e) = install_crd(cluster, object, options.timeout).await {
-                        mismatches.push(format!("{label}apply.yaml: {e}"));
-                    }
-                } else if let Err(e) = apply(cluster, &fake_nodes, object, &mut created).await {
-                    refused.push(e);
+    for step in steps {
+        let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+        let mut refused = Vec::new();
+        for object in place.read(&step.join("apply.yaml"))? {
+            if object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
+                if let Err(e) = install_crd(cluster, object, options.timeout).await {
+                    mismatches.push(format!("{label}apply.yaml: {e}"));
                 }
+            } else if let Err(e) = apply(cluster, &fake_nodes, object, &mut created).await {
+                refused.push(e);
             }
-            for object in place.read(&step.join("delete.yaml"))? {
-                let Some(r) = ObjectRef::of(&object) else {
-                    mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
-                    continue;
-                };
-                if let Err(e) = cluster.delete(&r, Propagation::Background).await {
-                    refused.push(format!("{r}: {e}"));
-                }
-            }
-            let step = Step { dir: &step, label, refused };
-            check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
         }
+        for object in place.read(&step.join("delete.yaml"))? {
+            let Some(r) = ObjectRef::of(&object) else {
+                mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
+                continue;
+            };
+            if let Err(e) = cluster.delete(&r, Propagation::Background).await {
+                refused.push(format!("{r}: {e}"));
+            }
+        }
+        let step = Step { dir: &step, label, refused };
+        check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
     }
     // What the case created goes with it, unless kept, while the controller
     // still runs: it finalizes its objects (a finalizer left behind would

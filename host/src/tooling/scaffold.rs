@@ -351,6 +351,26 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |error| Error::Io { path: path.to_owned(), error }
 }
 
+/// Whether a project may be written into `dir`, from what listing it
+/// gave: it is not there yet, or it is an empty folder.
+///
+/// # Errors
+///
+/// [`Error::NotEmpty`] when it has an entry, [`Error::Io`] naming `dir`
+/// when it could not be listed for another reason than not being there
+/// (not a folder, no permission, no file descriptor left): a folder that
+/// cannot be read is not an empty one.
+fn fresh<T>(dir: &Path, listing: std::io::Result<impl Iterator<Item = T>>) -> Result<()> {
+    match listing {
+        Ok(mut entries) => match entries.next() {
+            Some(_) => Err(Error::NotEmpty(dir.to_owned())),
+            None => Ok(()),
+        },
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(io(dir)(error)),
+    }
+}
+
 /// `target` relative to `from` when both are inside `root`, else `target`.
 fn relative_within(root: &Path, from: &Path, target: &Path) -> PathBuf {
     if !from.starts_with(root) || !target.starts_with(root) {
@@ -415,9 +435,7 @@ pub fn create(options: &Options) -> Result<Project> {
     let crate_name = names::to_snake(&name);
 
     let dir = options.dir.clone().unwrap_or_else(|| PathBuf::from(&name));
-    if std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()) {
-        return Err(Error::NotEmpty(dir));
-    }
+    fresh(&dir, std::fs::read_dir(&dir))?;
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     let absolute = std::fs::canonicalize(&dir).map_err(io(&dir))?;
     let (sdk_dependency, sdk_source) = sdk_lines(&options.sdk, &absolute)?;
@@ -567,6 +585,30 @@ mod tests {
         assert!(lib.contains("pub struct MyAppSpec"));
         assert!(matches!(create(&Options::new("my-app").dir(&dir)), Err(Error::NotEmpty(_))));
         std::fs::remove_dir_all(&dir).expect("cleaned up");
+    }
+
+    #[test]
+    fn a_folder_that_cannot_be_listed_is_an_error_naming_it_not_an_empty_folder() {
+        let dir = Path::new("/projects/mine");
+        let emfile = || Err::<std::iter::Empty<()>, _>(std::io::Error::from_raw_os_error(24));
+        let err = fresh(dir, emfile()).expect_err("no file descriptor left");
+        assert!(matches!(&err, Error::Io { path, .. } if path == dir), "{err}");
+        assert!(err.to_string().starts_with("/projects/mine: "), "{err}");
+        let missing = Err::<std::iter::Empty<()>, _>(std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(fresh(dir, missing).is_ok(), "not there yet: made");
+        assert!(fresh(dir, Ok(std::iter::empty::<()>())).is_ok(), "empty");
+        assert!(matches!(fresh(dir, Ok(std::iter::once(()))), Err(Error::NotEmpty(_))));
+
+        // A file where the folder should be cannot be listed: that error,
+        // not the one of making a folder over it.
+        let file = std::env::temp_dir().join(format!("capstan-scaffold-file-{}", std::process::id()));
+        std::fs::write(&file, "a file").expect("written");
+        let err = create(&Options::new("mine").dir(&file)).expect_err("a file");
+        assert!(
+            matches!(&err, Error::Io { path, error } if *path == file && error.kind() == std::io::ErrorKind::NotADirectory),
+            "{err}"
+        );
+        std::fs::remove_file(&file).expect("cleaned up");
     }
 
     #[test]

@@ -120,13 +120,55 @@ pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     if is_case(dir) {
         return Ok(vec![dir.to_owned()]);
     }
-    let entries = std::fs::read_dir(dir).map_err(|error| Error::Read { path: dir.to_owned(), error })?;
-    let mut cases: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_case(p)).collect();
+    let mut cases: Vec<PathBuf> = entries_of(dir)?.into_iter().filter(|p| is_case(p)).collect();
     cases.sort();
     if cases.is_empty() {
         return Err(Error::Empty(dir.to_owned()));
     }
     Ok(cases)
+}
+
+/// The paths of the entries of `dir`, in no order.
+///
+/// # Errors
+///
+/// [`Error::Read`] naming `dir` when it cannot be listed, or naming it and
+/// the entry when one of its entries cannot be read: a folder that cannot
+/// be read is not an empty one.
+pub(crate) fn entries_of(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let read = |error| Error::Read { path: dir.to_owned(), error };
+    std::fs::read_dir(dir).map_err(read)?.map(|entry| entry.map(|e| e.path()).map_err(read)).collect()
+}
+
+/// The step folders of `case` (`steps/<nn-name>/`), in name order; none
+/// when it has no `steps` folder.
+///
+/// # Errors
+///
+/// [`Error::Read`] when `steps` is there but is not a folder or cannot be
+/// listed, or when one of its entries cannot be looked at (a dangling
+/// symlink, say): a step that cannot be read is not skipped.
+pub(crate) fn steps_of(case: &Path) -> Result<Vec<PathBuf>, Error> {
+    let dir = case.join("steps");
+    match std::fs::metadata(&dir) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(Error::Read { path: dir, error }),
+        Ok(m) if !m.is_dir() => {
+            let error = std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a folder of steps");
+            return Err(Error::Read { path: dir, error });
+        }
+        Ok(_) => {}
+    }
+    let mut steps = Vec::new();
+    for path in entries_of(&dir)? {
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => steps.push(path),
+            Ok(_) => {}
+            Err(error) => return Err(Error::Read { path, error }),
+        }
+    }
+    steps.sort();
+    Ok(steps)
 }
 
 /// Runs every case under `dir` against `component`.
@@ -151,6 +193,7 @@ pub async fn run_all(component: &Path, dir: &Path) -> Result<Vec<CaseResult>, Er
 pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error> {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     // Winch's code, from the compile cache after the first case.
+    let steps = steps_of(case)?;
     let mut host = MockHost::with_loader(testing::tool_loader(testing::default_cache_dir())?);
     host.load(component).await?;
     let mut mismatches = Vec::new();
@@ -165,40 +208,31 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
     check(&host, case, "", run, denials, &mut mismatches).await?;
     check_conversion(&host, case, &mut mismatches).await?;
 
-    let steps_dir = case.join("steps");
-    if steps_dir.is_dir() {
-        let mut steps: Vec<PathBuf> = std::fs::read_dir(&steps_dir)
-            .map_err(|error| Error::Read { path: steps_dir.clone(), error })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_dir())
-            .collect();
-        steps.sort();
-        for step in steps {
-            let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
-            let mut denials = Vec::new();
-            for object in crds_first(read_yaml_documents(&step.join("apply.yaml"))?) {
-                if let Err(e) = apply(&host, object, Start::Step, &mut denials).await {
-                    mismatches.push(format!("{label}apply.yaml: {e}"));
-                }
+    for step in steps {
+        let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
+        let mut denials = Vec::new();
+        for object in crds_first(read_yaml_documents(&step.join("apply.yaml"))?) {
+            if let Err(e) = apply(&host, object, Start::Step, &mut denials).await {
+                mismatches.push(format!("{label}apply.yaml: {e}"));
             }
-            for object in read_yaml_documents(&step.join("delete.yaml"))? {
-                let Some(r) = ObjectRef::of(&object) else {
-                    mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
-                    continue;
-                };
-                let old = host.cluster().get(&r).await.ok();
-                match host.admit(Operation::Delete, None, old).await? {
-                    Admission::Denied { message, .. } => denials.push(format!("{r}: {message}")),
-                    Admission::Allowed { .. } => {
-                        if let Err(e) = host.cluster().delete(&r, Propagation::Default).await {
-                            mismatches.push(format!("{label}delete.yaml: {r}: {e}"));
-                        }
+        }
+        for object in read_yaml_documents(&step.join("delete.yaml"))? {
+            let Some(r) = ObjectRef::of(&object) else {
+                mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
+                continue;
+            };
+            let old = host.cluster().get(&r).await.ok();
+            match host.admit(Operation::Delete, None, old).await? {
+                Admission::Denied { message, .. } => denials.push(format!("{r}: {message}")),
+                Admission::Allowed { .. } => {
+                    if let Err(e) = host.cluster().delete(&r, Propagation::Default).await {
+                        mismatches.push(format!("{label}delete.yaml: {r}: {e}"));
                     }
                 }
             }
-            let run = host.run_until_idle().await;
-            check(&host, &step, &label, run, denials, &mut mismatches).await?;
         }
+        let run = host.run_until_idle().await;
+        check(&host, &step, &label, run, denials, &mut mismatches).await?;
     }
     Ok(CaseResult { name, mismatches })
 }
@@ -532,5 +566,54 @@ mod tests {
         let mut out = Vec::new();
         subset_diff(&json!({"data": {"k": "v"}}), &json!({}), String::new(), &mut out);
         assert_eq!(out, vec!["at .data: expected {\"k\":\"v\"}, missing"]);
+    }
+
+    /// A fresh case folder under the temporary directory.
+    fn case(what: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("capstan-scenario-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("made");
+        dir
+    }
+
+    #[test]
+    fn steps_are_the_folders_of_steps_in_name_order_and_none_without_it() {
+        let dir = case("steps");
+        assert!(steps_of(&dir).expect("no steps folder").is_empty());
+        for step in ["02-update", "01-create"] {
+            std::fs::create_dir_all(dir.join("steps").join(step)).expect("made");
+        }
+        std::fs::write(dir.join("steps/README.md"), "notes").expect("written");
+        let steps = steps_of(&dir).expect("listed");
+        assert_eq!(steps, [dir.join("steps/01-create"), dir.join("steps/02-update")]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_step_that_cannot_be_read_is_an_error_naming_it_not_a_step_fewer() {
+        let dir = case("dangling");
+        std::fs::create_dir_all(dir.join("steps/01-create")).expect("made");
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("steps/02-update")).expect("linked");
+        let err = steps_of(&dir).expect_err("a dangling step");
+        assert!(matches!(&err, Error::Read { path, .. } if *path == dir.join("steps/02-update")), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_steps_file_or_a_case_that_is_a_file_is_an_error_naming_it_not_empty() {
+        let dir = case("file");
+        std::fs::write(dir.join("steps"), "not a folder").expect("written");
+        let err = steps_of(&dir).expect_err("steps is a file");
+        assert!(matches!(&err, Error::Read { path, .. } if *path == dir.join("steps")), "{err}");
+        assert!(err.to_string().contains("not a folder of steps"), "{err}");
+        let err = entries_of(&dir.join("steps")).expect_err("not a folder");
+        assert!(
+            matches!(&err, Error::Read { path, error } if *path == dir.join("steps")
+            && error.kind() == std::io::ErrorKind::NotADirectory),
+            "{err}"
+        );
+        let err = discover(&dir.join("steps")).expect_err("not a folder");
+        assert!(matches!(&err, Error::Read { path, .. } if *path == dir.join("steps")), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,14 +1,14 @@
 //! Reading what a registry sends within bounds: every body is read chunk
 //! by chunk and the reading stops at a limit, whatever `Content-Length`
-//! or a manifest said; an error answer's text is cut to
-//! [`MAX_ERROR_TEXT`] before it goes anywhere.
+//! or a manifest said; a layer goes to disk chunk by chunk, never whole
+//! into memory; an error answer's text is cut to [`MAX_ERROR_TEXT`]
+//! before it goes anywhere.
 
 use std::borrow::Cow;
 
-use reqwest::StatusCode;
-use sha2::{Digest as _, Sha256};
-
+use super::cache::Partial;
 use super::{Error, Reference};
+use reqwest::StatusCode;
 
 /// The most of a registry's error text kept, logged or shown, in bytes
 /// (cut on a character boundary, marked with `…`).
@@ -31,14 +31,13 @@ pub fn bounded_text(text: &str) -> String {
     out
 }
 
-/// Reads `response`'s body, at most `limit` bytes, feeding `sha256` as it
-/// goes. `Ok(None)` when the body is longer than `limit` (the reading
+/// Reads `response`'s body into memory (a manifest), at most `limit`
+/// bytes. `Ok(None)` when the body is longer than `limit` (the reading
 /// stopped there).
 pub(super) async fn read_bounded(
     reference: &Reference,
     response: &mut reqwest::Response,
     limit: u64,
-    mut sha256: Option<&mut Sha256>,
 ) -> Result<Option<Vec<u8>>, Error> {
     let start = usize::try_from(limit.min(1 << 20)).unwrap_or(0);
     let mut body = Vec::with_capacity(start);
@@ -46,12 +45,44 @@ pub(super) async fn read_bounded(
         if u64::try_from(body.len() + chunk.len()).unwrap_or(u64::MAX) > limit {
             return Ok(None);
         }
-        if let Some(sha256) = sha256.as_deref_mut() {
-            sha256.update(&chunk);
-        }
         body.extend_from_slice(&chunk);
     }
     Ok(Some(body))
+}
+
+/// A body that arrives chunk by chunk: a registry's [`Answer`] (or, in
+/// tests, chunks given one by one).
+pub(super) trait Body: Send {
+    /// The next chunk; `None` at the end.
+    fn chunk(&mut self) -> impl Future<Output = Result<Option<bytes::Bytes>, Error>> + Send;
+}
+
+/// A registry's answer about `reference`, as a [`Body`].
+pub(super) struct Answer<'a> {
+    /// What was asked for.
+    pub(super) reference: &'a Reference,
+    /// The answer.
+    pub(super) response: reqwest::Response,
+}
+
+impl Body for Answer<'_> {
+    async fn chunk(&mut self) -> Result<Option<bytes::Bytes>, Error> {
+        self.response.chunk().await.map_err(|e| transport(self.reference, &e))
+    }
+}
+
+/// Writes `body` into `partial` as it comes, at most `limit` bytes: each
+/// chunk is on disk, and hashed, before the next is asked for.
+/// `Ok(false)` when the body is longer than `limit` (the writing stopped
+/// before the chunk that passed it; nothing more is read).
+pub(super) async fn stream_bounded(body: &mut impl Body, limit: u64, partial: &mut Partial) -> Result<bool, Error> {
+    while let Some(chunk) = body.chunk().await? {
+        if partial.written().saturating_add(chunk.len() as u64) > limit {
+            return Ok(false);
+        }
+        partial.write(&chunk).await.map_err(|error| Error::Cache { path: partial.path().to_owned(), error })?;
+    }
+    Ok(true)
 }
 
 /// The error an answer other than a success stands for, with at most
@@ -97,7 +128,75 @@ pub(super) fn transport(reference: &Reference, error: &reqwest::Error) -> Error 
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::path::{Path, PathBuf};
+
     use super::*;
+
+    /// A fresh folder under the temporary directory.
+    fn folder(what: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("capstan-oci-fetch-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// The sizes of the files in `dir`.
+    fn sizes(dir: &Path) -> Vec<u64> {
+        std::fs::read_dir(dir)
+            .map(|entries| entries.filter_map(|e| Some(e.ok()?.metadata().ok()?.len())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Chunks given one by one; before giving one, notes how much it gave
+    /// so far and the sizes of the files in `dir`.
+    struct Chunks {
+        chunks: VecDeque<&'static [u8]>,
+        dir: PathBuf,
+        given: u64,
+        seen: Vec<(u64, Vec<u64>)>,
+    }
+
+    impl Chunks {
+        fn new(chunks: &[&'static [u8]], dir: &Path) -> Self {
+            Self { chunks: chunks.iter().copied().collect(), dir: dir.to_owned(), given: 0, seen: Vec::new() }
+        }
+    }
+
+    impl Body for Chunks {
+        async fn chunk(&mut self) -> Result<Option<bytes::Bytes>, Error> {
+            self.seen.push((self.given, sizes(&self.dir)));
+            let chunk = self.chunks.pop_front();
+            self.given += chunk.map_or(0, |c| c.len() as u64);
+            Ok(chunk.map(bytes::Bytes::from_static))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_layer_is_on_disk_chunk_by_chunk_before_the_next_chunk_is_read() {
+        let dir = folder("stream");
+        let mut partial = Partial::create(&dir, "layer").await.expect("created");
+        let mut body = Chunks::new(&[b"abc", b"defg", b"h"], &dir);
+        assert!(stream_bounded(&mut body, 8, &mut partial).await.expect("streamed"), "within the limit");
+        // What was given so far is in the file before more is asked for.
+        assert_eq!(body.seen, [(0, vec![0]), (3, vec![3]), (7, vec![7]), (8, vec![8])]);
+        assert_eq!(partial.digest(), crate::serve::oci::sha256(b"abcdefgh"));
+        drop(partial);
+        assert!(sizes(&dir).is_empty(), "not persisted: removed");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_body_longer_than_its_limit_is_refused_before_the_chunk_that_passes_it_is_written() {
+        let dir = folder("limit");
+        let mut partial = Partial::create(&dir, "layer").await.expect("created");
+        let mut body = Chunks::new(&[b"abc", b"defg", b"never read"], &dir);
+        assert!(!stream_bounded(&mut body, 5, &mut partial).await.expect("read"), "past the limit");
+        assert_eq!((partial.written(), sizes(&dir)), (3, vec![3]), "the chunk that passed it is not written");
+        assert_eq!(body.chunks.len(), 1, "nothing more is read");
+        drop(partial);
+        assert!(sizes(&dir).is_empty(), "refused: removed");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     #[test]
     fn error_text_is_cut_on_a_character_boundary_and_kept_on_one_line() {

@@ -448,23 +448,39 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
     }
 }
 
+/// The clusters whose state directories are in `root`, by name: none
+/// when `root` is not there (no cluster was made yet).
+///
+/// # Errors
+///
+/// When `root` is there but cannot be listed (not a folder, no
+/// permission), or an entry of it cannot be read or looked at, naming it:
+/// a folder that cannot be read is not one without clusters.
+fn clusters_in(root: &Path) -> anyhow::Result<Vec<Cluster>> {
+    let cannot = |path: &Path| format!("cannot read the clusters' state directory {}", path.display());
+    let entries = match std::fs::read_dir(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        entries => entries.with_context(|| cannot(root))?,
+    };
+    let mut clusters = Vec::new();
+    for entry in entries {
+        let dir = entry.with_context(|| cannot(root))?.path();
+        let is_dir = std::fs::metadata(&dir).with_context(|| cannot(&dir))?.is_dir();
+        if is_dir {
+            let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            clusters.push(Cluster { name, dir });
+        }
+    }
+    clusters.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(clusters)
+}
+
 async fn status(name: Option<String>, dir: Option<PathBuf>) -> anyhow::Result<i32> {
     let single = name.is_some() || dir.is_some();
     let clusters = if single {
         vec![Cluster::from_target(&Target { name: name.unwrap_or_else(|| DEFAULT_NAME.to_owned()), dir })?]
     } else {
-        let root = clusters_root()?;
-        let mut clusters: Vec<Cluster> = std::fs::read_dir(&root)
-            .map(|entries| {
-                entries
-                    .filter_map(Result::ok)
-                    .filter(|e| e.path().is_dir())
-                    .map(|e| Cluster { name: e.file_name().to_string_lossy().into_owned(), dir: e.path() })
-                    .collect()
-            })
-            .unwrap_or_default();
-        clusters.sort_by(|a, b| a.name.cmp(&b.name));
-        clusters
+        clusters_in(&clusters_root()?)?
     };
     if clusters.is_empty() {
         outln!("no clusters (start one with: capstan cluster up)");
@@ -909,6 +925,38 @@ mod tests {
 
     use super::*;
     use crate::tooling::cli::Cli;
+
+    #[test]
+    fn clusters_are_the_folders_of_the_state_directory_and_none_before_it_is_made() {
+        let root = std::env::temp_dir().join(format!("capstan-clusters-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(clusters_in(&root).expect("not made yet").is_empty());
+        for name in ["staging", "capstan"] {
+            std::fs::create_dir_all(root.join(name)).expect("made");
+        }
+        std::fs::write(root.join("notes.txt"), "not a cluster").expect("written");
+        let names: Vec<String> = clusters_in(&root).expect("listed").into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["capstan", "staging"]);
+        std::fs::remove_dir_all(&root).expect("cleaned up");
+    }
+
+    #[test]
+    fn a_state_directory_that_cannot_be_read_is_an_error_naming_it_not_no_clusters() {
+        let root = std::env::temp_dir().join(format!("capstan-clusters-unreadable-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("made");
+        // A file where the folder should be.
+        let file = root.join("clusters");
+        std::fs::write(&file, "not a folder").expect("written");
+        let err = clusters_in(&file).expect_err("not a folder");
+        assert!(format!("{err:#}").contains(&format!("state directory {}: ", file.display())), "{err:#}");
+        // An entry that cannot be looked at (a dangling symlink).
+        std::fs::create_dir_all(root.join("states/capstan")).expect("made");
+        std::os::unix::fs::symlink(root.join("nowhere"), root.join("states/gone")).expect("linked");
+        let err = clusters_in(&root.join("states")).expect_err("a dangling entry");
+        assert!(format!("{err:#}").contains(&root.join("states/gone").display().to_string()), "{err:#}");
+        std::fs::remove_dir_all(&root).expect("cleaned up");
+    }
 
     fn parse(args: &[&str]) -> Command {
         let cli = Cli::try_parse_from([&["capstan", "cluster"], args].concat()).expect("parses");
