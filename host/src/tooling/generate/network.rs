@@ -39,9 +39,9 @@
 //!   written as an IP address narrows the address.
 //! - **"Anywhere" is a rule without peers**, not an `ipBlock` of
 //!   `0.0.0.0/0`: CNIs differ on whether an ipBlock matches Pod and node
-//!   addresses (Cilium matches neither unless configured to), and a name
-//!   may well resolve to a Service in the cluster
-//!   (`alertmanager.monitoring.svc`).
+//!   addresses (Cilium matches Pods by identity, not address, and nodes
+//!   only when configured to), and a name may well resolve to a Service
+//!   in the cluster (`alertmanager.monitoring.svc`).
 //! - **The API server** is reached at the `kubernetes` Service's IP, which
 //!   most CNIs rewrite to the endpoint's address before the policy
 //!   applies: an ipBlock of the Service IP matches nothing. An API server
