@@ -3,7 +3,8 @@
 //! its printer columns, the host's pod template passes the `restricted` Pod
 //! Security Standard, the generated RBAC allows what the greeter needs and
 //! nothing else, and the host converges running as the generated
-//! ServiceAccount.
+//! ServiceAccount. The generated NetworkPolicy (`--network-policy`) is
+//! accepted and stored as generated.
 //!
 //! Cluster-scoped names (ClusterRoles and bindings) are made unique per test
 //! with `--name`, and deleted at the end; the CRD is shared with the other
@@ -797,6 +798,60 @@ async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its
     server.shutdown().await;
     kubectl(plane, &["delete", "-f", &file, "--ignore-not-found", "--wait=false"]).await?;
     std::fs::remove_file(&file)?;
+    ns.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_generated_network_policy_for_declared_egress_and_webhooks_is_stored_as_generated() -> Result<()> {
+    use capstan_host::manifest::egress::Egress;
+    use capstan_host::tooling::generate::network::Policy;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let ns = TestNamespace::new("gen-netpol").await?;
+    // The silences example declares its Alertmanager by name; the test
+    // adds an IPv4 origin with a port range and an IPv6 one, and delivers
+    // it by a reference to a registry named by address, so that every
+    // shape of peer and port goes to the API server. The webhooks greeter
+    // opens the webhook port.
+    let mut silences = built_component("silences").await?;
+    let mut origins: Vec<String> = silences.manifest.egress.origins().iter().map(|o| o.as_str().to_owned()).collect();
+    ensure!(origins == ["http://alertmanager.monitoring.svc:9093"], "the example's egress: {origins:?}");
+    origins.extend(["http://10.0.0.7:9000-9100".to_owned(), "https://[fd00::7]:8443".to_owned()]);
+    silences.manifest.egress = Egress::parse(&origins)?;
+    let silences = silences.reference("oci://10.0.0.5:5000/capstan/silences:v1");
+    let hooks = built_component("greeter-webhooks").await?;
+    let policy = Policy::new()
+        .pod_cidr("10.244.0.0/16".parse()?)
+        .pod_cidr("fd00:10:244::/56".parse()?)
+        .api_server_cidr("172.18.0.0/16".parse()?);
+    let options =
+        Options::default().namespace(ns.name()).name(ns.name()).delivery(Delivery::Image).network_policy(policy);
+    let files = generate::files(&[silences, hooks], &options)?;
+    let file = files
+        .into_iter()
+        .find(|f| f.path == std::path::Path::new("network-policy.yaml"))
+        .context("no network-policy.yaml")?;
+    let generated = &file.objects[0];
+    let text = generated.to_string();
+    for shape in [
+        "\"endPort\":9100",
+        "\"cidr\":\"10.0.0.7/32\"",
+        "\"cidr\":\"fd00::7/128\"",
+        "\"cidr\":\"10.0.0.5/32\"",
+        "\"cidr\":\"172.18.0.0/16\"",
+        "\"except\":[\"fd00:10:244::/56\"]",
+        "\"port\":9443",
+        "\"port\":9093",
+    ] {
+        ensure!(text.contains(shape), "{shape} not generated: {text}");
+    }
+
+    apply_all(&ns.client(), &file.objects).await?;
+    let stored: NetworkPolicy = ns.api().get(ns.name()).await?;
+    assert_eq!(
+        serde_json::to_value(&stored.spec)?,
+        generated["spec"],
+        "the API server keeps the policy as generated (nothing dropped or defaulted)"
+    );
     ns.cleanup().await
 }
 

@@ -32,6 +32,7 @@
 //! | ClusterRole + binding | `capstan-<controller>` | one per component: see [`rbac`](self#rbac) |
 //! | Role + binding | `capstan-<controller>` | in each namespace a permission is limited to, and each watched namespace |
 //! | ConfigMap | `capstan-components` | the components: `<controller>.oci` (a reference) or `<controller>.wasm.gz` each |
+//! | NetworkPolicy | `capstan` | only with [`network_policy`](Options::network_policy): see [`network`] |
 //! | Deployment | `capstan` | one replica of `capstan run --components /components` |
 //! | Service | `capstan-webhooks` | only with webhooks: port 443 to the host's port 9443 |
 //! | Validating/MutatingWebhookConfiguration | `capstan-<controller>` | only with webhooks; the host fills in the `caBundle` |
@@ -88,6 +89,7 @@
 
 mod deployment;
 mod kustomize;
+pub mod network;
 mod rbac;
 pub mod sample;
 mod webhooks;
@@ -198,6 +200,9 @@ pub enum Error {
     /// components do not have.
     #[error(transparent)]
     FailurePolicy(crate::serve::webhook::Error),
+    /// The NetworkPolicy cannot be generated as asked.
+    #[error(transparent)]
+    NetworkPolicy(network::Error),
     /// An output file could not be written.
     #[error("{path}: cannot write: {error}")]
     Write {
@@ -268,6 +273,7 @@ pub struct Options {
     server_side: bool,
     registry_secret: Option<String>,
     failure_policies: crate::serve::webhook::policy::FailurePolicies,
+    network_policy: Option<network::Policy>,
 }
 
 impl Default for Options {
@@ -284,6 +290,7 @@ impl Default for Options {
             server_side: false,
             registry_secret: None,
             failure_policies: crate::serve::webhook::policy::FailurePolicies::default(),
+            network_policy: None,
         }
     }
 }
@@ -376,6 +383,19 @@ impl Options {
     /// declares. Default: none, the declared policies.
     pub fn failure_policies(mut self, policies: crate::serve::webhook::policy::FailurePolicies) -> Self {
         self.failure_policies = policies;
+        self
+    }
+
+    /// Adds a NetworkPolicy for the host's Pods (`network-policy.yaml`,
+    /// `--network-policy`): ingress to the health port from anywhere and,
+    /// when a component serves webhooks, to the webhook port from outside
+    /// the Pod network only; egress to DNS, the API server, the
+    /// components' declared egress origins and their registries. See
+    /// [`network`] for the rules and their caveats. Left out with
+    /// [`skip_deployment`](Self::skip_deployment) (no host Pod to select).
+    /// Default: none.
+    pub fn network_policy(mut self, policy: network::Policy) -> Self {
+        self.network_policy = Some(policy);
         self
     }
 
@@ -518,6 +538,7 @@ struct Parts {
     host_rbac: File,
     component_rbac: Vec<File>,
     config_map: Option<File>,
+    network_policy: Option<File>,
     deployment: Option<File>,
     webhooks: Option<File>,
 }
@@ -569,6 +590,13 @@ impl Parts {
         } else {
             None
         };
+        let network_policy = match &options.network_policy {
+            Some(policy) if !options.skip_deployment => Some(File::new(
+                "network-policy.yaml",
+                vec![network::network_policy(components, options, policy, serve_webhooks)?],
+            )),
+            _ => None,
+        };
         let deployment = if options.skip_deployment {
             None
         } else {
@@ -583,6 +611,7 @@ impl Parts {
             host_rbac: File::new("rbac.yaml", rbac::host_objects(options)?),
             component_rbac,
             config_map,
+            network_policy,
             deployment,
             webhooks,
         })
@@ -594,6 +623,7 @@ impl Parts {
         files.push(self.host_rbac);
         files.extend(self.component_rbac);
         files.extend(self.config_map);
+        files.extend(self.network_policy);
         files.extend(self.deployment);
         files.extend(self.webhooks);
         files
@@ -613,19 +643,21 @@ pub fn rbac(components: &[Component], options: &Options) -> Result<Vec<Value>> {
 }
 
 /// Every object of an installation, in apply order: Namespace, CRDs, RBAC,
-/// the components ConfigMap and the Deployment.
+/// the components ConfigMap, the NetworkPolicy (if asked for) and the
+/// Deployment.
 ///
 /// # Errors
 ///
-/// [`Error::TooLargeForConfigMap`], [`Error::Image`], and the errors of
-/// [`rbac`].
+/// [`Error::TooLargeForConfigMap`], [`Error::Image`],
+/// [`Error::NetworkPolicy`], and the errors of [`rbac`].
 pub fn manifest(components: &[Component], options: &Options) -> Result<Vec<Value>> {
     Ok(files(components, options)?.into_iter().flat_map(|f| f.objects).collect())
 }
 
 /// The objects of [`manifest`], one file per piece: `namespace.yaml`,
 /// `crd-<name>.yaml`, `rbac.yaml`, `rbac-<controller>.yaml`,
-/// `components.yaml`, `deployment.yaml`.
+/// `components.yaml`, `network-policy.yaml`, `deployment.yaml`,
+/// `webhooks.yaml`.
 ///
 /// # Errors
 ///
@@ -638,8 +670,10 @@ pub fn files(components: &[Component], options: &Options) -> Result<Vec<File>> {
 /// [`files`] and a `kustomization.yaml` listing them. With `base` (a path
 /// relative to the output folder): an overlay that adds the components to
 /// a base generated without them: their CRDs, their RBAC, the components
-/// ConfigMap, and `deployment-patch.yaml`, which sets the image (and mounts
-/// the ConfigMap). The overlay's namespace and name must be the base's.
+/// ConfigMap, the NetworkPolicy (generate the base without it: kustomize
+/// refuses two of the same name), and `deployment-patch.yaml`, which sets
+/// the image (and mounts the ConfigMap). The overlay's namespace and name
+/// must be the base's.
 ///
 /// # Errors
 ///
@@ -660,6 +694,7 @@ pub fn kustomize(components: &[Component], options: &Options, base: Option<&str>
                 .into_iter()
                 .chain(parts.component_rbac)
                 .chain(parts.config_map)
+                .chain(parts.network_policy)
                 .chain(parts.webhooks)
                 .collect();
             kustomize::overlay(base, resources, patch)

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use crate::policy::PluralOverride;
+use crate::tooling::generate::network::{self, Cidr};
 use crate::tooling::generate::{self, Component, Delivery, File, Options};
 
 /// What to generate.
@@ -164,6 +165,37 @@ pub struct InstallArgs {
         conflicts_with = "skip_deployment"
     )]
     pub webhook_failure_policies: Vec<crate::serve::webhook::policy::Override>,
+    /// The NetworkPolicy of the host's Pods (boxed: it would make every
+    /// `capstan` command as large as `gen`'s).
+    #[command(flatten)]
+    pub network: Box<NetworkPolicyArgs>,
+}
+
+/// The NetworkPolicy of the host's Pods (see
+/// [`crate::tooling::generate::network`]).
+#[derive(Debug, Args)]
+pub struct NetworkPolicyArgs {
+    /// Also write a NetworkPolicy for the host's Pods: the health port
+    /// (8080) from anywhere; with webhooks, the webhook port (9443) from
+    /// outside the Pod network only (needs --pod-cidr); egress to DNS, the
+    /// API server, the components' declared egress origins (an IP address
+    /// as itself, a name as any address on its ports) and the registries
+    /// of components given by reference.
+    #[arg(long, conflicts_with = "skip_deployment")]
+    pub network_policy: bool,
+    /// An address range of the Pod network (e.g. 10.244.0.0/16): the
+    /// webhook port admits every address of its family but these. One per
+    /// address family in a dual-stack cluster; repeat or separate with
+    /// commas.
+    #[arg(long = "pod-cidr", value_name = "CIDR", value_delimiter = ',', requires = "network_policy")]
+    pub pod_cidrs: Vec<Cidr>,
+    /// An address range of the API server's endpoints (`kubectl get
+    /// endpointslices -n default -l kubernetes.io/service-name=kubernetes`),
+    /// not the `kubernetes` Service's IP, which the CNI rewrites before the
+    /// policy applies. Repeat or separate with commas. Default: ports 443
+    /// and 6443 to any address.
+    #[arg(long = "api-server-cidr", value_name = "CIDR", value_delimiter = ',', requires = "network_policy")]
+    pub api_server_cidrs: Vec<Cidr>,
 }
 
 impl RbacArgs {
@@ -200,6 +232,11 @@ impl InstallArgs {
         }
         if self.components_in_image {
             options = options.delivery(Delivery::Image);
+        }
+        let args = &self.network;
+        if args.network_policy {
+            let policy = args.pod_cidrs.iter().fold(network::Policy::new(), |p, c| p.pod_cidr(*c));
+            options = options.network_policy(args.api_server_cidrs.iter().fold(policy, |p, c| p.api_server_cidr(*c)));
         }
         Ok(options)
     }
@@ -391,5 +428,22 @@ mod tests {
         assert!(err.to_string().contains("cannot be used with"), "{err}");
         let both = install_args(&["--webhook-failure-policy", "greeter=Ignore,greeter=Fail"]).expect("parses");
         assert!(both.options().is_err(), "one target, both policies");
+    }
+
+    #[test]
+    fn network_policy_flags_parse_cidrs_and_need_the_policy_and_the_deployment() {
+        let install =
+            install_args(&["--network-policy", "--pod-cidr", "10.244.0.0/16,fd00:10:244::/56"]).expect("parses");
+        assert_eq!(
+            install.network.pod_cidrs.iter().map(Cidr::to_string).collect::<Vec<_>>(),
+            ["10.244.0.0/16", "fd00:10:244::/56"]
+        );
+        assert!(install.options().is_ok());
+        let err = install_args(&["--network-policy", "--pod-cidr", "10.244.0.1/16"]).expect_err("bits past the prefix");
+        assert!(err.to_string().contains("invalid CIDR"), "{err}");
+        let err = install_args(&["--pod-cidr", "10.244.0.0/16"]).expect_err("no policy to put it in");
+        assert!(err.to_string().contains("--network-policy"), "{err}");
+        let err = install_args(&["--network-policy", "--skip-deployment"]).expect_err("no host Pod");
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
     }
 }
