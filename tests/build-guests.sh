@@ -36,6 +36,8 @@ SILENCES_ALERTMANAGER=http://127.0.0.1:19093 build silences
 cp "$release/silences.wasm" "$out/silences-e2e.wasm"
 build zone-scheduler
 cp "$release/zone_scheduler.wasm" "$out/zone-scheduler.wasm"
+build greeter-webhooks --features v2
+cp "$release/greeter_webhooks.wasm" "$out/greeter-webhooks-v2.wasm"
 build greeter-webhooks
 cp "$release/greeter_webhooks.wasm" "$out/greeter-webhooks.wasm"
 # A greeter built against contract 0.1.0, kept as a binary (see its README).

@@ -123,9 +123,118 @@ pub(crate) fn convert<C: Conversion>(request: wit::ConversionRequest) -> Result<
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde::{Deserialize, Serialize};
     use serde_json::json;
 
     use super::*;
+
+    /// Declares a namespaced `Greeting` of `example.com` at `$version`,
+    /// whose type models no `status`.
+    macro_rules! greeting {
+        ($ty:ident, $spec:ty, $version:literal) => {
+            #[derive(Clone, Debug, Deserialize, Serialize)]
+            #[serde(rename_all = "camelCase")]
+            struct $ty {
+                api_version: String,
+                kind: String,
+                metadata: ObjectMeta,
+                spec: $spec,
+            }
+
+            impl Resource for $ty {
+                type DynamicType = ();
+                type Scope = kube::core::NamespaceResourceScope;
+
+                fn kind(_: &()) -> Cow<'_, str> {
+                    "Greeting".into()
+                }
+                fn group(_: &()) -> Cow<'_, str> {
+                    "example.com".into()
+                }
+                fn version(_: &()) -> Cow<'_, str> {
+                    $version.into()
+                }
+                fn plural(_: &()) -> Cow<'_, str> {
+                    "greetings".into()
+                }
+                fn meta(&self) -> &ObjectMeta {
+                    &self.metadata
+                }
+                fn meta_mut(&mut self) -> &mut ObjectMeta {
+                    &mut self.metadata
+                }
+            }
+        };
+    }
+
+    #[derive(Clone, Debug, Deserialize, Serialize)]
+    struct OldSpec {
+        message: String,
+        colour: String,
+    }
+
+    #[derive(Clone, Debug, Deserialize, Serialize)]
+    struct NewSpec {
+        greeting: String,
+    }
+
+    greeting!(Old, OldSpec, "v1alpha1");
+    greeting!(New, NewSpec, "v1");
+
+    /// `v1` has no colour: kept in an annotation; new metadata (a name
+    /// only), no status.
+    fn keep(old: Old) -> New {
+        let mut annotations = old.metadata.annotations.unwrap_or_default();
+        annotations.insert("colour".to_owned(), old.spec.colour);
+        New {
+            api_version: "example.com/v1".to_owned(),
+            kind: "Greeting".to_owned(),
+            metadata: ObjectMeta {
+                name: Some("ignored".to_owned()),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            spec: NewSpec { greeting: old.spec.message },
+        }
+    }
+
+    /// Reads the colour back out of the annotation, and removes it.
+    fn restore(mut new: New) -> Old {
+        let mut annotations: BTreeMap<String, String> = new.metadata.annotations.take().unwrap_or_default();
+        let colour = annotations.remove("colour").unwrap_or_default();
+        new.metadata.annotations = Some(annotations);
+        Old {
+            api_version: "example.com/v1alpha1".to_owned(),
+            kind: "Greeting".to_owned(),
+            metadata: new.metadata,
+            spec: OldSpec { message: new.spec.greeting, colour },
+        }
+    }
+
+    #[test]
+    fn between_keeps_what_a_version_cannot_represent_in_an_annotation_and_the_status() {
+        let old = json!({
+            "apiVersion": "example.com/v1alpha1",
+            "kind": "Greeting",
+            "metadata": {"name": "hi", "namespace": "demo", "uid": "u", "annotations": {"a": "1"}},
+            "spec": {"message": "x", "colour": "red"},
+            "status": {"ready": true},
+        });
+        let new = between::<Old, New>(old.clone(), "example.com/v1", keep, restore).expect("converts up");
+        assert_eq!(new["apiVersion"], "example.com/v1");
+        assert_eq!(
+            new["metadata"],
+            json!({"name": "hi", "namespace": "demo", "uid": "u", "annotations": {"a": "1", "colour": "red"}})
+        );
+        assert_eq!(new["spec"], json!({"greeting": "x"}));
+        assert_eq!(new["status"], json!({"ready": true}));
+        let back = between::<Old, New>(new, "example.com/v1alpha1", keep, restore).expect("converts down");
+        assert_eq!(back, old);
+    }
 
     #[test]
     fn metadata_comes_back_but_labels_and_annotations_the_conversion_set() {

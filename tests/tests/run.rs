@@ -106,6 +106,12 @@ async fn the_greeter_converges_follows_changes_repairs_children_and_cleans_up() 
     wait_for(TIMEOUT, || async { greetings.get_opt("hello").await.ok().and_then(|g| g.is_none().then_some(())) })
         .await?;
     wait_for(TIMEOUT, || async { (!events(&ns, "hello", "Deleted").await.is_empty()).then_some(()) }).await?;
+    // Once (#28.7): the children the garbage collector deletes after the
+    // finalizer is gone, and the cache still showing the object deleting,
+    // trigger no second `delete()` (a second `Deleted` would show within
+    // seconds, as one more Event or a series).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(occurrences(&events(&ns, "hello", "Deleted").await), 1, "delete() ran once");
 
     let counts = host.controllers()[0].counts();
     assert_eq!(counts.failed, 0, "{counts:?}");

@@ -211,6 +211,10 @@ async fn a_cluster_scoped_tenant_provisions_fails_with_status_reports_refused_ch
     })
     .await
     .context("the tenant's namespace was not garbage collected")?;
+    // `delete()` ran once (#28.7): neither the namespace going nor the
+    // cache still showing the Tenant deleting brought a second `Deleted`.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(occurrences(&events(&client, &name, "Deleted").await), 1, "delete() ran once");
     host.shutdown().await;
     vault.cleanup().await?;
     Ok(())

@@ -19,6 +19,11 @@
 //! `examples.capstan.dev/trap-lenient: "true"` makes a second validating
 //! webhook trap, whose failure policy is `Ignore` (the Greeting is stored).
 //!
+//! Built with the `v2` feature it is a second version for the host's
+//! hot-swap test (`tests/tests/webhook_lifecycle.rs`): `spec.replicas` may
+//! go up to 20, and it declares neither the defaulting webhook nor the
+//! lenient one.
+//!
 //! Run it (the host serves the webhooks and installs their configurations):
 //!
 //! ```text
@@ -44,8 +49,9 @@ pub const LOOP_ANNOTATION: &str = "examples.capstan.dev/loop";
 pub const TRAP_LENIENT_ANNOTATION: &str = "examples.capstan.dev/trap-lenient";
 /// The webhook with failure policy `Ignore`.
 pub const LENIENT: &str = "lenient.greetings.webhooks.examples.capstan.dev";
-/// Most replicas the validating webhook accepts.
-pub const MAX_REPLICAS: i32 = 10;
+/// Most replicas the validating webhook accepts (20 with the `v2`
+/// feature).
+pub const MAX_REPLICAS: i32 = if cfg!(feature = "v2") { 20 } else { 10 };
 
 /// A `Greeting`, version `v1alpha1` (the stored version).
 #[derive(CustomResource, Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
@@ -103,15 +109,16 @@ impl Component for GreetingWebhooks {
     fn manifest(&self) -> Manifest {
         let crd = kube::core::crd::merge_crds(vec![Greeting::crd(), v1::Greeting::crd()], "v1alpha1")
             .expect("the two versions describe the same kind");
-        Manifest::new("greeter-webhooks")
-            .primary::<Greeting>()
-            .crd(&crd)
-            .webhook(
-                Webhook::validating("validate.greetings.webhooks.examples.capstan.dev")
-                    .kind::<Greeting>()
-                    .operations(&[Operation::Create, Operation::Update])
-                    .timeout_seconds(5),
-            )
+        let manifest = Manifest::new("greeter-webhooks").primary::<Greeting>().crd(&crd).webhook(
+            Webhook::validating("validate.greetings.webhooks.examples.capstan.dev")
+                .kind::<Greeting>()
+                .operations(&[Operation::Create, Operation::Update])
+                .timeout_seconds(5),
+        );
+        if cfg!(feature = "v2") {
+            return manifest.converts::<Greeting>();
+        }
+        manifest
             .webhook(Webhook::validating(LENIENT).kind::<Greeting>().ignore_failures().timeout_seconds(5))
             .webhook(
                 Webhook::mutating("default.greetings.webhooks.examples.capstan.dev")

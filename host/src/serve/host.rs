@@ -965,13 +965,14 @@ impl Shared {
         // A new version that declares what the running one declares asks
         // nothing new of the cluster: its access was checked, its CRDs and
         // webhooks installed, when the running one was admitted.
-        let declared_before = lock(&self.slots)
+        let running = lock(&self.slots)
             .iter()
             .find(|s| s.path == path)
             .and_then(|s| s.controller.as_ref())
-            .is_some_and(|c| *c.reconciler().component().manifest == *loaded.manifest);
+            .map(|c| Arc::clone(&c.reconciler().component().manifest));
+        let declared_before = running.as_ref().is_some_and(|m| **m == *loaded.manifest);
         if !declared_before {
-            self.prepare_cluster(path, &loaded.manifest).await?;
+            self.prepare_cluster(path, &loaded.manifest, running.as_deref()).await?;
         }
         tracing::info!(
             controller = %name,
@@ -987,8 +988,10 @@ impl Shared {
     }
 
     /// Checks the host's access for what `manifest` declares and installs
-    /// its CRDs and webhook configurations, as configured.
-    async fn prepare_cluster(&self, path: &Path, manifest: &Manifest) -> Result<(), Error> {
+    /// its CRDs and webhook configurations, as configured; `running` is
+    /// the manifest of the version it replaces, whose configurations of a
+    /// type `manifest` no longer declares are withdrawn.
+    async fn prepare_cluster(&self, path: &Path, manifest: &Manifest, running: Option<&Manifest>) -> Result<(), Error> {
         // The operator's failure policies name what this version declares:
         // checked before anything is applied.
         if let Some(install) = self.webhooks.as_ref().and_then(|w| w.install_settings()) {
@@ -1020,6 +1023,12 @@ impl Shared {
             )
             .await
             .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
+            if let Some(running) = running
+                && let Err(e) =
+                    crate::serve::webhook::install::withdraw_dropped(&self.cluster, running, manifest, install).await
+            {
+                tracing::warn!(component = %manifest.name, error = %e, "cannot remove a webhook configuration the new version no longer needs");
+            }
         }
         Ok(())
     }
@@ -1078,10 +1087,18 @@ impl Shared {
             (slot.and_then(|s| s.controller.clone()), slot.and_then(|s| s.leadership.as_ref().map(Leadership::watch)))
         };
         if let Some(webhooks) = &self.webhooks {
-            // The file held another component before: its webhooks go.
+            // The file held another component before: its webhooks go, as
+            // for a component removed (see `unload`).
             let previous = lock(&self.slots).iter().find(|s| s.path == path).and_then(|s| s.version.clone());
             if let Some(previous) = previous.filter(|v| v.name != name) {
+                let served = webhooks.get(&previous.name).ok().map(|s| Arc::clone(&s.component));
                 webhooks.withdraw(&previous.name);
+                if let (Some(install), Some(component)) = (webhooks.install_settings(), served)
+                    && let Err(e) =
+                        crate::serve::webhook::install::uninstall(&self.cluster, &component.manifest, install).await
+                {
+                    tracing::warn!(component = %previous.name, error = %e, "cannot remove the webhook configurations");
+                }
             }
         }
         let mut joined = None;

@@ -2,6 +2,12 @@
 //! and reconciler, against the in-memory [`MockCluster`], so authors can
 //! unit-test a controller in milliseconds without a cluster.
 //!
+//! This crate is not published and the `capstan` binary does not carry
+//! it: depend on it from a checkout (a path or git dependency on `host/`).
+//! Outside one, `capstan test COMPONENT SCENARIOS` runs a component on
+//! this mock host, and a Rust controller's logic is unit-tested natively
+//! with `capstan_guest::testing::FakeHost` (docs/mock.md, "Which to use").
+//!
 //! ```no_run
 //! # async fn f() -> anyhow::Result<()> {
 //! use capstan_host::tooling::testing::MockHost;

@@ -26,12 +26,18 @@
 //! ([`Manifest::reviews_as_own_kind`]). [`uninstall`] removes only what
 //! the caller owns.
 //!
+//! # Hot swaps
+//!
+//! A new version of a component is installed over the running one's
+//! configurations: a webhook it no longer declares leaves its
+//! configuration (server-side apply drops the entry), and a configuration
+//! of a type it declares no webhook of is deleted ([`withdraw_dropped`]).
+//!
 //! # Caveats
 //!
-//! Configurations of webhooks a later version no longer declares are not
-//! deleted; the caBundle is the one known when the component loads (a
-//! rotated CA in `--webhook-cert-dir` is written at the next load). A
-//! CRD's conversion is never turned off by the host (see [`uninstall`]).
+//! The caBundle is the one known when the component loads (a rotated CA
+//! in `--webhook-cert-dir` is written at the next load). A CRD's
+//! conversion is never turned off by the host (see [`uninstall`]).
 //!
 //! `capstan gen` writes the same objects ([`objects`]) with a Service
 //! endpoint and no caBundle, which the host then fills in.
@@ -367,25 +373,62 @@ async fn check_own_kinds(
 ///
 /// [`Error::Install`] naming the object that could not be read or deleted.
 pub async fn uninstall(cluster: &KubeCluster, manifest: &Manifest, install: &Install) -> Result<(), Error> {
+    for kind in CONFIGURATION_KINDS {
+        remove(cluster, manifest, kind, install).await?;
+    }
+    Ok(())
+}
+
+/// Removes the configurations `install` installed for `previous` (the
+/// version of a component that ran before `manifest`, a new version of
+/// the same component) of a type `manifest` no longer declares: a
+/// `MutatingWebhookConfiguration` left behind by a version with a
+/// defaulting webhook would keep sending reviews for a webhook the new
+/// version does not serve, refused under `Fail`. Entries dropped from a
+/// configuration that stays go at [`install`] (server-side apply).
+///
+/// # Errors
+///
+/// [`Error::Install`] naming the object that could not be read or deleted.
+pub async fn withdraw_dropped(
+    cluster: &KubeCluster,
+    previous: &Manifest,
+    manifest: &Manifest,
+    install: &Install,
+) -> Result<(), Error> {
+    if previous.name != manifest.name {
+        return Ok(());
+    }
+    let declares = |m: &Manifest, mutating: bool| m.roles.admission.iter().any(|w| w.mutating == mutating);
+    for (mutating, kind) in [(false, CONFIGURATION_KINDS[0]), (true, CONFIGURATION_KINDS[1])] {
+        if declares(previous, mutating) && !declares(manifest, mutating) {
+            remove(cluster, manifest, kind, install).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The kinds of the admission configurations, validating first.
+const CONFIGURATION_KINDS: [&str; 2] = ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"];
+
+/// Deletes the configuration of `kind` of `manifest` if `install` owns it.
+async fn remove(cluster: &KubeCluster, manifest: &Manifest, kind: &str, install: &Install) -> Result<(), Error> {
     let name = configuration_name(manifest);
-    let owner = install.owner();
-    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
-        let r = ObjectRef::new(Gvk::new("admissionregistration.k8s.io", "v1", kind), None, name.clone());
-        let what = format!("{kind} {name}");
-        let Some(existing) = existing(cluster, &r, &what).await? else { continue };
-        match owner_of(&existing) {
-            Some(current) if current == owner => {}
-            current => {
-                let current = current.unwrap_or_else(|| "unknown".to_owned());
-                tracing::info!(object = %what, owner = %current, "installed by another host; left in place");
-                continue;
-            }
+    let r = ObjectRef::new(Gvk::new("admissionregistration.k8s.io", "v1", kind), None, name.clone());
+    let what = format!("{kind} {name}");
+    let Some(existing) = existing(cluster, &r, &what).await? else { return Ok(()) };
+    match owner_of(&existing) {
+        Some(current) if current == install.owner() => {}
+        current => {
+            let current = current.unwrap_or_else(|| "unknown".to_owned());
+            tracing::info!(object = %what, owner = %current, "installed by another host; left in place");
+            return Ok(());
         }
-        match cluster.delete(&r, crate::cluster::Propagation::Background).await {
-            Ok(()) => tracing::info!(object = %what, "webhook configuration removed"),
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(Error::Install { what, error: e.to_string() }),
-        }
+    }
+    match cluster.delete(&r, crate::cluster::Propagation::Background).await {
+        Ok(()) => tracing::info!(object = %what, "webhook configuration removed"),
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(Error::Install { what, error: e.to_string() }),
     }
     Ok(())
 }
