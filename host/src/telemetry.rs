@@ -34,13 +34,15 @@
 //! # Ok::<(), capstan_host::telemetry::Error>(())
 //! ```
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanProcessor};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanProcessor,
+};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::metrics::metrics;
@@ -288,7 +290,9 @@ impl Export {
             }
         }
         .map_err(Error::Build)?;
-        Ok(Some(Self { provider: provider(config, exporter) }))
+        let provider = provider(config, exporter);
+        let _ = TRACER.set(provider.tracer("capstan"));
+        Ok(Some(Self { provider }))
     }
 
     /// The `tracing` layer that turns the host's spans into exported ones.
@@ -306,6 +310,37 @@ impl Export {
             tracing::warn!(error = %e, "trace export did not shut down cleanly");
         }
     }
+}
+
+/// The tracer of the first export started ([`Export::start`]), for the
+/// spans [`record_span`] makes with times of their own.
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// Records a finished span `name`, a child of `parent`, that ran from
+/// `start` to `end`: for what the host knows the times of only
+/// afterwards, such as the time an object waited in the queue before a
+/// worker took it (`queue_wait`, which began before its `reconcile`).
+/// Does nothing when no trace is exported or `parent`'s trace is not
+/// sampled.
+pub fn record_span(parent: &tracing::Span, name: &'static str, start: SystemTime, end: SystemTime) {
+    if let Some(tracer) = TRACER.get() {
+        child_span(tracer, &parent.context(), name, start, end);
+    }
+}
+
+/// [`record_span`] with the tracer given.
+fn child_span(
+    tracer: &SdkTracer,
+    parent: &opentelemetry::Context,
+    name: &'static str,
+    start: SystemTime,
+    end: SystemTime,
+) {
+    if !parent.span().span_context().is_sampled() {
+        return;
+    }
+    let mut span = tracer.span_builder(name).with_start_time(start).start_with_context(tracer, parent);
+    span.end_with_timestamp(end.max(start));
 }
 
 /// A tracer provider exporting through `exporter` in batches, behind
@@ -558,6 +593,37 @@ mod tests {
         assert_eq!(grpc.endpoint("https://collector:4317", true).endpoint.as_deref(), Some("https://collector:4317"));
         assert_eq!((Protocol::Grpc.default_port(), Protocol::HttpProtobuf.default_port()), (4317, 4318));
         assert_eq!(Protocol::parse(Protocol::Grpc.as_str()).expect("round trip"), Protocol::Grpc);
+    }
+
+    #[test]
+    fn a_span_recorded_afterwards_keeps_its_times_and_parent() {
+        #[derive(Debug, Default)]
+        struct Keep(Arc<Mutex<Vec<SpanData>>>);
+        impl opentelemetry_sdk::trace::SpanExporter for Keep {
+            async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+                self.0.lock().expect("not poisoned").extend(batch);
+                Ok(())
+            }
+        }
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let provider = provider(&Config::default(), Keep(Arc::clone(&kept)));
+        let tracer = provider.tracer("test");
+        let (start, end) =
+            (SystemTime::UNIX_EPOCH + Duration::from_secs(10), SystemTime::UNIX_EPOCH + Duration::from_secs(12));
+        let root = tracer.start("reconcile");
+        let root_context = root.span_context().clone();
+        let parent = opentelemetry::Context::current_with_span(root);
+        child_span(&tracer, &parent, "queue_wait", start, end);
+        // An unsampled parent (none at all here): nothing is recorded.
+        child_span(&tracer, &opentelemetry::Context::new(), "orphan", start, end);
+        drop(parent);
+        provider.shutdown().expect("shuts down");
+        let kept = kept.lock().expect("not poisoned");
+        let wait = kept.iter().find(|s| s.name == "queue_wait").expect("the span was exported");
+        assert_eq!((wait.start_time, wait.end_time), (start, end));
+        assert_eq!(wait.parent_span_id, root_context.span_id());
+        assert_eq!(wait.span_context.trace_id(), root_context.trace_id());
+        assert!(kept.iter().all(|s| s.name != "orphan"), "a span without a sampled parent is not recorded");
     }
 
     #[test]
