@@ -223,6 +223,31 @@ pub struct EventRecord {
     pub reporting_controller: String,
 }
 
+/// The longest reason or action of an Event the API server takes, in
+/// bytes; also what of them an Event's span carries.
+pub const MAX_EVENT_WORD: usize = 128;
+
+impl EventRecord {
+    /// The span of recording it, `record_event`: the Event's reason,
+    /// action and type (`Normal` or `Warning`) and the object it is about
+    /// (reason and action bounded to [`MAX_EVENT_WORD`]), and, recorded by
+    /// [`telemetry::record_request`](crate::telemetry::record_request), the
+    /// API server's status code when it failed. Never its note: the
+    /// controller writes that, and it may quote an object.
+    pub fn span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "record_event",
+            reason = %bounded(&self.reason, MAX_EVENT_WORD),
+            action = %bounded(&self.action, MAX_EVENT_WORD),
+            "type" = if self.warning { "Warning" } else { "Normal" },
+            regarding = %self.regarding,
+            status_code = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+            "otel.status_message" = tracing::field::Empty,
+        )
+    }
+}
+
 /// A place that stores Kubernetes objects and answers API calls.
 ///
 /// Implementations behave like the API server where it matters to

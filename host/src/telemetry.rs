@@ -1,5 +1,5 @@
 //! Trace export: the host's spans sent to an OpenTelemetry collector over
-//! OTLP (HTTP/protobuf), off unless an endpoint is configured.
+//! OTLP (HTTP/protobuf or gRPC), off unless an endpoint is configured.
 //!
 //! [`Config`] is what `capstan run` reads from its flags and the standard
 //! `OTEL_*` variables; [`Export::start`] turns it into a tracer provider
@@ -26,15 +26,23 @@
 //! let config = Config::default().endpoint("http://collector:4318", false);
 //! assert_eq!(config.endpoint.as_deref(), Some("http://collector:4318/v1/traces"));
 //! assert_eq!(config.sampler, Sampler::ParentBased(Box::new(Sampler::AlwaysOn)));
+//!
+//! // ... and with `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`, the gRPC service at
+//! // the collector's other port, the URL as it is.
+//! let config = Config::default().protocol("grpc")?.endpoint("http://collector:4317", false);
+//! assert_eq!(config.endpoint.as_deref(), Some("http://collector:4317"));
+//! # Ok::<(), capstan_host::telemetry::Error>(())
 //! ```
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+use opentelemetry::trace::{Span as _, TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, SpanData, SpanProcessor};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanProcessor,
+};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::metrics::metrics;
@@ -55,8 +63,8 @@ pub enum Error {
     #[error("traces sampler argument {0:?} is not a ratio between 0 and 1")]
     SamplerArg(String),
     /// `OTEL_EXPORTER_OTLP_PROTOCOL` asks for a protocol the host does not
-    /// speak.
-    #[error("OTLP protocol {0:?} is not supported: the host exports http/protobuf")]
+    /// speak (`http/json`).
+    #[error("OTLP protocol {0:?} is not supported: use http/protobuf or grpc")]
     Protocol(String),
     /// The exporter could not be built (a malformed endpoint, a header).
     #[error("cannot build the OTLP exporter")]
@@ -121,13 +129,62 @@ impl Sampler {
     }
 }
 
+/// How spans travel to the collector, as `OTEL_EXPORTER_OTLP_PROTOCOL`
+/// (or `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`) names it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http/protobuf`: protobuf posted over HTTP to `…/v1/traces`, by
+    /// default on the collector's port [4318](Protocol::default_port). The
+    /// default, as the OpenTelemetry specification has it.
+    #[default]
+    HttpProtobuf,
+    /// `grpc`: the OTLP gRPC service, by default on the collector's port
+    /// [4317](Protocol::default_port).
+    Grpc,
+}
+
+impl Protocol {
+    /// Reads an `OTEL_EXPORTER_OTLP_PROTOCOL` value.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Protocol`] for any protocol but `http/protobuf` and
+    /// `grpc` (`http/json`, which the host does not speak).
+    pub fn parse(name: &str) -> Result<Self, Error> {
+        match name.trim() {
+            "http/protobuf" => Ok(Protocol::HttpProtobuf),
+            "grpc" => Ok(Protocol::Grpc),
+            other => Err(Error::Protocol(other.to_owned())),
+        }
+    }
+
+    /// The name `OTEL_EXPORTER_OTLP_PROTOCOL` gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::HttpProtobuf => "http/protobuf",
+            Protocol::Grpc => "grpc",
+        }
+    }
+
+    /// The port a collector takes it on unless configured otherwise:
+    /// 4318 for `http/protobuf`, 4317 for `grpc`.
+    pub fn default_port(self) -> u16 {
+        match self {
+            Protocol::HttpProtobuf => 4318,
+            Protocol::Grpc => 4317,
+        }
+    }
+}
+
 /// Where traces go and which. Built from `capstan run`'s flags.
 #[derive(Debug, Clone, PartialEq)]
 #[must_use]
 pub struct Config {
-    /// The URL spans are posted to (`…/v1/traces`). Default: none, no
-    /// export.
+    /// The URL spans are sent to: `…/v1/traces` over HTTP, the
+    /// collector's address for gRPC. Default: none, no export.
     pub endpoint: Option<String>,
+    /// How they travel. Default: [`Protocol::HttpProtobuf`].
+    pub protocol: Protocol,
     /// `service.name` of the spans. Default: `capstan`.
     pub service_name: String,
     /// Which traces are exported. Default: every one
@@ -142,6 +199,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             endpoint: None,
+            protocol: Protocol::default(),
             service_name: "capstan".to_owned(),
             sampler: Sampler::default(),
             queue_size: DEFAULT_QUEUE_SIZE,
@@ -150,26 +208,30 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Sets the collector: `url` as it is when `signal` (it names the
-    /// traces endpoint, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), else with
-    /// `/v1/traces` appended (`OTEL_EXPORTER_OTLP_ENDPOINT`, the
-    /// collector's base URL).
+    /// Sets the collector, for the [`protocol`](Self::protocol) set
+    /// before: `url` as it is when `signal` (it names the traces endpoint,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) or over gRPC (whose service
+    /// has no path of its own), else with `/v1/traces` appended
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT` over HTTP, the collector's base URL).
     pub fn endpoint(mut self, url: &str, signal: bool) -> Self {
-        self.endpoint = Some(if signal { url.to_owned() } else { format!("{}/v1/traces", url.trim_end_matches('/')) });
+        self.endpoint = Some(match self.protocol {
+            Protocol::HttpProtobuf if !signal => format!("{}/v1/traces", url.trim_end_matches('/')),
+            _ => url.to_owned(),
+        });
         self
     }
 
-    /// Checks the `OTEL_EXPORTER_OTLP_PROTOCOL` value: the host speaks
-    /// `http/protobuf` only.
+    /// Sets the protocol from an `OTEL_EXPORTER_OTLP_PROTOCOL` value
+    /// ([`Protocol::parse`]). Set it before the
+    /// [`endpoint`](Self::endpoint), which depends on it.
     ///
     /// # Errors
     ///
-    /// [`Error::Protocol`] for any other protocol (`grpc`, `http/json`).
-    pub fn protocol(self, protocol: &str) -> Result<Self, Error> {
-        match protocol.trim() {
-            "http/protobuf" => Ok(self),
-            other => Err(Error::Protocol(other.to_owned())),
-        }
+    /// [`Error::Protocol`] for a protocol the host does not speak
+    /// (`http/json`).
+    pub fn protocol(mut self, protocol: &str) -> Result<Self, Error> {
+        self.protocol = Protocol::parse(protocol)?;
+        Ok(self)
     }
 }
 
@@ -183,26 +245,54 @@ pub struct Export {
 
 impl Export {
     /// Starts exporting per `config`; `None` when no endpoint is set.
-    /// Needs no async runtime: the exporter posts from a thread of its
-    /// own.
+    ///
+    /// Over HTTP the exporter posts from a thread of its own; over gRPC
+    /// it sends from that thread too, through a connection whose I/O runs
+    /// on the Tokio runtime current here: call it from within the
+    /// runtime the host runs on (`capstan run` does).
     ///
     /// # Errors
     ///
     /// [`Error::Build`] when the exporter cannot be built from the
     /// endpoint or the `OTEL_EXPORTER_OTLP_*` variables it also reads
     /// (headers, timeout, compression).
+    ///
+    /// # Panics
+    ///
+    /// With [`Protocol::Grpc`], outside a Tokio runtime.
     pub fn start(config: &Config) -> Result<Option<Self>, Error> {
-        use opentelemetry_otlp::WithExportConfig as _;
+        use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
         let Some(endpoint) = &config.endpoint else { return Ok(None) };
-        // The exporter's HTTP client (reqwest, rustls without a bundled
-        // provider) needs one installed: ring's, as everywhere in the host.
+        // Both clients (reqwest and tonic, rustls without a bundled
+        // provider) need one installed: ring's, as everywhere in the host.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_endpoint(endpoint)
-            .build()
-            .map_err(Error::Build)?;
-        Ok(Some(Self { provider: provider(config, exporter) }))
+        let builder = opentelemetry_otlp::SpanExporter::builder();
+        // The protocol given, so that neither builder reads it again from
+        // an `OTEL_*` variable that a flag overrode.
+        let exporter = match config.protocol {
+            Protocol::HttpProtobuf => builder
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(endpoint)
+                .build(),
+            Protocol::Grpc => {
+                let builder =
+                    builder.with_tonic().with_protocol(opentelemetry_otlp::Protocol::Grpc).with_endpoint(endpoint);
+                // `https://` verified against the platform's roots, as over
+                // HTTP (tonic trusts none unless told).
+                let builder = if endpoint.starts_with("https://") {
+                    use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
+                    builder.with_tls_config(ClientTlsConfig::new().with_native_roots())
+                } else {
+                    builder
+                };
+                builder.build()
+            }
+        }
+        .map_err(Error::Build)?;
+        let provider = provider(config, exporter);
+        let _ = TRACER.set(provider.tracer("capstan"));
+        Ok(Some(Self { provider }))
     }
 
     /// The `tracing` layer that turns the host's spans into exported ones.
@@ -220,6 +310,37 @@ impl Export {
             tracing::warn!(error = %e, "trace export did not shut down cleanly");
         }
     }
+}
+
+/// The tracer of the first export started ([`Export::start`]), for the
+/// spans [`record_span`] makes with times of their own.
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// Records a finished span `name`, a child of `parent`, that ran from
+/// `start` to `end`: for what the host knows the times of only
+/// afterwards, such as the time an object waited in the queue before a
+/// worker took it (`queue_wait`, which began before its `reconcile`).
+/// Does nothing when no trace is exported or `parent`'s trace is not
+/// sampled.
+pub fn record_span(parent: &tracing::Span, name: &'static str, start: SystemTime, end: SystemTime) {
+    if let Some(tracer) = TRACER.get() {
+        child_span(tracer, &parent.context(), name, start, end);
+    }
+}
+
+/// [`record_span`] with the tracer given.
+fn child_span(
+    tracer: &SdkTracer,
+    parent: &opentelemetry::Context,
+    name: &'static str,
+    start: SystemTime,
+    end: SystemTime,
+) {
+    if !parent.span().span_context().is_sampled() {
+        return;
+    }
+    let mut span = tracer.span_builder(name).with_start_time(start).start_with_context(tracer, parent);
+    span.end_with_timestamp(end.max(start));
 }
 
 /// A tracer provider exporting through `exporter` in batches, behind
@@ -459,7 +580,50 @@ mod tests {
         assert_eq!(base.endpoint.as_deref(), Some("http://collector:4318/v1/traces"));
         let signal = Config::default().endpoint("http://collector:4318/custom", true);
         assert_eq!(signal.endpoint.as_deref(), Some("http://collector:4318/custom"));
-        assert!(Config::default().protocol("http/protobuf").is_ok());
+        let http = Config::default().protocol("http/protobuf").expect("spoken");
+        assert_eq!(http.protocol, Protocol::HttpProtobuf);
+        assert_eq!(Config::default().protocol, Protocol::HttpProtobuf, "http/protobuf unless told");
+        // gRPC: the collector's address as it is, base or signal URL alike.
+        let grpc = Config::default().protocol(" grpc ").expect("spoken");
+        assert_eq!(grpc.protocol, Protocol::Grpc);
+        assert_eq!(
+            grpc.clone().endpoint("http://collector:4317", false).endpoint.as_deref(),
+            Some("http://collector:4317")
+        );
+        assert_eq!(grpc.endpoint("https://collector:4317", true).endpoint.as_deref(), Some("https://collector:4317"));
+        assert_eq!((Protocol::Grpc.default_port(), Protocol::HttpProtobuf.default_port()), (4317, 4318));
+        assert_eq!(Protocol::parse(Protocol::Grpc.as_str()).expect("round trip"), Protocol::Grpc);
+    }
+
+    #[test]
+    fn a_span_recorded_afterwards_keeps_its_times_and_parent() {
+        #[derive(Debug, Default)]
+        struct Keep(Arc<Mutex<Vec<SpanData>>>);
+        impl opentelemetry_sdk::trace::SpanExporter for Keep {
+            async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+                self.0.lock().expect("not poisoned").extend(batch);
+                Ok(())
+            }
+        }
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let provider = provider(&Config::default(), Keep(Arc::clone(&kept)));
+        let tracer = provider.tracer("test");
+        let (start, end) =
+            (SystemTime::UNIX_EPOCH + Duration::from_secs(10), SystemTime::UNIX_EPOCH + Duration::from_secs(12));
+        let root = tracer.start("reconcile");
+        let root_context = root.span_context().clone();
+        let parent = opentelemetry::Context::current_with_span(root);
+        child_span(&tracer, &parent, "queue_wait", start, end);
+        // An unsampled parent (none at all here): nothing is recorded.
+        child_span(&tracer, &opentelemetry::Context::new(), "orphan", start, end);
+        drop(parent);
+        provider.shutdown().expect("shuts down");
+        let kept = kept.lock().expect("not poisoned");
+        let wait = kept.iter().find(|s| s.name == "queue_wait").expect("the span was exported");
+        assert_eq!((wait.start_time, wait.end_time), (start, end));
+        assert_eq!(wait.parent_span_id, root_context.span_id());
+        assert_eq!(wait.span_context.trace_id(), root_context.trace_id());
+        assert!(kept.iter().all(|s| s.name != "orphan"), "a span without a sampled parent is not recorded");
     }
 
     #[test]
@@ -468,7 +632,7 @@ mod tests {
         assert!(e.to_string().starts_with("unknown traces sampler \"jaeger_remote\": use always_on"), "{e}");
         let e = Sampler::parse("traceidratio", Some("2")).expect_err("out of range");
         assert_eq!(e.to_string(), "traces sampler argument \"2\" is not a ratio between 0 and 1");
-        let e = Config::default().protocol("grpc").expect_err("not spoken");
-        assert_eq!(e.to_string(), "OTLP protocol \"grpc\" is not supported: the host exports http/protobuf");
+        let e = Config::default().protocol("http/json").expect_err("not spoken");
+        assert_eq!(e.to_string(), "OTLP protocol \"http/json\" is not supported: use http/protobuf or grpc");
     }
 }

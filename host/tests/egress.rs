@@ -4,13 +4,15 @@
 //! a name instead of the declared address, another scheme, a metadata
 //! address, anything for a component that declares nothing — is refused
 //! before a connection is made; budgets hold against a server that sends
-//! forever or never answers, and the host serves the next call.
+//! forever or never answers, and the host serves the next call. Each
+//! request is an `http_request` span under the guest's call.
 //!
 //! Needs `fixture.wasm` and `fetcher.wasm` from `tests/build-guests.sh`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use capstan_host::object::{Gvk, ObjectRef};
@@ -69,8 +71,8 @@ impl Server {
                             Ok(n) => request.extend_from_slice(&buf[..n]),
                         }
                     }
-                    let path = String::from_utf8_lossy(&request).split(' ').nth(1).unwrap_or("/").to_owned();
-                    match path.as_str() {
+                    let target = String::from_utf8_lossy(&request).split(' ').nth(1).unwrap_or("/").to_owned();
+                    match target.split('?').next().unwrap_or_default() {
                         "/ok" => {
                             let _ = stream
                                 .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello")
@@ -186,4 +188,101 @@ async fn a_huge_body_and_a_silent_server_cost_only_the_call_and_the_host_serves_
     // The host goes on: the next call reaches the server.
     let after = fetch(&mut host, "after", &[server.url("/ok")], 1).await;
     assert_eq!(after, ["status:200 bytes:5"]);
+}
+
+/// A span a test saw open: its name, its parent's, and its fields as
+/// recorded (at the start and later).
+#[derive(Debug, Clone)]
+struct Seen {
+    name: &'static str,
+    parent: Option<&'static str>,
+    fields: BTreeMap<String, String>,
+}
+
+/// A `tracing` layer keeping every span opened while it is the default.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<Vec<(tracing::span::Id, Seen)>>>);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let parent = ctx.span(id).and_then(|s| s.parent()).map(|p| p.name());
+        let seen = Seen { name: attrs.metadata().name(), parent, fields };
+        self.0.lock().expect("not poisoned").push((id.clone(), seen));
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut spans = self.0.lock().expect("not poisoned");
+        // The latest span of that id (ids are reused once a span closes).
+        if let Some((_, seen)) = spans.iter_mut().rev().find(|(i, _)| i == id) {
+            values.record(&mut Fields(&mut seen.fields));
+        }
+    }
+}
+
+impl Spans {
+    fn named(&self, name: &str) -> Vec<Seen> {
+        self.0.lock().expect("not poisoned").iter().filter(|(_, s)| s.name == name).map(|(_, s)| s.clone()).collect()
+    }
+}
+
+#[tokio::test]
+async fn each_request_is_a_span_of_the_guest_call_with_its_destination_and_answer_never_its_query() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let declared = Server::start(true).await;
+    let spans = Spans::default();
+    // This test's thread only (the runtime is current-thread): what the
+    // guest's requests open, sent from tasks of their own, is seen here;
+    // at `info`, as `capstan run` logs by default (wasmtime's own spans
+    // of each import are at `trace`).
+    let subscriber =
+        tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO).with(spans.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let mut host = MockHost::new().expect("host");
+    host.load(guest("fetcher")).await.expect("loads");
+    let urls = [declared.url("/ok?token=secret-token"), "http://127.0.0.1:1/private?key=secret-key".to_owned()];
+    let results = fetch(&mut host, "spanned", &urls, 1).await;
+    assert_eq!(results[0], "status:200 bytes:5", "{results:?}");
+    assert!(results[1].starts_with("denied:"), "{results:?}");
+
+    let requests = spans.named("http_request");
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let (sent, refused) = (&requests[0].fields, &requests[1].fields);
+    assert!(requests.iter().all(|s| s.parent == Some("guest_call")), "under the guest's call: {requests:?}");
+    assert_eq!(sent["method"], "GET");
+    assert_eq!((sent["scheme"].as_str(), sent["host"].as_str()), ("http", "127.0.0.1"));
+    assert_eq!(sent["port"], declared.port.to_string());
+    assert_eq!(sent["status_code"], "200");
+    assert!(!sent.contains_key("refused") && !sent.contains_key("otel.status_code"), "{sent:?}");
+    assert_eq!((refused["port"].as_str(), refused["refused"].as_str()), ("1", "denied"));
+    assert_eq!(refused["otel.status_code"], "error");
+    assert!(!refused.contains_key("status_code"), "{refused:?}");
+    let all = format!("{requests:?}");
+    assert!(!all.contains("secret") && !all.contains("/ok") && !all.contains("/private"), "a path or query: {all}");
 }

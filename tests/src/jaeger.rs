@@ -1,8 +1,8 @@
 //! A real trace backend on loopback for the tests: Jaeger (`cmd/jaeger`,
 //! the OpenTelemetry-collector-based binary), built once from the Go module
 //! proxy into `$CAPSTAN_CACHE/jaeger/jaeger-<version>/jaeger`, and started
-//! by each test that needs one with in-memory storage, an OTLP/HTTP
-//! receiver and the query API on free ports. Nothing is left running: the
+//! by each test that needs one with in-memory storage, OTLP receivers
+//! (HTTP and gRPC) and the query API on free ports. Nothing is left running: the
 //! process is killed when the [`Jaeger`] is dropped.
 //!
 //! Jaeger's module carries a `replace` line, so `go install …@version`
@@ -43,13 +43,14 @@ pub async fn binary() -> Result<PathBuf> {
     .await
 }
 
-/// A running Jaeger on `127.0.0.1`: in-memory storage, an OTLP/HTTP
-/// receiver and the query API.
+/// A running Jaeger on `127.0.0.1`: in-memory storage, OTLP/HTTP and
+/// OTLP/gRPC receivers and the query API.
 #[derive(Debug)]
 pub struct Jaeger {
     binary: PathBuf,
     dir: PathBuf,
     otlp_port: u16,
+    otlp_grpc_port: u16,
     query_port: u16,
     child: Option<Child>,
 }
@@ -64,7 +65,8 @@ impl Jaeger {
         let binary = binary().await?;
         let dir = std::env::temp_dir().join(format!("capstan-jaeger-{}", crate::random_suffix(8)));
         std::fs::create_dir_all(&dir)?;
-        let (otlp_port, query_port, query_grpc_port) = (crate::free_port()?, crate::free_port()?, crate::free_port()?);
+        let (otlp_port, otlp_grpc_port) = (crate::free_port()?, crate::free_port()?);
+        let (query_port, query_grpc_port) = (crate::free_port()?, crate::free_port()?);
         // Every listener on a port of ours (the collector's own metrics
         // and the extensions a test does not need are left out).
         let config = format!(
@@ -98,6 +100,8 @@ receivers:
     protocols:
       http:
         endpoint: 127.0.0.1:{otlp_port}
+      grpc:
+        endpoint: 127.0.0.1:{otlp_grpc_port}
 processors:
   batch:
     timeout: 100ms
@@ -107,7 +111,7 @@ exporters:
 "
         );
         std::fs::write(dir.join("config.yaml"), config)?;
-        let mut jaeger = Self { binary, dir, otlp_port, query_port, child: None };
+        let mut jaeger = Self { binary, dir, otlp_port, otlp_grpc_port, query_port, child: None };
         jaeger.resume().await?;
         Ok(jaeger)
     }
@@ -116,6 +120,12 @@ exporters:
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` takes.
     pub fn otlp_endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.otlp_port)
+    }
+
+    /// The URL of the OTLP/gRPC receiver, what `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// takes with `OTEL_EXPORTER_OTLP_PROTOCOL=grpc`.
+    pub fn otlp_grpc_endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.otlp_grpc_port)
     }
 
     /// Stops Jaeger (what it stored is lost); [`resume`](Self::resume)

@@ -492,6 +492,12 @@ impl Worker {
                 "otel.status_message" = tracing::field::Empty,
             );
             crate::telemetry::start_trace(&span);
+            // The wait, a span of the trace though it ended before the
+            // trace began: from when the object was queued ready to run
+            // until now, when this worker took it.
+            let taken = std::time::SystemTime::now();
+            let queued = taken.checked_sub(waited).unwrap_or(taken);
+            crate::telemetry::record_span(&span, "queue_wait", queued, taken);
             let started = std::time::Instant::now();
             let report = reconciler.reconcile(&r).instrument(span.clone()).await;
             metrics().reconciled(owner, report.metrics_result(), started.elapsed());

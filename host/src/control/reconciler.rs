@@ -1258,7 +1258,10 @@ impl Reconciler {
     }
 
     async fn record(&self, event: EventRecord) {
-        if let Err(e) = self.cluster.record_event(event).await {
+        let span = event.span();
+        let result = self.cluster.record_event(event).instrument(span.clone()).await;
+        crate::telemetry::record_request(&span, &result);
+        if let Err(e) = result {
             tracing::warn!(error = %e, "cannot record event");
         }
     }

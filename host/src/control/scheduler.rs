@@ -716,7 +716,8 @@ impl Parts {
         while let Some(r) = self.queue.next().await {
             while tasks.try_join_next().is_some() {}
             let slot = Arc::clone(&slots).acquire_owned().await.expect("the semaphore is never closed");
-            // A trace of its own per attempt (the binding is not in it).
+            // A trace of its own per attempt: the guest's decision, then
+            // the binding or the report of a failure, in tasks of their own.
             let span = tracing::info_span!(
                 "schedule",
                 pod = %r,
@@ -738,13 +739,13 @@ impl Parts {
             match attempt {
                 Attempt::Bind(decision) => {
                     let parts = Arc::clone(&self);
-                    tasks.spawn(async move { parts.bind(decision, slot).await }.in_current_span());
+                    tasks.spawn(async move { parts.bind(decision, slot).await }.instrument(span));
                 }
                 Attempt::Failed(report) => {
                     drop(slot);
                     self.queue.done(&r);
                     let parts = Arc::clone(&self);
-                    tasks.spawn(async move { parts.report(report).await }.in_current_span());
+                    tasks.spawn(async move { parts.report(report).await }.instrument(span));
                 }
                 Attempt::Dropped => self.queue.done(&r),
             }
@@ -831,9 +832,23 @@ impl Parts {
             "target": {"apiVersion": "v1", "kind": "Node", "name": d.node},
         });
         let api = Api::<Pod>::namespaced(self.setup.cluster.client().clone(), namespace);
-        let result = api.create_subresource::<_, Value>("binding", &d.r.name, &PostParams::default(), &binding).await;
+        // The Pod, the Node and the answer's code: never the Pod itself.
+        let span = tracing::info_span!(
+            "bind",
+            pod = %d.r,
+            node = %d.node,
+            status_code = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+            "otel.status_message" = tracing::field::Empty,
+        );
+        let result = api
+            .create_subresource::<_, Value>("binding", &d.r.name, &PostParams::default(), &binding)
+            .instrument(span.clone())
+            .await
+            .map_err(map_error);
+        crate::telemetry::record_request(&span, &result);
         drop(slot);
-        match result.map_err(map_error) {
+        match result {
             Ok(_) => {
                 lock(&self.view).forget(&d.r);
                 metrics().scheduler_attempted(&self.owner, "scheduled", d.started.elapsed());
@@ -942,7 +957,10 @@ impl Parts {
             note: Some(note),
             reporting_controller: self.reconciler.component().manifest.name.clone(),
         };
-        if let Err(e) = self.setup.backend.record_event(event).await {
+        let span = event.span();
+        let result = self.setup.backend.record_event(event).instrument(span.clone()).await;
+        crate::telemetry::record_request(&span, &result);
+        if let Err(e) = result {
             tracing::warn!(pod = %r, reason, error = %e, "cannot record event");
         }
     }

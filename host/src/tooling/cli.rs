@@ -367,17 +367,21 @@ pub struct RunArgs {
 /// flags that match them. Off unless an endpoint is set.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TraceArgs {
-    /// Export traces over OTLP (HTTP/protobuf) to the collector at this
-    /// base URL (`/v1/traces` is appended), e.g. `http://collector:4318`.
-    /// Default: no export.
+    /// Export traces over OTLP to the collector at this base URL, e.g.
+    /// `http://collector:4318` (HTTP: `/v1/traces` is appended) or
+    /// `http://collector:4317` (gRPC: as it is). Default: no export.
     #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
     /// Export traces to this URL as it is (overrides `--otlp-endpoint`).
     #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")]
     pub otlp_traces_endpoint: Option<String>,
-    /// OTLP protocol; only `http/protobuf` is supported.
+    /// OTLP protocol: `http/protobuf` (collectors take it on port 4318)
+    /// or `grpc` (port 4317).
     #[arg(long, value_name = "PROTOCOL", env = "OTEL_EXPORTER_OTLP_PROTOCOL", default_value = "http/protobuf")]
     pub otlp_protocol: String,
+    /// OTLP protocol of traces (overrides `--otlp-protocol`).
+    #[arg(long, value_name = "PROTOCOL", env = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")]
+    pub otlp_traces_protocol: Option<String>,
     /// `service.name` of the exported spans.
     #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME", default_value = "capstan")]
     pub service_name: String,
@@ -414,8 +418,9 @@ impl TraceArgs {
             (_, Some(url)) if !url.is_empty() => Some((url, false)),
             _ => None,
         };
+        let protocol = self.otlp_traces_protocol.as_deref().filter(|p| !p.is_empty()).unwrap_or(&self.otlp_protocol);
         match endpoint {
-            Some((url, signal)) => config.endpoint(url, signal).protocol(&self.otlp_protocol),
+            Some((url, signal)) => Ok(config.protocol(protocol)?.endpoint(url, signal)),
             None => Ok(config),
         }
     }
@@ -1346,6 +1351,28 @@ mod tests {
         let inverted = run_args(&["--leader-elect", "--renew-deadline", "20"]).leader_election();
         assert!(inverted.is_err(), "a renew deadline longer than the lease is refused");
         assert!(run_args(&["--leader-elect", "--retry-period=-1"]).leader_election().is_err());
+    }
+
+    #[test]
+    fn trace_export_speaks_http_by_default_and_grpc_when_asked() {
+        use crate::telemetry::Protocol;
+        let http = run_args(&["--otlp-endpoint", "http://c:4318"]).trace.config().expect("valid");
+        assert_eq!(
+            (http.protocol, http.endpoint.as_deref()),
+            (Protocol::HttpProtobuf, Some("http://c:4318/v1/traces"))
+        );
+        let grpc =
+            run_args(&["--otlp-endpoint", "http://c:4317", "--otlp-protocol", "grpc"]).trace.config().expect("valid");
+        assert_eq!((grpc.protocol, grpc.endpoint.as_deref()), (Protocol::Grpc, Some("http://c:4317")));
+        // The traces protocol wins over the general one.
+        let traces = run_args(&[
+            "--otlp-endpoint=http://c:4317",
+            "--otlp-protocol=http/protobuf",
+            "--otlp-traces-protocol=grpc",
+        ]);
+        assert_eq!(traces.trace.config().expect("valid").protocol, Protocol::Grpc);
+        let json = run_args(&["--otlp-endpoint=http://c:4318", "--otlp-protocol=http/json"]).trace.config();
+        assert!(matches!(json, Err(crate::telemetry::Error::Protocol(p)) if p == "http/json"));
     }
 
     #[test]

@@ -97,7 +97,9 @@ impl wit::Host for HostState {
             }
         };
         let target = format!("{} {}", record.reason, record.regarding);
-        let result = caller.cluster.record_event(record).await;
+        let span = record.span();
+        let result = tracing::Instrument::instrument(caller.cluster.record_event(record), span.clone()).await;
+        crate::telemetry::record_request(&span, &result);
         metrics().host_call(&caller.owner(), Verb::Create, &kind, result_label(&result));
         let outcome = match &result {
             Ok(()) => CallResult::Ok,

@@ -29,7 +29,12 @@
 //! [`Journal`](super::Journal) as `http.request` with its method, scheme,
 //! host, port and path — never its query, headers or body, which may carry
 //! credentials. A refused request is logged as a warning naming the origin,
-//! within the controller's log budget.
+//! within the controller's log budget. Each request is a span,
+//! `http_request`, under the guest's call: method, scheme, host and port,
+//! then the response's status code, or why it was refused (`refused`:
+//! `denied` or `budget`) or failed (its error status); again never the
+//! path's query, a header or a body. It ends when the response's head
+//! arrives (the guest reads the body afterwards).
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -42,6 +47,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming};
 use tokio::net::TcpStream;
+use tracing::Instrument as _;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::{CallResult, Caller, ImportCall, throttle};
@@ -173,12 +179,23 @@ impl Hooks {
     }
 
     /// Records a request's fate: journal, metric and (when refused) a
-    /// warning within the controller's log budget.
-    fn record(&mut self, target: String, origin: &str, result: Result<(), (&'static str, String)>) {
+    /// warning within the controller's log budget, and the refusal on its
+    /// `span`.
+    fn record(
+        &mut self,
+        span: &tracing::Span,
+        target: String,
+        origin: &str,
+        result: Result<(), (&'static str, String)>,
+    ) {
         let controller = self.owner.as_ref().map_or("-", Owner::name);
         let (label, call_result) = match &result {
             Ok(()) => ("ok", CallResult::Ok),
-            Err((label, why)) => (*label, CallResult::Denied(why.clone())),
+            Err((label, why)) => {
+                span.record("refused", *label);
+                crate::telemetry::record_error(span, why);
+                (*label, CallResult::Denied(why.clone()))
+            }
         };
         if let Some(owner) = &self.owner {
             metrics().egress_request(owner, origin, label);
@@ -197,18 +214,17 @@ impl Hooks {
     }
 
     /// Decides whether a request may go: the declared origin it matches.
-    fn admit(&mut self, request: &hyper::Request<WasiBody>) -> Result<Admitted, Error> {
+    /// A refusal is recorded on the request's `span` too.
+    fn admit(&mut self, request: &hyper::Request<WasiBody>, span: &tracing::Span) -> Result<Admitted, Error> {
         let uri = request.uri();
-        let scheme = uri.scheme_str().unwrap_or("").to_ascii_lowercase();
-        let host = uri.host().unwrap_or("").to_owned();
+        let Destination { scheme, host, port } = Destination::of(uri);
         let https = scheme == "https";
-        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let target = crate::cluster::bounded(
             &format!("{} {scheme}://{host}:{port}{}", request.method(), uri.path()),
             MAX_TARGET,
         );
         let Some(egress) = self.egress() else {
-            self.record(target, "undeclared", Err(("denied", "no outbound HTTP outside a call".to_owned())));
+            self.record(span, target, "undeclared", Err(("denied", "no outbound HTTP outside a call".to_owned())));
             return Err(Error::HttpRequestDenied);
         };
         let Some(origin) = egress.allows(&scheme, &host, port) else {
@@ -217,19 +233,52 @@ impl Hooks {
             } else {
                 format!("{scheme}://{host}:{port} is not a declared origin")
             };
-            self.record(target, "undeclared", Err(("denied", why)));
+            self.record(span, target, "undeclared", Err(("denied", why)));
             return Err(Error::HttpRequestDenied);
         };
         let origin_label = origin.as_str().to_owned();
         let by_ip = origin.ip().is_some();
         if self.calls >= self.limits.http_calls {
             let why = format!("more than {} outbound requests in one call (http_calls)", self.limits.http_calls);
-            self.record(target, &origin_label, Err(("budget", why.clone())));
+            self.record(span, target, &origin_label, Err(("budget", why.clone())));
             return Err(Error::InternalError(Some(why)));
         }
         self.calls += 1;
-        self.record(target, &origin_label, Ok(()));
+        self.record(span, target, &origin_label, Ok(()));
         Ok(Admitted { host, port, https, by_ip })
+    }
+}
+
+/// Where a request goes, as its URI says: the scheme in lower case, the
+/// host, and the port (the scheme's when the URI names none).
+struct Destination {
+    scheme: String,
+    host: String,
+    port: u16,
+}
+
+impl Destination {
+    fn of(uri: &hyper::Uri) -> Self {
+        let scheme = uri.scheme_str().unwrap_or("").to_ascii_lowercase();
+        let host = uri.host().unwrap_or("").to_owned();
+        let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+        Self { scheme, host, port }
+    }
+
+    /// The span of one request (see the module's documentation): where it
+    /// goes, never its path, query, headers or body.
+    fn span(&self, method: &hyper::Method) -> tracing::Span {
+        tracing::info_span!(
+            "http_request",
+            method = %crate::cluster::bounded(method.as_str(), MAX_TARGET),
+            scheme = %self.scheme,
+            host = %crate::cluster::bounded(&self.host, MAX_TARGET),
+            port = self.port,
+            status_code = tracing::field::Empty,
+            refused = tracing::field::Empty,
+            "otel.status_code" = tracing::field::Empty,
+            "otel.status_message" = tracing::field::Empty,
+        )
     }
 }
 
@@ -263,7 +312,10 @@ impl WasiHttpHooks for Hooks {
         options: Option<RequestOptions>,
         _body_done: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> Box<dyn Future<Output = Sent> + Send> {
-        let admitted = self.admit(&request);
+        // Made here, under the guest's call: the request is sent from a
+        // task of its own.
+        let span = Destination::of(request.uri()).span(request.method());
+        let admitted = self.admit(&request, &span);
         // Network waits end a little before the call does, so the guest
         // gets the error in time to answer with it (a transient failure,
         // a status) instead of being stopped at its deadline.
@@ -271,7 +323,16 @@ impl WasiHttpHooks for Hooks {
         let deadline = self.deadline.unwrap_or_else(|| Instant::now() + self.limits.deadline);
         let deadline = deadline.checked_sub(reserve).unwrap_or(deadline).max(Instant::now());
         let budget = ByteBudget { used: Arc::clone(&self.bytes), max: self.limits.http_bytes };
-        Box::new(async move { send(request, admitted?, options, deadline, budget).await })
+        Box::new(async move {
+            let sent = send(request, admitted?, options, deadline, budget).instrument(span.clone()).await;
+            match &sent {
+                Ok((response, _)) => {
+                    span.record("status_code", response.status().as_u16());
+                }
+                Err(e) => crate::telemetry::record_error(&span, &e.to_string()),
+            }
+            sent
+        })
     }
 }
 
