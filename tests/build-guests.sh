@@ -71,6 +71,8 @@ build capstan-fixture-guests --features meddler
 cp "$release/capstan_fixture_guests.wasm" "$out/meddler.wasm"
 build capstan-fixture-guests --features copycat
 cp "$release/capstan_fixture_guests.wasm" "$out/copycat.wasm"
+build capstan-fixture-guests --features conversion-copycat
+cp "$release/capstan_fixture_guests.wasm" "$out/conversion-copycat.wasm"
 build capstan-fixture-guests --features secret-mutator
 cp "$release/capstan_fixture_guests.wasm" "$out/secret-mutator.wasm"
 build capstan-fixture-guests --features unwritable

@@ -337,6 +337,34 @@ async fn a_host_with_no_component_is_not_ready() -> Result<()> {
     ns.cleanup().await
 }
 
+/// A host in `ns` running the fixture with leader election (Leases in
+/// `lease_namespace`, a 3 s lease), and the reasons it is not ready once
+/// one says the controller is kept from leading.
+async fn kept_from_leading(ns: &TestNamespace, lease_namespace: &str) -> Result<(Host, Vec<String>)> {
+    let settings = capstan_host::control::leader::LeaseSettings::new(lease_namespace, "replica").timing(
+        Duration::from_secs(3),
+        Duration::from_secs(2),
+        Duration::from_millis(500),
+    );
+    let host = HostBuilder::new(ns.client())
+        .namespace(Some(ns.name().to_owned()))
+        .leader_election(Some(settings))
+        .component(component("fixture"))
+        .start()
+        .await?;
+    let blocked = wait_for(TIMEOUT, || async {
+        host.readiness().err().filter(|reasons| reasons.iter().any(|r| r.contains("kept from leading")))
+    })
+    .await;
+    match blocked {
+        Ok(blocked) => Ok((host, blocked)),
+        Err(e) => {
+            host.shutdown().await;
+            Err(e.context("the standby kept from its Lease stays ready"))
+        }
+    }
+}
+
 // Issue 29 item 13: a controller kept from its Lease by a holder that never
 // renews (a Lease written by hand, or by a stuck process) is not ready; a
 // standby behind a live leader is.
@@ -354,23 +382,27 @@ async fn a_standby_kept_from_its_lease_by_a_holder_that_never_renews_is_not_read
         },
     }))?;
     Api::namespaced(ns.client(), ns.name()).create(&PostParams::default(), &lease).await?;
-    let settings = capstan_host::control::leader::LeaseSettings::new(ns.name(), "replica").timing(
-        Duration::from_secs(3),
-        Duration::from_secs(2),
-        Duration::from_millis(500),
-    );
-    let host = HostBuilder::new(ns.client())
-        .namespace(Some(ns.name().to_owned()))
-        .leader_election(Some(settings))
-        .component(component("fixture"))
-        .start()
-        .await?;
-    let blocked = wait_for(TIMEOUT, || async {
-        host.readiness().err().filter(|reasons| reasons.iter().any(|r| r.contains("kept from leading")))
-    })
-    .await
-    .context("the blocked standby stays ready")?;
+    let (host, blocked) = kept_from_leading(&ns, ns.name()).await?;
     ensure!(blocked.iter().any(|r| r.contains("\"ghost\"") && r.contains("86400s")), "{blocked:?}");
+    host.shutdown().await;
+    ns.cleanup().await
+}
+
+// Issue 29 item 13: a controller that cannot take its Lease (its
+// namespace does not exist, as when a Role forbids Leases the write is
+// refused) stands by and is not ready, naming the API server's answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_that_cannot_take_its_lease_is_not_ready_naming_why() -> Result<()> {
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("hostile-lease-gone").await?;
+    let missing = format!("{}-missing", ns.name());
+    let (host, blocked) = kept_from_leading(&ns, &missing).await?;
+    ensure!(
+        blocked.iter().any(|r| r.starts_with("fixture: ") && r.contains("cannot take Lease") && r.contains(&missing)),
+        "{blocked:?}"
+    );
+    let status = host.status();
+    ensure!(status[0].state == "standby" && status[0].leading == Some(false), "it leads without a Lease: {status:?}");
     host.shutdown().await;
     ns.cleanup().await
 }

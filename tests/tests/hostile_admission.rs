@@ -5,8 +5,9 @@
 //! on a kind of its own CRD with no permission, which try calls they have
 //! no grant for, trap, loop, run out of memory or answer too much as the
 //! reviewed `Meddle` asks; `copycat`, a webhook on the meddler's kind
-//! through a copy of its CRD; `secret-mutator`, a mutating webhook on
-//! Secrets with no grant.
+//! through a copy of its CRD; `conversion-copycat`, a conversion of the
+//! meddler's kind through a copy of its CRD (#29.2); `secret-mutator`, a
+//! mutating webhook on Secrets with no grant.
 //!
 //! The tests run one at a time ([`ONE_AT_A_TIME`]): the meddler's webhook
 //! configurations (`capstan-meddler`) and its CRD are cluster-wide, and
@@ -164,7 +165,7 @@ async fn wait_until_reviewed(api: &Api<DynamicObject>) -> Result<()> {
 /// webhook configurations and the meddler's CRD (waiting until it is
 /// gone, so that the next test installs it afresh).
 async fn remove_installed(client: &Client) -> Result<()> {
-    for name in ["capstan-meddler", "capstan-copycat"] {
+    for name in ["capstan-meddler", "capstan-copycat", "capstan-conversion-copycat"] {
         let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone()).delete(name, &DeleteParams::default()).await;
         let _ = Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(name, &DeleteParams::default()).await;
     }
@@ -380,6 +381,56 @@ async fn a_webhook_only_component_mutating_secrets_without_a_grant_is_refused_at
     assert!(!annotations.contains_key(COPIED), "{annotations:?}");
     host.shutdown().await;
     webhooks.server.shutdown().await;
+    ns.cleanup().await
+}
+
+// #29.2: only the component whose CRD it is sets its conversion. The
+// conversion-copycat lists a copy of the meddler's CRD and declares its
+// conversion: refused, with or without --adopt-crd, and the CRD keeps
+// the conversion its owner gave it (none).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_of_another_components_crd_does_not_let_a_component_set_its_conversion() -> Result<()> {
+    let _one = ONE_AT_A_TIME.lock().await;
+    ControlPlane::shared().await?;
+    let ns = TestNamespace::new("conversion-copycat").await?;
+    let client = ns.client();
+    let meddler_webhooks = WebhookServer::start(true).await?;
+    let meddler = meddling_host(&ns, &own_cluster("conversion-owner"), &meddler_webhooks, &[]).await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let strategy = || async {
+        let crd = crds.get(CRD).await?;
+        anyhow::Ok(crd.spec.conversion.map(|c| c.strategy))
+    };
+    assert_ne!(strategy().await?.as_deref(), Some("Webhook"), "the meddler converts nothing");
+
+    let copycat = component("conversion-copycat");
+    let webhooks = WebhookServer::start(true).await?;
+    for adopt in [false, true] {
+        let mut builder = HostBuilder::new(client.clone())
+            .namespace(Some(ns.name().to_owned()))
+            .webhooks(Some(std::sync::Arc::clone(&webhooks.registry)));
+        if adopt {
+            builder = builder.adopt_crds([CRD]);
+        }
+        let host = builder.start().await?;
+        let err = host.load(&copycat).await.expect_err("the conversion-copycat is refused");
+        host.shutdown().await;
+        assert!(
+            matches!(&err, HostError::Webhook { error: webhook::Error::ConversionOwned { crd, owner, component }, .. }
+                if crd == CRD && owner == "meddler" && component == "conversion-copycat"),
+            "adopting {adopt}: {err}"
+        );
+        assert!(webhooks.registry.get("conversion-copycat").is_err(), "its conversion is served");
+        assert_ne!(strategy().await?.as_deref(), Some("Webhook"), "adopting {adopt}: the copycat set the conversion");
+    }
+
+    // The meddler's objects are stored as before, unconverted.
+    let api = meddles(&ns);
+    wait_until_reviewed(&api).await?;
+    meddler.shutdown().await;
+    meddler_webhooks.server.shutdown().await;
+    webhooks.server.shutdown().await;
+    remove_installed(&client).await?;
     ns.cleanup().await
 }
 
