@@ -4,7 +4,8 @@
 //! Security Standard, the generated RBAC allows what the greeter needs and
 //! nothing else, and the host converges running as the generated
 //! ServiceAccount. The generated NetworkPolicy (`--network-policy`) is
-//! accepted and stored as generated.
+//! accepted and stored as generated, and so is a Deployment exporting
+//! traces (`--otlp-endpoint`).
 //!
 //! Cluster-scoped names (ClusterRoles and bindings) are made unique per test
 //! with `--name`, and deleted at the end; the CRD is shared with the other
@@ -802,9 +803,11 @@ async fn the_generated_webhook_manifest_applies_with_kubectl_and_the_host_as_its
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_generated_network_policy_for_declared_egress_and_webhooks_is_stored_as_generated() -> Result<()> {
+async fn the_generated_network_policy_for_declared_egress_webhooks_and_traces_is_stored_as_generated() -> Result<()> {
     use capstan_host::manifest::egress::Egress;
+    use capstan_host::telemetry::Protocol;
     use capstan_host::tooling::generate::network::Policy;
+    use capstan_host::tooling::generate::trace::Traces;
     use k8s_openapi::api::networking::v1::NetworkPolicy;
     let ns = TestNamespace::new("gen-netpol").await?;
     // The silences example declares its Alertmanager by name; the test
@@ -823,9 +826,17 @@ async fn the_generated_network_policy_for_declared_egress_and_webhooks_is_stored
         .pod_cidr("10.244.0.0/16".parse()?)
         .pod_cidr("fd00:10:244::/56".parse()?)
         .api_server_cidr("172.18.0.0/16".parse()?);
-    let options =
-        Options::default().namespace(ns.name()).name(ns.name()).delivery(Delivery::Image).network_policy(policy);
+    // And a trace collector by address, on gRPC's port.
+    let traces = Traces::new("http://10.0.0.11:4317", Protocol::Grpc)?.sampler("traceidratio", Some("0.5"))?;
+    let options = Options::default()
+        .namespace(ns.name())
+        .name(ns.name())
+        .delivery(Delivery::Image)
+        .network_policy(policy)
+        .traces(traces);
     let files = generate::files(&[silences, hooks], &options)?;
+    let deployment =
+        files.iter().find(|f| f.path == std::path::Path::new("deployment.yaml")).context("no deployment.yaml")?.clone();
     let file = files
         .into_iter()
         .find(|f| f.path == std::path::Path::new("network-policy.yaml"))
@@ -841,6 +852,8 @@ async fn the_generated_network_policy_for_declared_egress_and_webhooks_is_stored
         "\"except\":[\"fd00:10:244::/56\"]",
         "\"port\":9443",
         "\"port\":9093",
+        "\"cidr\":\"10.0.0.11/32\"",
+        "\"port\":4317",
     ] {
         ensure!(text.contains(shape), "{shape} not generated: {text}");
     }
@@ -852,6 +865,24 @@ async fn the_generated_network_policy_for_declared_egress_and_webhooks_is_stored
         generated["spec"],
         "the API server keeps the policy as generated (nothing dropped or defaulted)"
     );
+
+    // The host's container carries the collector as `capstan run` reads it.
+    apply_all(&ns.client(), &deployment.objects).await?;
+    let stored: Deployment = ns.api().get(ns.name()).await?;
+    let env: BTreeMap<String, String> = stored
+        .spec
+        .template
+        .spec
+        .and_then(|p| p.containers.into_iter().next())
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| Some((v.name, v.value?)))
+        .collect();
+    assert_eq!(env.get("OTEL_EXPORTER_OTLP_ENDPOINT").map(String::as_str), Some("http://10.0.0.11:4317"));
+    assert_eq!(env.get("OTEL_EXPORTER_OTLP_PROTOCOL").map(String::as_str), Some("grpc"));
+    assert_eq!(env.get("OTEL_SERVICE_NAME").map(String::as_str), Some(ns.name()));
+    assert_eq!(env.get("OTEL_TRACES_SAMPLER_ARG").map(String::as_str), Some("0.5"));
     ns.cleanup().await
 }
 

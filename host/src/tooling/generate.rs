@@ -92,6 +92,7 @@ mod kustomize;
 pub mod network;
 mod rbac;
 pub mod sample;
+pub mod trace;
 mod webhooks;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -274,6 +275,7 @@ pub struct Options {
     registry_secret: Option<String>,
     failure_policies: crate::serve::webhook::policy::FailurePolicies,
     network_policy: Option<network::Policy>,
+    traces: Option<trace::Traces>,
 }
 
 impl Default for Options {
@@ -291,6 +293,7 @@ impl Default for Options {
             registry_secret: None,
             failure_policies: crate::serve::webhook::policy::FailurePolicies::default(),
             network_policy: None,
+            traces: None,
         }
     }
 }
@@ -396,6 +399,16 @@ impl Options {
     /// Default: none.
     pub fn network_policy(mut self, policy: network::Policy) -> Self {
         self.network_policy = Some(policy);
+        self
+    }
+
+    /// The collector the host in the cluster exports its traces to: the
+    /// Deployment gets the `OTEL_*` variables `capstan run` reads, and the
+    /// [NetworkPolicy](Self::network_policy) allows egress to the
+    /// collector's port (its address if the URL gives one, else any).
+    /// Default: none, the host exports no traces.
+    pub fn traces(mut self, traces: trace::Traces) -> Self {
+        self.traces = Some(traces);
         self
     }
 

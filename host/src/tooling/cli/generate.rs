@@ -169,6 +169,51 @@ pub struct InstallArgs {
     /// `capstan` command as large as `gen`'s).
     #[command(flatten)]
     pub network: Box<NetworkPolicyArgs>,
+    /// Where the host exports its traces (boxed, like `network`).
+    #[command(flatten)]
+    pub traces: Box<TraceArgs>,
+}
+
+/// The collector the host in the cluster sends its traces to (see
+/// [`crate::tooling::generate::trace`]): written into the Deployment as
+/// the `OTEL_*` variables `capstan run` reads.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// The OTLP collector's base URL, e.g.
+    /// http://otel-collector.observability:4318 (HTTP) or :4317 (gRPC):
+    /// the Deployment sets OTEL_EXPORTER_OTLP_ENDPOINT, and
+    /// --network-policy allows egress to its port.
+    #[arg(long = "otlp-endpoint", value_name = "URL", conflicts_with = "skip_deployment")]
+    pub endpoint: Option<String>,
+    /// How spans travel: http/protobuf or grpc.
+    #[arg(long = "otlp-protocol", value_name = "PROTOCOL", default_value = "http/protobuf", requires = "endpoint")]
+    pub protocol: String,
+    /// The spans' service.name [default: --name].
+    #[arg(long = "otlp-service-name", value_name = "NAME", requires = "endpoint")]
+    pub service_name: Option<String>,
+    /// Which traces are exported: always_on, always_off, traceidratio,
+    /// parentbased_always_on, parentbased_always_off,
+    /// parentbased_traceidratio [default: the host's, every one].
+    #[arg(long = "traces-sampler", value_name = "SAMPLER", requires = "endpoint")]
+    pub sampler: Option<String>,
+    /// The ratio of the traceidratio samplers, between 0 and 1.
+    #[arg(long = "traces-sampler-arg", value_name = "RATIO", requires = "sampler")]
+    pub sampler_arg: Option<String>,
+}
+
+impl TraceArgs {
+    fn traces(&self) -> anyhow::Result<Option<generate::trace::Traces>> {
+        let Some(endpoint) = &self.endpoint else { return Ok(None) };
+        let protocol = crate::telemetry::Protocol::parse(&self.protocol)?;
+        let mut traces = generate::trace::Traces::new(endpoint, protocol)?;
+        if let Some(name) = &self.service_name {
+            traces = traces.service_name(name)?;
+        }
+        if let Some(sampler) = &self.sampler {
+            traces = traces.sampler(sampler, self.sampler_arg.as_deref())?;
+        }
+        Ok(Some(traces))
+    }
 }
 
 /// The NetworkPolicy of the host's Pods (see
@@ -237,6 +282,9 @@ impl InstallArgs {
         if args.network_policy {
             let policy = args.pod_cidrs.iter().fold(network::Policy::new(), |p, c| p.pod_cidr(*c));
             options = options.network_policy(args.api_server_cidrs.iter().fold(policy, |p, c| p.api_server_cidr(*c)));
+        }
+        if let Some(traces) = self.traces.traces()? {
+            options = options.traces(traces);
         }
         Ok(options)
     }
@@ -444,6 +492,34 @@ mod tests {
         let err = install_args(&["--pod-cidr", "10.244.0.0/16"]).expect_err("no policy to put it in");
         assert!(err.to_string().contains("--network-policy"), "{err}");
         let err = install_args(&["--network-policy", "--skip-deployment"]).expect_err("no host Pod");
+        assert!(err.to_string().contains("cannot be used with"), "{err}");
+    }
+
+    #[test]
+    fn trace_flags_go_into_the_options_and_bad_ones_are_refused_before_anything_is_written() {
+        let install = install_args(&[
+            "--otlp-endpoint",
+            "http://otel-collector.observability:4317",
+            "--otlp-protocol",
+            "grpc",
+            "--traces-sampler",
+            "traceidratio",
+            "--traces-sampler-arg",
+            "0.5",
+        ])
+        .expect("parses");
+        assert!(install.options().is_ok(), "valid");
+        for bad in [
+            &["--otlp-endpoint", "otel-collector:4317"][..],
+            &["--otlp-endpoint", "http://c:4318", "--otlp-protocol", "http/json"],
+            &["--otlp-endpoint", "http://c:4318", "--traces-sampler", "traceidratio", "--traces-sampler-arg", "7"],
+        ] {
+            let install = install_args(bad).expect("parses");
+            assert!(install.options().is_err(), "{bad:?}");
+        }
+        let err = install_args(&["--traces-sampler", "always_on"]).expect_err("no collector to sample for");
+        assert!(err.to_string().contains("--otlp-endpoint"), "{err}");
+        let err = install_args(&["--otlp-endpoint", "http://c:4318", "--skip-deployment"]).expect_err("no host Pod");
         assert!(err.to_string().contains("cannot be used with"), "{err}");
     }
 }

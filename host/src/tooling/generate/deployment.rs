@@ -290,6 +290,9 @@ pub(crate) fn deployment(options: &Options, with_config_map: bool, with_webhooks
         downward("POD_NAMESPACE", "metadata.namespace"),
         downward("POD_IP", "status.podIP"),
     ];
+    if let Some(traces) = &options.traces {
+        env.extend(traces.env(&options.name));
+    }
     if let Some((volume, mount, var)) = registry_credentials(options) {
         volumes.push(volume);
         mounts.push(mount);
@@ -474,6 +477,23 @@ mod tests {
         let mut out = Vec::new();
         flate2::read::GzDecoder::new(gzip(&c.wasm).as_slice()).read_to_end(&mut out).expect("gunzips");
         assert_eq!(out, c.wasm);
+    }
+
+    #[test]
+    fn a_trace_collector_becomes_the_otel_variables_of_the_host_container() {
+        use crate::telemetry::Protocol;
+        let traces =
+            super::super::trace::Traces::new("http://otel-collector.observability:4318", Protocol::HttpProtobuf)
+                .expect("valid endpoint");
+        let d = deployment(&Options::default().name("shop").traces(traces), true, false).expect("serialises");
+        let env = d.pointer("/spec/template/spec/containers/0/env").expect("env");
+        let value = |name: &str| env.as_array().into_iter().flatten().find(|v| v["name"] == name).map(|v| &v["value"]);
+        assert_eq!(value("OTEL_EXPORTER_OTLP_ENDPOINT"), Some(&json!("http://otel-collector.observability:4318")));
+        assert_eq!(value("OTEL_EXPORTER_OTLP_PROTOCOL"), Some(&json!("http/protobuf")));
+        assert_eq!(value("OTEL_SERVICE_NAME"), Some(&json!("shop")), "the host's name by default");
+        assert_eq!(value("OTEL_TRACES_SAMPLER"), None, "the host's default sampler unless one is given");
+        let without = deployment(&Options::default(), true, false).expect("serialises");
+        assert!(!without.to_string().contains("OTEL_"), "no collector, no variables: {without}");
     }
 
     #[test]

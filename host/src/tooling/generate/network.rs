@@ -24,6 +24,7 @@
 //! | egress | 443 and 6443 ([`API_SERVER_PORTS`]) | each [API server CIDR](Policy::api_server_cidr), else anywhere | the API server |
 //! | egress | each declared origin's port or range (`endPort`) | an IP address's `/32` or `/128`; anywhere for a name | the components' [declared egress](crate::manifest::egress) |
 //! | egress | the port of each registry a component is given by (`oci://`), 443 by default | likewise | pulling and following components |
+//! | egress | the trace collector's port, with [`Options::traces`] | likewise | exporting traces |
 //!
 //! Rules to the same peers are merged into one, ports that overlap or
 //! touch are joined into a range, and peers allowed the same ports share a
@@ -315,7 +316,11 @@ fn registry_peer(registry: &str) -> (To, u16) {
 
 /// What the host's Pods send to: DNS, the API server, the components'
 /// declared origins and their registries, as rules, merged and sorted.
-fn egress(components: &[Component], policy: &Policy) -> Result<Vec<NetworkPolicyEgressRule>, super::Error> {
+fn egress(
+    components: &[Component],
+    options: &Options,
+    policy: &Policy,
+) -> Result<Vec<NetworkPolicyEgressRule>, super::Error> {
     let mut allowed: BTreeMap<To, BTreeSet<Ports>> = BTreeMap::new();
     let mut allow = |to: To, ports: Ports| allowed.entry(to).or_default().insert(ports);
     allow(To::Dns, (Protocol::Udp, DNS_PORT, DNS_PORT));
@@ -343,6 +348,10 @@ fn egress(components: &[Component], policy: &Policy) -> Result<Vec<NetworkPolicy
             let (to, p) = registry_peer(parsed.registry());
             allow(to, (Protocol::Tcp, p, p));
         }
+    }
+    if let Some(traces) = &options.traces {
+        let to = traces.ip().map_or(To::Anywhere, |ip| To::Block(Cidr::address(ip)));
+        allow(to, (Protocol::Tcp, traces.port(), traces.port()));
     }
     // Peers allowed the same ports share a rule; a rule without peers
     // (anywhere) stands alone, since it has no list to share.
@@ -416,7 +425,7 @@ pub(crate) fn network_policy(
             pod_selector: Some(LabelSelector { match_labels: Some(labels), ..LabelSelector::default() }),
             policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
             ingress: Some(ingress(policy, with_webhooks).map_err(super::Error::NetworkPolicy)?),
-            egress: Some(egress(components, policy)?),
+            egress: Some(egress(components, options, policy)?),
         }),
     };
     to_value(&object)
@@ -463,6 +472,31 @@ mod tests {
         super::super::manifest(components, &Options::default().network_policy(policy)).map(|objects| {
             objects.into_iter().find(|o| o["kind"] == "NetworkPolicy").expect("a NetworkPolicy is generated")
         })
+    }
+
+    #[test]
+    fn a_trace_collector_is_allowed_on_its_port_at_its_address_or_anywhere_for_a_name() {
+        use super::super::trace::Traces;
+        use crate::telemetry::Protocol;
+        let policy_with = |endpoint: &str| {
+            let traces = Traces::new(endpoint, Protocol::Grpc).expect("valid endpoint");
+            let options = Options::default().network_policy(Policy::new()).traces(traces);
+            let objects = super::super::manifest(&[component("a", &[])], &options).expect("generates");
+            objects.into_iter().find(|o| o["kind"] == "NetworkPolicy").expect("a NetworkPolicy is generated")
+        };
+        let egress = &policy_with("http://10.0.0.9:4317")["spec"]["egress"];
+        assert_eq!(egress.as_array().map(Vec::len), Some(3), "{egress}");
+        assert_eq!(
+            egress[2],
+            json!({"to": [{"ipBlock": {"cidr": "10.0.0.9/32"}}], "ports": [{"port": 4317, "protocol": "TCP"}]})
+        );
+        let egress = &policy_with("https://otel-collector.observability")["spec"]["egress"];
+        assert_eq!(
+            egress[1],
+            json!({"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}),
+            "a name on 443 is anywhere on 443, which the API server's rule already allows: {egress}"
+        );
+        assert_eq!(egress.as_array().map(Vec::len), Some(2), "{egress}");
     }
 
     #[test]
