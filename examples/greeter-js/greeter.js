@@ -82,8 +82,11 @@ export class Greeter extends Controller {
     };
     const deployment = greeterDeployment(name, replicas, labels);
 
-    // The Deployment as the cluster has it, for the replicas it reports.
-    const current = ctx.api("apps/v1", "Deployment", ctx.namespace).getOpt(deploymentName(name));
+    // The Deployment as the cluster has it, for the replicas it reports:
+    // a span of its own in the reconcile's trace, the read inside it.
+    const current = ctx.log.inSpan("observe-deployment", { deployment: deploymentName(name) }, () =>
+      ctx.api("apps/v1", "Deployment", ctx.namespace).getOpt(deploymentName(name)),
+    );
     const readyReplicas = current?.status?.replicas ?? 0;
 
     const generation = greeting.metadata?.generation;

@@ -81,8 +81,10 @@ class Greeter(capstan.Controller):
         }
         deployment = greeter_deployment(name, replicas, labels)
 
-        # The Deployment as the cluster has it, for the replicas it reports.
-        current = ctx.api("apps/v1", "Deployment", ctx.namespace).get_opt(deployment_name(name))
+        # The Deployment as the cluster has it, for the replicas it reports:
+        # a span of its own in the reconcile's trace, the read inside it.
+        with ctx.span("observe-deployment", deployment=deployment_name(name)):
+            current = ctx.api("apps/v1", "Deployment", ctx.namespace).get_opt(deployment_name(name))
         ready_replicas = ((current or {}).get("status") or {}).get("replicas", 0)
 
         generation: Optional[int] = (greeting.get("metadata") or {}).get("generation")

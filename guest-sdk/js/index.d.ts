@@ -111,6 +111,28 @@ export class Log {
   info(message: string, fields?: Record<string, unknown>): void;
   warn(message: string, fields?: Record<string, unknown>): void;
   error(message: string, fields?: Record<string, unknown>): void;
+  /**
+   * Opens a span named `name` inside the innermost span still open (else
+   * the host's span of this call); end it with `end()`. The host bounds
+   * what it keeps (names of up to 64 characters of `[A-Za-z0-9_.:/-]`, 16
+   * attributes, 128 spans per call, 16 open at once).
+   */
+  span(name: string, attributes?: Record<string, unknown>): Span;
+  /** Runs `fn` in a span and ends it; an exception marks it failed and is thrown on. */
+  inSpan<T>(name: string, attributes: Record<string, unknown>, fn: () => T): T;
+}
+/**
+ * A span opened with `log.span` or `ctx.span`. Ending it ends every span
+ * opened inside it that is still open; one still open when the callback
+ * returns ends with it.
+ */
+export class Span {
+  /** Whether the host opened the span (false past its limits). */
+  readonly recording: boolean;
+  /** Marks the span failed with `message`; it ends later. */
+  fail(message: string): void;
+  /** Ends the span (again: nothing). */
+  end(): void;
 }
 /** The logger; the same object as `ctx.log`. */
 export const log: Log;
@@ -224,6 +246,8 @@ export class Context {
   api<T extends KubeObject = KubeObject>(apiVersion: string, kind: string, namespace?: string): Api<T>;
   /** Records an Event right away; throws an `ApiError` when the host cannot. */
   record(event: Event): void;
+  /** Opens a span of this reconcile (see `Log.span`). */
+  span(name: string, attributes?: Record<string, unknown>): Span;
 }
 
 /** A Kubernetes Event to record. */

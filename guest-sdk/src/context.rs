@@ -182,4 +182,15 @@ impl Context {
     pub fn log(&self) -> Log {
         Log
     }
+
+    /// Opens a span of this reconcile (see [`Log::span`]), e.g. around a
+    /// step worth seeing in a trace:
+    ///
+    /// ```no_run
+    /// # let ctx: capstan_guest::Context = unimplemented!();
+    /// let _span = ctx.span("compute-desired", &[("replicas", "3")]);
+    /// ```
+    pub fn span(&self, name: &str, attributes: &[(&str, &str)]) -> crate::Span {
+        Log.span(name, attributes)
+    }
 }

@@ -78,4 +78,12 @@ pub(crate) mod log {
     pub(crate) fn log(level: Level, message: &str, fields: &[Field]) {
         crate::testing::log(level, message, fields);
     }
+
+    pub(crate) fn start_span(name: &str, attributes: &[Field]) -> SpanId {
+        crate::testing::start_span(name, attributes)
+    }
+
+    pub(crate) fn end_span(span: SpanId, error: Option<&str>) {
+        crate::testing::end_span(span, error);
+    }
 }

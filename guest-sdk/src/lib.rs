@@ -98,7 +98,7 @@ pub mod wit {
 pub use api::{Api, ListParams, PatchType, Propagation};
 pub use context::{Context, DEFAULT_CLUSTER, EventKind, FailedChild};
 pub use error::{ApiError, ApiStatus, Error, Result};
-pub use log::{Level, Log};
+pub use log::{Level, Log, Span};
 pub use manifest::{Field, Manifest, Mapping, Owns, Permission, Scope, Verb, Watch};
 pub use outcome::{Event, Outcome};
 

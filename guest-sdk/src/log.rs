@@ -72,4 +72,60 @@ impl Log {
     pub fn error(&self, message: &str, fields: &[(&str, &str)]) {
         self.log(Level::Error, message, fields);
     }
+
+    /// Opens a span named `name` with `attributes`, inside the innermost
+    /// span still open (else the host's span of this call); log lines and
+    /// API calls until it ends land inside it. It ends when dropped (or
+    /// with [`Span::end`]); mark it failed with [`Span::fail`]. Keep `name`
+    /// constant and put data in `attributes`:
+    ///
+    /// ```no_run
+    /// # let log = capstan_guest::Log;
+    /// let mut span = log.span("render", &[("template", "index")]);
+    /// // ... work that may fail:
+    /// span.fail("the template does not parse");
+    /// ```
+    ///
+    /// The host bounds what it keeps (names of up to 64 characters of
+    /// `[A-Za-z0-9_.:/-]`, 16 attributes, 128 spans per call, 16 open at
+    /// once; see docs/guest-sdk.md). Past those it opens nothing, and the
+    /// span returned records nothing ([`Span::is_recording`]).
+    pub fn span(&self, name: &str, attributes: &[(&str, &str)]) -> Span {
+        let attributes: Vec<wit_log::Field> =
+            attributes.iter().map(|(k, v)| wit_log::Field { key: (*k).to_owned(), value: (*v).to_owned() }).collect();
+        Span { id: wit_log::start_span(name, &attributes), error: None }
+    }
+}
+
+/// A span a guest opened with [`Log::span`] or
+/// [`Context::span`](crate::Context::span): it ends when dropped, and ends
+/// every span opened inside it that is still open.
+#[derive(Debug)]
+#[must_use = "a span ends when dropped: bind it (`let _span = ...`) to keep it open"]
+pub struct Span {
+    id: u64,
+    error: Option<String>,
+}
+
+impl Span {
+    /// Marks the span failed with `message`; it still ends when dropped.
+    pub fn fail(&mut self, message: impl Into<String>) {
+        self.error = Some(message.into());
+    }
+
+    /// Ends the span now.
+    pub fn end(self) {}
+
+    /// Whether the host opened the span (false past its limits).
+    pub fn is_recording(&self) -> bool {
+        self.id != 0
+    }
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        if self.id != 0 {
+            wit_log::end_span(self.id, self.error.as_deref());
+        }
+    }
 }

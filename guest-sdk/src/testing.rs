@@ -96,6 +96,54 @@ pub(crate) fn log(level: Level, message: &str, fields: &[Field]) {
     });
 }
 
+/// Opens a span on the fake host, if one is installed (else none: `0`).
+pub(crate) fn start_span(name: &str, attributes: &[Field]) -> u64 {
+    HOST.with(|h| match h.borrow_mut().as_mut() {
+        Some(host) => {
+            let parent = host.open_spans.last().map(|i| host.spans[*i].name.clone());
+            host.open_spans.push(host.spans.len());
+            host.spans.push(SpanRecord {
+                name: name.to_owned(),
+                parent,
+                attributes: attributes.iter().map(|f| (f.key.clone(), f.value.clone())).collect(),
+                error: None,
+                ended: false,
+            });
+            host.spans.len() as u64
+        }
+        None => 0,
+    })
+}
+
+/// Ends a span on the fake host, and those opened inside it, as the host does.
+pub(crate) fn end_span(id: u64, error: Option<&str>) {
+    HOST.with(|h| {
+        if let Some(host) = h.borrow_mut().as_mut() {
+            let index = (id as usize).wrapping_sub(1);
+            let Some(at) = host.open_spans.iter().position(|i| *i == index) else { return };
+            host.spans[index].error = error.map(str::to_owned);
+            for i in host.open_spans.drain(at..) {
+                host.spans[i].ended = true;
+            }
+        }
+    });
+}
+
+/// One span a controller opened ([`Log::span`](crate::Log::span)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpanRecord {
+    /// Its name, as given.
+    pub name: String,
+    /// The name of the span it was opened in, if any.
+    pub parent: Option<String>,
+    /// Its attributes, in order.
+    pub attributes: Vec<(String, String)>,
+    /// The error it was marked failed with, if any.
+    pub error: Option<String>,
+    /// Whether it ended before the callback returned.
+    pub ended: bool,
+}
+
 /// One log line a controller emitted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogLine {
@@ -167,6 +215,9 @@ pub struct FakeHost {
     calls: Vec<String>,
     events: Vec<Value>,
     logs: Vec<LogLine>,
+    spans: Vec<SpanRecord>,
+    /// Indexes in `spans` of the spans open, innermost last.
+    open_spans: Vec<usize>,
     resource_version: u64,
     egress: Vec<String>,
     stubs: Vec<(String, String, std::result::Result<Response, HttpError>)>,
@@ -235,6 +286,11 @@ impl FakeHost {
     /// Every log line so far.
     pub fn logs(&self) -> &[LogLine] {
         &self.logs
+    }
+
+    /// Every span opened so far, in the order opened.
+    pub fn spans(&self) -> &[SpanRecord] {
+        &self.spans
     }
 
     /// Declares the origins requests may go to, as the manifest's
@@ -428,6 +484,8 @@ impl<'a> Installed<'a> {
 impl Drop for Installed<'_> {
     fn drop(&mut self) {
         *self.0 = HOST.with(|h| h.borrow_mut().take()).unwrap_or_default();
+        // The call is over: spans still open end with it, as on the host.
+        self.0.open_spans.clear();
     }
 }
 
@@ -576,10 +634,14 @@ mod tests {
         }
 
         fn reconcile(&self, ctx: &Context, object: ConfigMap) -> Result<Outcome> {
+            let _copy = ctx.span("copy", &[("name", ctx.name())]);
             let api: Api<ConfigMap> = ctx.api(ctx.namespace());
+            let mut read = ctx.span("read-settings", &[]);
             let Some(settings) = api.get_opt("settings")? else {
+                read.fail("no settings");
                 return Err(Error::transient("no settings yet"));
             };
+            read.end();
             let team = api.list(&crate::ListParams::new().labels("team=a"))?;
             ctx.log().info("copying", &[("name", ctx.name())]);
             ctx.record(crate::Event::normal("Copying", "Reconcile"))?;
@@ -609,6 +671,9 @@ mod tests {
         );
         assert_eq!(host.events()[0]["reason"], "Copying");
         assert_eq!(host.logs()[0].fields, [("name".to_owned(), "web".to_owned())]);
+        let spans: Vec<_> = host.spans().iter().map(|s| (s.name.as_str(), s.parent.as_deref(), s.ended)).collect();
+        assert_eq!(spans, [("copy", None, true), ("read-settings", Some("copy"), true)]);
+        assert_eq!(host.spans()[0].attributes, [("name".to_owned(), "web".to_owned())]);
         let settings = host.get_json("v1", "ConfigMap", Some("demo"), "settings").expect("stored");
         assert_eq!(settings["status"], json!({"seen": true}), "the status patch is stored");
     }
@@ -620,6 +685,11 @@ mod tests {
         let err = host.reconcile::<Copier>(EventKind::Resync, &web).expect_err("no settings");
         assert!(err.to_string().contains("no settings yet"), "{err}");
         assert_eq!(host.calls(), ["get v1/ConfigMap demo/settings"], "the fake is back after the call");
+        let read = &host.spans()[1];
+        assert_eq!(
+            (read.name.as_str(), read.error.as_deref(), read.ended),
+            ("read-settings", Some("no settings"), true)
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@
 //! | `capstan_host_call_limits_total` | `cluster`, `controller`, `limit` | import calls refused over a per-invocation limit (`host_calls`, `events`) |
 //! | `capstan_egress_requests_total` | `cluster`, `controller`, `origin`, `result` | outbound HTTP requests: `ok` (sent), `denied` (not a declared origin; `origin` is `undeclared`), `budget` (over `http_calls`) |
 //! | `capstan_guest_log_lines_dropped_total` | `cluster`, `controller`, `reason` | log lines dropped: over the controller's log budget (`budget`) or the per-invocation cap (`cap`) |
+//! | `capstan_guest_spans_dropped_total` | `cluster`, `controller` | spans a guest asked for past the per-invocation cap or nesting depth (none was opened) |
 //! | `capstan_guest_stdio_dropped_bytes_total` | `cluster`, `controller`, `stream` | guest `stdout` / `stderr` bytes dropped over the capture cap |
 //! | `capstan_watch_restarts_total` | `cluster`, `kind` | watches that relisted after their first list |
 //! | `capstan_watch_errors_total` | `cluster`, `kind` | watch errors (a lost connection, a 403, an expired resource version), each retried with backoff |
@@ -461,6 +462,7 @@ pub struct Metrics {
     egress_requests: Family<EgressLabels, Counter>,
     log_dropped: Family<DroppedLogLabels, Counter>,
     stdio_dropped: Family<StdioLabels, Counter>,
+    guest_spans_dropped: Family<ControllerLabels, Counter>,
     watch_restarts: Family<KindLabels, Counter>,
     watch_errors: Family<KindLabels, Counter>,
     component_loads: Family<LoadLabels, Counter>,
@@ -505,6 +507,7 @@ impl Metrics {
             egress_requests: Family::default(),
             log_dropped: Family::default(),
             stdio_dropped: Family::default(),
+            guest_spans_dropped: Family::default(),
             watch_restarts: Family::default(),
             watch_errors: Family::default(),
             component_loads: Family::default(),
@@ -556,6 +559,11 @@ impl Metrics {
             "guest_log_lines_dropped",
             "Log lines dropped over a controller's log budget or the per-invocation cap",
             m.log_dropped.clone(),
+        );
+        r.register(
+            "guest_spans_dropped",
+            "Spans a guest asked for past the per-invocation cap or nesting depth",
+            m.guest_spans_dropped.clone(),
         );
         r.register(
             "guest_stdio_dropped_bytes",
@@ -735,6 +743,11 @@ impl Metrics {
                 reason,
             })
             .inc_by(n);
+    }
+
+    /// Counts `n` spans a guest asked for that the host did not open.
+    pub fn guest_spans_dropped(&self, owner: &Owner, n: u64) {
+        self.guest_spans_dropped.get_or_create(&controller(owner)).inc_by(n);
     }
 
     /// Counts `n` bytes of a guest's `stream` (`stdout` or `stderr`)
@@ -963,6 +976,7 @@ mod tests {
         m.call_limited(&Owner::in_default("metrics-labels"), "events");
         m.log_lines_dropped(&Owner::in_default("metrics-labels"), "budget", 2);
         m.stdio_dropped(&Owner::in_default("metrics-labels"), "stdout", 100);
+        m.guest_spans_dropped(&Owner::in_default("metrics-labels"), 3);
         m.watch_restarted("default", &deploy);
         m.watch_failed("default", &deploy);
         m.component_rejected("contract");
@@ -980,6 +994,7 @@ mod tests {
             r#"capstan_host_call_limits_total{cluster="default",controller="metrics-labels",limit="events"}"#,
             r#"capstan_guest_log_lines_dropped_total{cluster="default",controller="metrics-labels",reason="budget"}"#,
             r#"capstan_guest_stdio_dropped_bytes_total{cluster="default",controller="metrics-labels",stream="stdout"}"#,
+            r#"capstan_guest_spans_dropped_total{cluster="default",controller="metrics-labels"}"#,
             r#"capstan_watch_restarts_total{cluster="default",kind="Deployment.apps"}"#,
             r#"capstan_watch_errors_total{cluster="default",kind="Deployment.apps"}"#,
             r#"capstan_component_loads_total{result="rejected",reason="contract"}"#,

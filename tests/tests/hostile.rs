@@ -212,6 +212,60 @@ async fn stdout_past_the_cap_is_truncated_and_counted_not_a_trap() -> Result<()>
     Ok(())
 }
 
+// Spans a guest opens are bounded like its log lines: in number, depth,
+// name, keys, values and attributes, and keys that would speak for the
+// exporter (`otel.*`) are dropped; what is refused is counted.
+#[tokio::test]
+async fn spans_past_the_caps_are_refused_bounded_and_counted() -> Result<()> {
+    use capstan_host::object::{Gvk, ObjectRef};
+    use capstan_host::runtime::imports::{
+        MAX_OPEN_SPANS, MAX_SPAN_ATTRIBUTES, MAX_SPAN_TOKEN, MAX_SPAN_VALUE, MAX_SPANS,
+    };
+    let series = r#"capstan_guest_spans_dropped_total{cluster="default",controller="fixture"}"#;
+    let before = sample(&metrics().encode(), series);
+    let mut host = MockHost::with_limits(Limits::default(), None)?;
+    host.load(component("fixture")).await?;
+    host.seed(fixture_object("spanner", "flood-spans"))?;
+    let run = host.run_until_idle().await?;
+    let report = first(&run, "spanner")?;
+    report.result.as_ref().map_err(|e| anyhow::anyhow!("failed: {e}"))?;
+    let journal = &report.journal;
+
+    // 16 of the 20 nested ones (the depth), then the unended one and 111 of
+    // the 1 000 steps: 128 in all; the guest saw `0` for the rest.
+    assert_eq!((journal.spans.len(), journal.dropped_spans), (MAX_SPANS, 1_021 - MAX_SPANS));
+    let child = ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("default"), "spanner-spans");
+    let child = host.cluster().get_sync(&child).context("the spans child")?;
+    assert_eq!(child["data"]["opened"], MAX_SPANS.to_string(), "{child}");
+    assert!(sample(&metrics().encode(), series) - before >= (1_021 - MAX_SPANS) as f64);
+
+    let evil = &journal.spans[0];
+    assert_eq!(evil.name.len(), MAX_SPAN_TOKEN, "{evil:?}");
+    assert!(evil.name.starts_with("evil__") && evil.name.bytes().all(|b| b.is_ascii_graphic()), "{evil:?}");
+    assert_eq!(evil.attributes.len(), MAX_SPAN_ATTRIBUTES);
+    assert!(
+        evil.attributes
+            .iter()
+            .all(|(k, v)| !k.starts_with("otel.") && k.len() == MAX_SPAN_TOKEN && v.len() == MAX_SPAN_VALUE)
+    );
+    // Nested: each inside the one before, to the depth allowed.
+    assert_eq!(journal.spans[1].parent.as_deref(), Some(evil.name.as_str()));
+    assert_eq!(journal.spans[MAX_OPEN_SPANS].name, "unended");
+    assert_eq!(journal.spans[MAX_OPEN_SPANS].parent, None, "the nested ones ended with the outermost");
+    let step = &journal.spans[MAX_OPEN_SPANS + 1];
+    assert_eq!(step.parent.as_deref(), Some("unended"));
+    let error = step.error.as_deref().unwrap_or_default();
+    assert!(error.starts_with("the first step failed!") && error.len() == MAX_SPAN_VALUE, "{error}");
+
+    // The next call starts with no span open: what the last one left open
+    // ended with it.
+    host.seed(fixture_object("after", "ok"))?;
+    let run = host.run_until_idle().await?;
+    let after = first(&run, "after")?;
+    assert_eq!((after.journal.spans.len(), after.journal.dropped_spans), (0, 0));
+    Ok(())
+}
+
 // Item 12: dropped log lines leave an Event.
 #[tokio::test]
 async fn a_reconcile_that_dropped_log_lines_records_one_logs_dropped_warning_event() -> Result<()> {

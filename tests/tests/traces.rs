@@ -190,7 +190,7 @@ async fn a_greetings_reconcile_is_a_trace_in_jaeger_with_the_guest_call_and_its_
         &service,
         "traced",
         Some("added"),
-        &["queue_wait", "guest_call", "host_call", "apply_child", "write_status", "record_event"],
+        &["queue_wait", "guest_call", "observe-deployment", "host_call", "apply_child", "write_status", "record_event"],
     )
     .await
     .with_context(|| format!("host log:\n{}\nJaeger log:\n{}", host.log(), jaeger.log()))?;
@@ -218,14 +218,19 @@ async fn a_greetings_reconcile_is_a_trace_in_jaeger_with_the_guest_call_and_its_
         "the guest's log line is an event of its call: {guest}"
     );
 
-    // The greeter reads its Deployment: a host call under the guest call.
+    // The greeter opens a span of its own around its read of the
+    // Deployment (`ctx.span`), with its attribute ...
+    let observe = named("observe-deployment").next().context("the span the guest opened")?;
+    ensure!(is_child(observe, guest), "the guest's span is a child of its call: {observe}");
+    ensure!(tag(observe, "deployment") == Some(&Value::from("traced-greeter")), "{observe}");
+    // ... and the read is a host call inside it.
     let get = named("host_call")
         .find(|s| tag(s, "verb") == Some(&Value::from("get")))
         .with_context(|| format!("a host_call span of the guest's get: {spans:?}"))?;
     ensure!(tag(get, "kind") == Some(&Value::from("apps/v1/Deployment")), "{get}");
     ensure!(tag(get, "namespace") == Some(&Value::from(ns.name())), "{get}");
     ensure!(tag(get, "name") == Some(&Value::from("traced-greeter")), "{get}");
-    ensure!(is_child(get, guest), "the host call is a child of the guest call");
+    ensure!(is_child(get, observe), "the host call is a child of the guest's span: {get}");
 
     // The children the host applied, and the status write.
     let kinds: Vec<_> = named("apply_child").filter_map(|s| tag(s, "kind").and_then(Value::as_str)).collect();
@@ -274,6 +279,40 @@ async fn a_greetings_reconcile_is_a_trace_in_jaeger_with_the_guest_call_and_its_
         "the Event's trace {annotated} is not a reconcile of the Greeting in Jaeger"
     );
     ns.cleanup().await
+}
+
+/// The Python and JavaScript greeters open the same span as the Rust one,
+/// through their SDKs (`ctx.span`, `ctx.log.inSpan`): in Jaeger, a child of
+/// the guest call with the read of the Deployment inside it.
+#[tokio::test]
+async fn the_span_a_python_or_javascript_guest_opens_is_in_its_reconciles_trace() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let jaeger = Jaeger::start().await?;
+    for component in ["greeter-python", "greeter-js"] {
+        let ns = TestNamespace::new("traces-polyglot").await?;
+        let service = format!("capstan-{}", random_suffix(6));
+        let endpoint = jaeger.otlp_endpoint();
+        let host =
+            Host::start_with(plane.kubeconfig_path(), ns.name(), component, Export::http(&endpoint, &service)).await?;
+        create_ready(&ns, "spanned").await.with_context(|| host.log())?;
+        let trace = reconcile_trace(&jaeger, &service, "spanned", Some("added"), &["guest_call", "observe-deployment"])
+            .await
+            .with_context(|| format!("{component}: host log:\n{}", host.log()))?;
+        let spans = trace["spans"].as_array().context("spans")?;
+        let named = |name: &'static str| spans.iter().find(|s| s["operationName"] == name);
+        let guest = named("guest_call").context("the guest call")?;
+        let observe = named("observe-deployment").context("the guest's span")?;
+        ensure!(is_child(observe, guest), "{component}: the guest's span is a child of its call: {observe}");
+        ensure!(tag(observe, "deployment") == Some(&Value::from("spanned-greeter")), "{component}: {observe}");
+        let get = spans
+            .iter()
+            .find(|s| s["operationName"] == "host_call" && tag(s, "verb") == Some(&Value::from("get")))
+            .with_context(|| format!("{component}: the read of the Deployment: {spans:?}"))?;
+        ensure!(is_child(get, observe), "{component}: the read is inside the guest's span: {get}");
+        drop(host);
+        ns.cleanup().await?;
+    }
+    Ok(())
 }
 
 #[tokio::test]

@@ -121,13 +121,16 @@ impl Controller for Greeter {
             return Err(Error::transient("this build is broken on purpose (feature `broken`)"));
         }
 
-        // The Deployment as the cluster has it, for the replicas it reports.
+        // The Deployment as the cluster has it, for the replicas it reports:
+        // a span of its own in the reconcile's trace, the read inside it.
+        let observe = ctx.span("observe-deployment", &[("deployment", &deployment_name(&name))]);
         let ready_replicas = ctx
             .api::<Deployment>(ctx.namespace())
             .get_opt(&deployment_name(&name))?
             .and_then(|d| d.status)
             .and_then(|s| s.replicas)
             .unwrap_or(0);
+        observe.end();
         let (configmap, deployment, status) = desired(&greeting, ready_replicas);
 
         let mut outcome = Outcome::new().child(&configmap).child(&deployment).status(&status);

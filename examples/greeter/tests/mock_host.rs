@@ -63,6 +63,14 @@ async fn a_new_greeting_gets_owned_children_a_ready_status_and_an_event() {
     assert_eq!(g["status"]["conditions"][0]["status"], "True");
     assert_eq!(g["metadata"]["finalizers"], json!(["examples.capstan.dev/greeter-cleanup"]));
     assert!(host.events().iter().any(|e| e.reason == "Created" && !e.warning));
+
+    // The span the greeter opens around its read of the Deployment, as the
+    // host keeps it.
+    let added = &run.steps[0].report.journal;
+    let spans: Vec<_> =
+        added.spans.iter().map(|s| (s.name.as_str(), s.parent.as_deref(), s.error.as_deref())).collect();
+    assert_eq!(spans, [("observe-deployment", None, None)]);
+    assert_eq!(added.spans[0].attributes, [("deployment".to_owned(), "hello-greeter".to_owned())]);
 }
 
 #[tokio::test]

@@ -102,4 +102,14 @@ export class Context {
   record(event) {
     call(record, event.wit);
   }
+
+  /**
+   * Opens a span of this reconcile (see `Log.span`); end it with `end()`,
+   * or use `ctx.log.inSpan(name, attributes, fn)`.
+   * @param {string} name
+   * @param {Record<string, unknown>} [attributes]
+   */
+  span(name, attributes) {
+    return log.span(name, attributes);
+  }
 }

@@ -24,7 +24,7 @@ export {
   Transient,
   Unavailable,
 } from "./errors.js";
-export { Log, log } from "./log.js";
+export { Log, Span, log } from "./log.js";
 export { ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Verb, Watch } from "./manifest.js";
 export { exportComponent } from "./export.js";
 export { Event, Outcome } from "./outcome.js";

@@ -16,13 +16,19 @@ const greeting = {
 class Greeter extends Controller {
   reconcile(ctx, obj) {
     if (!obj.spec.message) throw new Terminal("spec.message must not be empty", { status: { phase: "Failed" } });
+    const read = ctx.span("read-settings", { source: obj.spec.source });
     const settings = ctx.api("v1", "ConfigMap", ctx.namespace).getOpt(obj.spec.source);
+    if (settings === undefined) read.fail("no settings");
+    read.end();
     if (settings === undefined) {
       ctx.record(Event.warning("Waiting", "Reconcile").note("no settings yet"));
       return new Outcome().keepChildren().requeueAfter(30);
     }
     ctx.log.info("greeting", { name: ctx.name });
-    const mates = ctx.api("example.com/v1", "Greeting").list({ labelSelector: "team=a" });
+    const mates = ctx.log.inSpan("count-mates", {}, () => {
+      ctx.span("never-ended");
+      return ctx.api("example.com/v1", "Greeting").list({ labelSelector: "team=a" });
+    });
     return new Outcome()
       .child({
         apiVersion: "v1",
@@ -49,6 +55,30 @@ test("reconcile returns the outcome as data and the fake answers reads", () => {
   assert.equal(done.keepChildren, false);
   assert.deepEqual(host.calls.map((c) => c[0]), ["kube.get", "kube.list"]);
   assert.deepEqual(host.logs, [["info", "greeting", { name: "hi" }]]);
+  assert.deepEqual(
+    host.spans.map((s) => [s.name, s.parent, s.error, s.ended]),
+    [
+      ["read-settings", undefined, undefined, true],
+      ["count-mates", undefined, undefined, true],
+      ["never-ended", "count-mates", undefined, true],
+    ],
+  );
+  assert.deepEqual(host.spans[0].attributes, { source: "settings" });
+});
+
+test("a span run with inSpan records the exception it ends with, and one left open ends with the call", () => {
+  const host = new FakeHost().install();
+  try {
+    assert.throws(() => log.inSpan("parse", {}, () => { throw new TypeError("not a number"); }), TypeError);
+    assert.equal(log.span("left-open").recording, true);
+  } finally {
+    host.uninstall();
+  }
+  assert.deepEqual(host.spans, [
+    { name: "parse", parent: undefined, attributes: {}, error: "TypeError: not a number", ended: true },
+    { name: "left-open", parent: undefined, attributes: {}, error: undefined, ended: false },
+  ]);
+  assert.equal(log.span("no-host").recording, false, "no host installed: nothing opened");
 });
 
 test("a missing read and a terminal error reach the test", () => {
@@ -57,6 +87,7 @@ test("a missing read and a terminal error reach the test", () => {
   assert.equal(waiting.keepChildren, true);
   assert.equal(waiting.requeueAfter, 30);
   assert.deepEqual(host.events, [{ type: "Warning", reason: "Waiting", action: "Reconcile", note: "no settings yet" }]);
+  assert.deepEqual(host.spans.map((s) => [s.name, s.error]), [["read-settings", "no settings"]]);
   assert.throws(() => reconcile(Greeter, { ...greeting, spec: { message: "" } }), (e) => {
     assert.ok(e instanceof Terminal);
     assert.deepEqual(e.status, { phase: "Failed" });

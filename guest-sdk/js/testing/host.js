@@ -77,6 +77,14 @@ export class FakeHost {
     this.events = [];
     /** Log lines: `[level, message, fields]`. */
     this.logs = [];
+    /**
+     * Spans opened with `ctx.span` / `log.span`, in order: `{name, parent,
+     * attributes, error, ended}` (`parent`: the name of the span it was
+     * opened in; `ended`: whether it ended before the call returned).
+     */
+    this.spans = [];
+    /** @internal indexes in `spans` of those open, innermost last */
+    this.openSpans = [];
     /** HTTP requests made with `http.request`, in order, refused ones included. */
     this.requests = [];
     /** @type {Map<string, any>} */
@@ -129,6 +137,8 @@ export class FakeHost {
       active = undefined;
       transport.send = transport.wasi;
     }
+    // The call is over: spans still open end with it, as on the host.
+    this.openSpans = [];
   }
 
   /** @internal @param {import("../src/http.js").Request} request */

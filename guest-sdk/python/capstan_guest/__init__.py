@@ -74,7 +74,7 @@ from .errors import (
     Unavailable,
 )
 from .kinds import GroupVersionKind
-from .log import Level, Log, log
+from .log import Level, Log, Span, log
 from .manifest import ALL_VERBS, READ_VERBS, Field, Manifest, Mapping, Permission, Scope, Verb, Watch
 from .export import Exports, export
 from .outcome import Event, Outcome
@@ -122,6 +122,7 @@ __all__ = [
     "Resources",
     "Scheduler",
     "Scope",
+    "Span",
     "Terminal",
     "Transient",
     "Unavailable",

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, List, Optional
+from typing import Any, Iterable, List, Optional
 
 from wit_world.imports import events as _events
 from wit_world.imports import capstan_operator_types as _wit
 
 from .api import Api, call
-from .log import Log, log
+from .log import Log, Span, log
 from .outcome import Event
 
 
@@ -109,6 +109,15 @@ class Context:
         """
         self.log: Log = log
         """Structured logging under this reconcile's span."""
+
+    def span(self, name: str, **attributes: Any) -> Span:
+        """Opens a span of this reconcile (see :meth:`Log.span
+        <capstan_guest.Log.span>`)::
+
+            with ctx.span("compute-desired", replicas=3):
+                ...
+        """
+        return self.log.span(name, **attributes)
 
     def __repr__(self) -> str:
         failed = f", failed_children={len(self.failed_children)}" if self.failed_children else ""

@@ -158,6 +158,12 @@ class FakeHost:
         """Events recorded with ``ctx.record``: ``type``, ``reason``, ``action``, ``note``."""
         self.logs: List[Tuple[str, str, Dict[str, str]]] = []
         """Log lines: ``(level, message, fields)``."""
+        self.spans: List[Dict[str, Any]] = []
+        """Spans opened with ``ctx.span`` / ``log.span``, in order: ``name``,
+        ``parent`` (the name of the span it was opened in, or ``None``),
+        ``attributes``, ``error`` (or ``None``) and ``ended`` (whether it
+        ended before the call returned)."""
+        self._open: List[int] = []
         self.requests: List[_http.Request] = []
         """HTTP requests made with :mod:`capstan_guest.http`, in order,
         refused ones included."""
@@ -272,6 +278,30 @@ class FakeHost:
     def _log(self, level: Any, message: str, fields: List[Any]) -> None:
         self.logs.append((level.name.lower(), message, {f.key: f.value for f in fields}))
 
+    def _start_span(self, name: str, attributes: List[Any]) -> int:
+        parent = self.spans[self._open[-1]]["name"] if self._open else None
+        self._open.append(len(self.spans))
+        self.spans.append(
+            {
+                "name": name,
+                "parent": parent,
+                "attributes": {f.key: f.value for f in attributes},
+                "error": None,
+                "ended": False,
+            }
+        )
+        return len(self.spans)
+
+    def _end_span(self, id: int, error: Optional[str]) -> None:
+        # Ends it and the spans opened inside it, as the host does.
+        if id - 1 not in self._open:
+            return
+        at = self._open.index(id - 1)
+        self.spans[id - 1]["error"] = error
+        for index in self._open[at:]:
+            self.spans[index]["ended"] = True
+        del self._open[at:]
+
     def _fakes(self) -> List[Tuple[Any, str, Any]]:
         fakes = {
             "get": self._kube_get,
@@ -288,6 +318,8 @@ class FakeHost:
         return [(_kube, name, self._recorded(f"kube.{name}", fakes[name])) for name in _KUBE] + [
             (_events, "record", self._recorded("events.record", self._record)),
             (_log, "log", self._log),
+            (_log, "start_span", self._start_span),
+            (_log, "end_span", self._end_span),
             (_http, "_send", self._http_send),
         ]
 
@@ -308,6 +340,8 @@ class FakeHost:
         while self._saved:
             module, name, original = self._saved.pop()
             setattr(module, name, original)
+        # The call is over: spans still open end with it, as on the host.
+        self._open.clear()
 
 
 def _event(event: Any) -> Dict[str, Any]:

@@ -26,12 +26,18 @@ def _controller() -> Any:
             spec = obj["spec"]
             if not spec["message"]:
                 raise capstan.Terminal("spec.message must not be empty", status={"phase": "Failed"})
-            settings = ctx.api("v1", "ConfigMap", ctx.namespace).get_opt(spec["source"])
+            with ctx.span("read-settings", source=spec["source"]) as read:
+                settings = ctx.api("v1", "ConfigMap", ctx.namespace).get_opt(spec["source"])
+                if settings is None:
+                    read.fail("no settings")
             if settings is None:
                 ctx.record(capstan.Event.warning("Waiting", "Reconcile", "no settings yet"))
                 return capstan.Outcome().keep_children().requeue_after(30)
             ctx.log.info("greeting", name=ctx.name)
+            counting = ctx.span("count-mates")
+            ctx.span("never-ended")
             mates = ctx.api("example.com/v1", "Greeting", None).list(label_selector="team=a")
+            counting.end()
             child = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{ctx.name}-out"},
                      "data": {"message": spec["message"], "tone": settings["data"]["tone"], "mates": str(len(mates))}}
             return (capstan.Outcome().child(child)
@@ -56,6 +62,29 @@ def test_reconcile_returns_the_outcome_as_data_and_the_fake_answers_reads(host: 
     assert done.requeue_after is None and not done.keep_children
     assert [c[0] for c in fake.calls] == ["kube.get", "kube.list"]
     assert fake.logs == [("info", "greeting", {"name": "hi"})]
+    assert [(s["name"], s["parent"], s["error"], s["ended"]) for s in fake.spans] == [
+        ("read-settings", None, None, True),
+        ("count-mates", None, None, True),
+        ("never-ended", "count-mates", None, True),
+    ]
+    assert fake.spans[0]["attributes"] == {"source": "settings"}
+
+
+def test_a_span_ended_by_an_exception_records_it() -> None:
+    import capstan_guest as capstan
+    from capstan_guest.testing import FakeHost
+
+    fake = FakeHost()
+    with fake:
+        with pytest.raises(ValueError):
+            with capstan.log.span("parse"):
+                raise ValueError("not a number")
+        left = capstan.log.span("left-open")
+        assert left.recording
+    assert fake.spans == [
+        {"name": "parse", "parent": None, "attributes": {}, "error": "ValueError: not a number", "ended": True},
+        {"name": "left-open", "parent": None, "attributes": {}, "error": None, "ended": False},
+    ]
 
 
 def test_a_missing_read_and_a_terminal_error_reach_the_test() -> None:
@@ -66,6 +95,7 @@ def test_a_missing_read_and_a_terminal_error_reach_the_test() -> None:
     waiting = reconcile(_controller(), GREETING, host=fake, event="resync")
     assert waiting.keep_children and waiting.requeue_after == 30 and waiting.children == []
     assert fake.events == [{"type": "Warning", "reason": "Waiting", "action": "Reconcile", "note": "no settings yet"}]
+    assert [(s["name"], s["error"]) for s in fake.spans] == [("read-settings", "no settings")]
     empty = dict(GREETING, spec={"message": "", "source": "settings"})
     with pytest.raises(capstan.Terminal, match="must not be empty") as raised:
         reconcile(_controller(), empty)

@@ -49,7 +49,9 @@ pub mod validate;
 
 use stdio::CappedPipe;
 
-pub use log::{Level, LogLine};
+pub use log::{
+    GuestSpan, Level, LogLine, MAX_OPEN_SPANS, MAX_SPAN_ATTRIBUTES, MAX_SPAN_TOKEN, MAX_SPAN_VALUE, MAX_SPANS,
+};
 
 /// Most bytes of stdout (and of stderr) kept per invocation; more are
 /// counted ([`Journal::stdout_dropped`]) and dropped.
@@ -141,6 +143,11 @@ pub struct Journal {
     /// Log lines kept in this journal but not written to the host's log:
     /// the controller's [`LogBudget`](crate::runtime::limits::LogBudget) was spent.
     pub throttled_logs: usize,
+    /// Spans the guest opened (at most [`MAX_SPANS`]), in the order opened.
+    pub spans: Vec<GuestSpan>,
+    /// `start-span` calls the host refused: over [`MAX_SPANS`] or
+    /// [`MAX_OPEN_SPANS`].
+    pub dropped_spans: usize,
     /// Captured stdout (at most [`STDIO_CAPACITY`] bytes).
     pub stdout: String,
     /// Bytes of stdout dropped over [`STDIO_CAPACITY`].
@@ -171,6 +178,8 @@ pub struct HostState {
     pub journal: Journal,
     /// Outbound HTTP: the declared origins and the invocation's budgets.
     outbound: http::Outbound,
+    /// Spans the guest has open.
+    spans: log::GuestSpans,
 }
 
 impl std::fmt::Debug for HostState {
@@ -205,6 +214,7 @@ impl HostState {
             outbound: http::Outbound::new(limits, caller.as_ref()),
             caller,
             journal: Journal::default(),
+            spans: log::GuestSpans::default(),
         }
     }
 
@@ -214,6 +224,7 @@ impl HostState {
     pub fn take_journal(&mut self) -> Journal {
         let (stdout, stdout_dropped) = self.stdout.take();
         let (stderr, stderr_dropped) = self.stderr.take();
+        self.spans.end_all();
         let mut journal = std::mem::take(&mut self.journal);
         journal.calls.extend(self.outbound.hooks.take_journal());
         journal.stdout = String::from_utf8_lossy(&stdout).into_owned();

@@ -141,6 +141,9 @@ pub struct Hooks {
     bytes: Arc<AtomicU64>,
     /// Requests made in this invocation, for the journal.
     pub journal: Vec<ImportCall>,
+    /// The innermost span the guest has open, where its requests' spans go
+    /// (else under the current span, the call's).
+    pub(crate) guest_span: Option<tracing::Span>,
 }
 
 impl Hooks {
@@ -153,6 +156,7 @@ impl Hooks {
             calls: 0,
             bytes: Arc::new(AtomicU64::new(0)),
             journal: Vec::new(),
+            guest_span: None,
         }
     }
 
@@ -171,6 +175,7 @@ impl Hooks {
     pub fn take_journal(&mut self) -> Vec<ImportCall> {
         self.calls = 0;
         self.bytes = Arc::new(AtomicU64::new(0));
+        self.guest_span = None;
         std::mem::take(&mut self.journal)
     }
 
@@ -267,8 +272,10 @@ impl Destination {
 
     /// The span of one request (see the module's documentation): where it
     /// goes, never its path, query, headers or body.
-    fn span(&self, method: &hyper::Method) -> tracing::Span {
+    fn span(&self, method: &hyper::Method, parent: Option<&tracing::Span>) -> tracing::Span {
+        let parent = parent.cloned().unwrap_or_else(tracing::Span::current);
         tracing::info_span!(
+            parent: &parent,
             "http_request",
             method = %crate::cluster::bounded(method.as_str(), MAX_TARGET),
             scheme = %self.scheme,
@@ -314,7 +321,7 @@ impl WasiHttpHooks for Hooks {
     ) -> Box<dyn Future<Output = Sent> + Send> {
         // Made here, under the guest's call: the request is sent from a
         // task of its own.
-        let span = Destination::of(request.uri()).span(request.method());
+        let span = Destination::of(request.uri()).span(request.method(), self.guest_span.as_ref());
         let admitted = self.admit(&request, &span);
         // Network waits end a little before the call does, so the guest
         // gets the error in time to answer with it (a transient failure,

@@ -153,6 +153,7 @@ impl HostState {
         let cluster = Arc::clone(&caller.cluster);
         // What was asked and the answer's code: never an object's contents.
         let span = tracing::info_span!(
+            parent: &self.spans.parent(),
             "host_call",
             function,
             verb = access.verb.as_str(),
