@@ -283,4 +283,9 @@ pub trait Cluster: Send + Sync + 'static {
     async fn user(&self) -> Option<String> {
         None
     }
+    /// Where a component's outbound HTTP requests are answered instead of
+    /// the network: the mock cluster's stubs. Default: `None`, the network.
+    fn http_stubs(&self) -> Option<std::sync::Arc<mock::HttpStubs>> {
+        None
+    }
 }

@@ -5,7 +5,9 @@
 //! address, anything for a component that declares nothing — is refused
 //! before a connection is made; budgets hold against a server that sends
 //! forever or never answers, and the host serves the next call. Each
-//! request is an `http_request` span under the guest's call.
+//! request is an `http_request` span under the guest's call. These tests
+//! send to the network (`MockCluster::use_network`); by default the mock
+//! host answers from stubs, and the last test shows that nothing leaves it.
 //!
 //! Needs `fixture.wasm` and `fetcher.wasm` from `tests/build-guests.sh`.
 
@@ -125,6 +127,7 @@ async fn a_declared_origin_is_reached_and_every_other_is_refused_before_a_connec
     let declared = Server::start(true).await;
     let other = Server::start(false).await;
     let mut host = MockHost::new().expect("host");
+    host.cluster().use_network(true);
     host.load(guest("fetcher")).await.expect("loads");
     let denied =
         r#"capstan_egress_requests_total{cluster="default",controller="fetcher",origin="undeclared",result="denied"}"#;
@@ -153,6 +156,7 @@ async fn a_declared_origin_is_reached_and_every_other_is_refused_before_a_connec
 async fn a_component_that_declares_no_egress_reaches_nothing() {
     let server = Server::start(true).await;
     let mut host = MockHost::new().expect("host");
+    host.cluster().use_network(true);
     host.load(guest("fixture")).await.expect("loads");
     let results = fetch(&mut host, "quiet", &[server.url("/ok")], 1).await;
     assert_eq!(results.len(), 1);
@@ -164,6 +168,7 @@ async fn a_component_that_declares_no_egress_reaches_nothing() {
 async fn requests_past_the_budget_fail_for_the_guest_and_are_not_sent() {
     let server = Server::start(true).await;
     let mut host = MockHost::with_limits(Limits::default().http_calls(3), None).expect("host");
+    host.cluster().use_network(true);
     host.load(guest("fetcher")).await.expect("loads");
     let results = fetch(&mut host, "greedy", &[server.url("/ok")], 5).await;
     assert_eq!(results[..3], ["status:200 bytes:5"; 3], "{results:?}");
@@ -178,6 +183,7 @@ async fn a_huge_body_and_a_silent_server_cost_only_the_call_and_the_host_serves_
     let server = Server::start(true).await;
     let limits = Limits::default().deadline(Duration::from_secs(2)).http_bytes(1 << 20);
     let mut host = MockHost::with_limits(limits, None).expect("host");
+    host.cluster().use_network(true);
     host.load(guest("fetcher")).await.expect("loads");
     let huge = fetch(&mut host, "huge", &[server.url("/huge")], 1).await;
     assert_eq!(huge.len(), 1, "{:?}", &huge[..huge.len().min(3)]);
@@ -265,6 +271,7 @@ async fn each_request_is_a_span_of_the_guest_call_with_its_destination_and_answe
         tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::INFO).with(spans.clone());
     let _default = tracing::subscriber::set_default(subscriber);
     let mut host = MockHost::new().expect("host");
+    host.cluster().use_network(true);
     host.load(guest("fetcher")).await.expect("loads");
     let urls = [declared.url("/ok?token=secret-token"), "http://127.0.0.1:1/private?key=secret-key".to_owned()];
     let results = fetch(&mut host, "spanned", &urls, 1).await;
@@ -285,4 +292,29 @@ async fn each_request_is_a_span_of_the_guest_call_with_its_destination_and_answe
     assert!(!refused.contains_key("status_code"), "{refused:?}");
     let all = format!("{requests:?}");
     assert!(!all.contains("secret") && !all.contains("/ok") && !all.contains("/private"), "a path or query: {all}");
+}
+
+#[tokio::test]
+async fn on_the_mock_host_stubs_answer_the_declared_origins_and_nothing_leaves_the_process() {
+    use capstan_host::cluster::mock::HttpStub;
+    let server = Server::start(true).await;
+    let other = Server::start(false).await;
+    let mut host = MockHost::new().expect("host");
+    host.load(guest("fetcher")).await.expect("loads");
+    host.cluster().http().stub(HttpStub {
+        method: Some("GET".into()),
+        url: server.url("/ok"),
+        status: Some(201),
+        body: Some(json!({"stubbed": true})),
+        ..HttpStub::default()
+    });
+    let urls = [server.url("/ok"), server.url("/not-stubbed"), other.url("/ok")];
+    let results = fetch(&mut host, "stubbed", &urls, 1).await;
+    assert_eq!(results[0], format!("status:201 bytes:{}", json!({"stubbed": true}).to_string().len()));
+    assert!(results[1].starts_with("error:") && results[1].contains("ConnectionRefused"), "{results:?}");
+    assert!(results[2].starts_with("denied:"), "the checks hold on the mock host: {results:?}");
+    assert_eq!((server.connections(), other.connections()), (0, 0), "nothing left the process");
+    // What passed the checks is recorded, stubbed or not; the refused one is not.
+    let made: Vec<_> = host.cluster().http().requests().into_iter().map(|r| (r.url, r.stubbed)).collect();
+    assert_eq!(made, [(server.url("/ok"), true), (server.url("/not-stubbed"), false)]);
 }

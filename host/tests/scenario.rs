@@ -33,6 +33,35 @@ async fn a_wrong_expectation_is_reported_with_the_path_and_both_values() {
     assert!(mismatches.iter().any(|m| m.contains("at .data.message: expected \"goodbye\", got \"hi there\"")));
 }
 
+/// The silences example's scenarios: Alertmanager's API stubbed in
+/// `http.yaml`, the requests checked in `requests.yaml`, a step where it is
+/// gone, a refused silence.
+#[tokio::test]
+async fn silences_scenarios_pass_against_stubbed_origins() {
+    let silences = find_component("silences").unwrap_or_else(|e| panic!("{e}"));
+    let results = scenario::run_all(&silences, &repo().join("examples/silences/scenarios")).await.expect("runs");
+    assert_eq!(results.len(), 2);
+    for case in &results {
+        assert!(case.passed(), "{}: {:#?}", case.name, case.mismatches);
+    }
+}
+
+#[tokio::test]
+async fn a_wrong_stub_and_a_request_not_made_are_reported() {
+    let silences = find_component("silences").unwrap_or_else(|e| panic!("{e}"));
+    let dir = repo().join("tests/fixtures/scenarios/wrong-requests");
+    let results = scenario::run_all(&silences, &dir).await.expect("runs");
+    let mismatches = &results[0].mismatches;
+    assert!(mismatches.iter().any(|m| m.starts_with("http.yaml: entry 1: unknown field `stauts`")), "{mismatches:#?}");
+    // The POST was made, with another comment; nothing answered it.
+    let request = mismatches
+        .iter()
+        .find(|m| m.starts_with("requests.yaml: no request made matches"))
+        .unwrap_or_else(|| panic!("{mismatches:#?}"));
+    assert!(request.contains(r#""comment":"swapping the disk""#), "the requests made are shown: {request}");
+    assert_eq!(mismatches.len(), 2, "{mismatches:#?}");
+}
+
 #[test]
 fn capstan_test_exits_non_zero_on_mismatch_and_zero_on_success() {
     let bin = env!("CARGO_BIN_EXE_capstan");

@@ -83,6 +83,30 @@ async fn an_e2e_run_compiles_its_component_once_with_winch_and_loads_it_from_the
     Ok(())
 }
 
+/// A case that stubs outbound HTTP fails on a cluster without running (its
+/// requests would reach the real services) and says where to run it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_case_that_stubs_outbound_http_is_refused_on_a_cluster_naming_capstan_test() -> Result<()> {
+    let client = ControlPlane::shared().await?.client()?;
+    let silences = find_component("silences").map_err(anyhow::Error::msg)?;
+    let options = capstan_host::tooling::e2e::Options::default();
+    let results =
+        capstan_host::tooling::e2e::run_all(client, &silences, &repo().join("examples/silences/scenarios"), &options)
+            .await?;
+    ensure!(results.len() == 2, "{results:?}");
+    for case in &results {
+        ensure!(
+            case.mismatches.len() == 1
+                && case.mismatches[0].contains("only the mock host can (run this case with `capstan test`)"),
+            "{}: {:?}",
+            case.name,
+            case.mismatches
+        );
+    }
+    ensure!(results[0].mismatches[0].starts_with("http.yaml: "), "{:?}", results[0].mismatches);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scenario_that_does_not_hold_fails_with_a_diff_and_exit_code_1() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("capstan-e2e-wrong-{}", std::process::id()));

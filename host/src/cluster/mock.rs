@@ -146,7 +146,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -158,6 +159,7 @@ use schema::Schema;
 
 mod apply;
 mod catalog;
+pub mod http;
 mod kinds;
 mod meta;
 mod schema;
@@ -166,6 +168,7 @@ mod strategic;
 #[cfg(test)]
 mod tests;
 
+pub use http::{HttpAnswer, HttpRequest, HttpStub, HttpStubs};
 pub use kinds::KindInfo;
 
 /// Where the mock clock starts: 2024-01-01T00:00:00Z, so timestamps in
@@ -190,6 +193,10 @@ const DEFAULT_NOW_SECS: u64 = 1_704_067_200;
 /// ```
 pub struct MockCluster {
     state: Mutex<State>,
+    /// The outside world: answers to outbound HTTP requests.
+    http: Arc<HttpStubs>,
+    /// Whether outbound requests go to the network instead of the stubs.
+    network: AtomicBool,
 }
 
 impl fmt::Debug for MockCluster {
@@ -229,7 +236,7 @@ impl MockCluster {
     /// An empty cluster serving the built-in kinds, its clock at
     /// 2024-01-01T00:00:00Z.
     pub fn new() -> Self {
-        Self { state: Mutex::new(State::new()) }
+        Self { state: Mutex::new(State::new()), http: Arc::default(), network: AtomicBool::new(false) }
     }
 
     /// The state, even if a test panicked while holding the lock: every
@@ -388,6 +395,19 @@ impl MockCluster {
         state.changes[start..].to_vec()
     }
 
+    /// The stubs answering components' outbound HTTP requests, and the
+    /// requests they made (see [`http`]).
+    pub fn http(&self) -> &HttpStubs {
+        &self.http
+    }
+
+    /// Sends components' outbound HTTP requests (past the same checks) to
+    /// the network instead of the stubs, or back to the stubs: for tests
+    /// of the host's own HTTP client against a local server.
+    pub fn use_network(&self, network: bool) {
+        self.network.store(network, Ordering::Relaxed);
+    }
+
     /// The `seq` of the last change; 0 if nothing was written yet.
     pub fn last_seq(&self) -> u64 {
         self.state().changes.last().map_or(0, |change| change.seq)
@@ -402,6 +422,10 @@ impl Default for MockCluster {
 
 #[async_trait]
 impl Cluster for MockCluster {
+    fn http_stubs(&self) -> Option<Arc<HttpStubs>> {
+        (!self.network.load(Ordering::Relaxed)).then(|| Arc::clone(&self.http))
+    }
+
     async fn get(&self, object: &ObjectRef) -> Result<Value> {
         self.state().get(object)
     }

@@ -31,7 +31,9 @@
 //! so the Pods given after it do not race that controller.
 //!
 //! `conversion.yaml` checks are not run here (they need no cluster: `capstan
-//! test` runs them); a case that has one says so.
+//! test` runs them); a case that has one says so. A case that stubs
+//! outbound HTTP (`http.yaml`, in it or a step) fails without running:
+//! on a cluster its requests would reach the real services.
 //!
 //! The objects the case created (deleted first, while the controller still
 //! runs, so it finalizes them; Pods bound to the case's Nodes with a grace
@@ -347,6 +349,18 @@ pub async fn run_case(
     options: &Options,
 ) -> Result<CaseResult, Error> {
     let name = case.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // Stubbed origins need the mock host: on a cluster the component's
+    // requests would go to the real services.
+    let stubbed =
+        std::iter::once(case.to_owned()).chain(scenario::steps_of(case)?).find(|d| d.join("http.yaml").is_file());
+    if let Some(dir) = stubbed {
+        let at = dir.strip_prefix(case).unwrap_or(&dir).join("http.yaml");
+        let why = format!(
+            "{}: stubs outbound HTTP, which only the mock host can (run this case with `capstan test`)",
+            at.display()
+        );
+        return Ok(CaseResult { name, mismatches: vec![why] });
+    }
     let suffix = random_suffix();
     let namespace = namespace_for(&name, &suffix);
     let cluster = KubeCluster::new(client.clone(), None);

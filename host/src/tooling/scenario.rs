@@ -12,7 +12,9 @@
 //! | `events.yaml` | Events expected to have been recorded: a list of `{reason, type, regarding: {kind, name}}`, each a subset match |
 //! | `error.txt` | the run is expected to fail with an error containing this text (a reconcile error, or an admission webhook's denial of a write) |
 //! | `conversion.yaml` | a conversion to check: `desiredAPIVersion`, `objects`, and `expect` (subset match per object, in order) or `error` (text the failure contains) |
-//! | `steps/<nn-name>/` | further steps, in name order: `apply.yaml` (objects to create, or merge into existing ones), `delete.yaml` (objects to delete), and their own `expect.yaml`, `absent.yaml`, `events.yaml`, `error.txt` |
+//! | `http.yaml` | stubs answering the component's outbound HTTP requests (declared origins only, as on a host): a list of `{method, url, status, headers, body}` (`url` exact, or a prefix ending in `*`; `body` a string, or JSON), or `{method, url, error}` for a failure (`connection-refused`, `connection-timeout`, `dns-error`); the newest matching stub answers; a request no stub matches fails with `connection-refused`. Nothing leaves the process |
+//! | `requests.yaml` | requests expected to have been made (during this step): a list of `{method, url, body}`, each a subset match of some request (`body` against the request's JSON body, or its text) |
+//! | `steps/<nn-name>/` | further steps, in name order: `apply.yaml` (objects to create, or merge into existing ones), `delete.yaml` (objects to delete), `http.yaml` (more stubs, newer than the earlier ones), and their own `expect.yaml`, `absent.yaml`, `events.yaml`, `requests.yaml`, `error.txt` |
 //!
 //! A CustomResourceDefinition in `given.yaml` or `apply.yaml` serves its
 //! kind (with its schema) from then on; CRDs are created before the other
@@ -36,6 +38,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::cluster::mock::{HttpRequest, HttpStub};
 use crate::cluster::{self, Cluster, Patch, Propagation, Subresource};
 use crate::manifest::Operation;
 use crate::object::{Gvk, ObjectRef};
@@ -199,18 +202,21 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
     let mut mismatches = Vec::new();
 
     let mut denials = Vec::new();
+    stub_http(&host, case, "", &mut mismatches)?;
     for object in crds_first(read_yaml_documents(&case.join("given.yaml"))?) {
         if let Err(e) = apply(&host, object, Start::Given, &mut denials).await {
             mismatches.push(format!("given.yaml: {e}"));
         }
     }
     let run = host.run_until_idle().await;
-    check(&host, case, "", run, denials, &mut mismatches).await?;
+    check(&host, case, "", run, denials, 0, &mut mismatches).await?;
     check_conversion(&host, case, &mut mismatches).await?;
 
     for step in steps {
         let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
         let mut denials = Vec::new();
+        let since = host.cluster().http().requests().len();
+        stub_http(&host, &step, &label, &mut mismatches)?;
         for object in crds_first(read_yaml_documents(&step.join("apply.yaml"))?) {
             if let Err(e) = apply(&host, object, Start::Step, &mut denials).await {
                 mismatches.push(format!("{label}apply.yaml: {e}"));
@@ -232,9 +238,27 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
             }
         }
         let run = host.run_until_idle().await;
-        check(&host, &step, &label, run, denials, &mut mismatches).await?;
+        check(&host, &step, &label, run, denials, since, &mut mismatches).await?;
     }
     Ok(CaseResult { name, mismatches })
+}
+
+/// Adds the stubs of `dir`'s `http.yaml`, if it has one; an entry that is
+/// not a stub is a mismatch naming it.
+fn stub_http(host: &MockHost, dir: &Path, label: &str, mismatches: &mut Vec<String>) -> Result<(), Error> {
+    for (i, entry) in read_yaml_documents(&dir.join("http.yaml"))?.into_iter().enumerate() {
+        match serde_json::from_value::<HttpStub>(entry) {
+            Ok(stub) => host.cluster().http().stub(stub),
+            Err(e) => mismatches.push(format!("{label}http.yaml: entry {i}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// A request made, as `requests.yaml` entries are matched against it.
+fn request_json(request: &HttpRequest) -> Value {
+    let body = request.json().unwrap_or_else(|| Value::String(String::from_utf8_lossy(&request.body).into_owned()));
+    serde_json::json!({"method": request.method, "url": request.url, "body": body})
 }
 
 /// The objects with CustomResourceDefinitions first (otherwise in file
@@ -417,6 +441,7 @@ async fn check(
     label: &str,
     run: Result<Run, testing::Error>,
     denials: Vec<String>,
+    requests_since: usize,
     mismatches: &mut Vec<String>,
 ) -> Result<(), Error> {
     let expected_error = read(&dir.join("error.txt"))?.map(|s| s.trim().to_owned());
@@ -494,6 +519,31 @@ async fn check(
                 "{label}events.yaml: no recorded event matches {}; recorded: {}",
                 compact(&expected),
                 recorded.iter().map(compact).collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    let made: Vec<Value> = host.cluster().http().requests().iter().skip(requests_since).map(request_json).collect();
+    for mut expected in read_yaml_documents(&dir.join("requests.yaml"))? {
+        // Methods match in any case, as stubs do.
+        if let Some(method) = expected.get_mut("method")
+            && let Some(m) = method.as_str()
+        {
+            *method = Value::String(m.to_ascii_uppercase());
+        }
+        let found = made.iter().any(|actual| {
+            let mut diffs = Vec::new();
+            subset_diff(&expected, actual, String::new(), &mut diffs);
+            diffs.is_empty()
+        });
+        if !found {
+            mismatches.push(format!(
+                "{label}requests.yaml: no request made matches {}; made: {}",
+                compact(&expected),
+                if made.is_empty() {
+                    "none".to_owned()
+                } else {
+                    made.iter().map(compact).collect::<Vec<_>>().join(", ")
+                }
             ));
         }
     }

@@ -144,6 +144,9 @@ pub struct Hooks {
     /// The innermost span the guest has open, where its requests' spans go
     /// (else under the current span, the call's).
     pub(crate) guest_span: Option<tracing::Span>,
+    /// Where admitted requests are answered instead of the network: the
+    /// caller's cluster's stubs, on the mock host.
+    stubs: Option<Arc<crate::cluster::mock::HttpStubs>>,
 }
 
 impl Hooks {
@@ -157,6 +160,7 @@ impl Hooks {
             bytes: Arc::new(AtomicU64::new(0)),
             journal: Vec::new(),
             guest_span: None,
+            stubs: caller.and_then(|c| c.cluster.http_stubs()),
         }
     }
 
@@ -164,6 +168,7 @@ impl Hooks {
     pub fn begin(&mut self, caller: Option<&Caller>) {
         self.owner = caller.map(Caller::owner);
         self.egress = caller.map(|c| Arc::clone(&c.grants));
+        self.stubs = caller.and_then(|c| c.cluster.http_stubs());
     }
 
     /// Sets the end of the invocation about to run.
@@ -330,8 +335,13 @@ impl WasiHttpHooks for Hooks {
         let deadline = self.deadline.unwrap_or_else(|| Instant::now() + self.limits.deadline);
         let deadline = deadline.checked_sub(reserve).unwrap_or(deadline).max(Instant::now());
         let budget = ByteBudget { used: Arc::clone(&self.bytes), max: self.limits.http_bytes };
+        let stubs = self.stubs.clone();
         Box::new(async move {
-            let sent = send(request, admitted?, options, deadline, budget).instrument(span.clone()).await;
+            let admitted = admitted?;
+            let sent = match stubs {
+                Some(stubs) => stubbed(request, &stubs, budget).instrument(span.clone()).await,
+                None => send(request, admitted, options, deadline, budget).instrument(span.clone()).await,
+            };
             match &sent {
                 Ok((response, _)) => {
                     span.record("status_code", response.status().as_u16());
@@ -425,6 +435,40 @@ async fn send(
         .map_err(|_| Error::ConnectionReadTimeout)??;
     let response = response.map(|incoming| Capped { incoming, budget }.boxed_unsync());
     Ok((response, Box::new(async { Ok(()) })))
+}
+
+/// Answers an admitted request from the mock host's stubs: nothing leaves
+/// the process. The request's body is read (the stubs record it), the
+/// response's is counted against the invocation's budget as a real one is.
+async fn stubbed(
+    request: hyper::Request<WasiBody>,
+    stubs: &crate::cluster::mock::HttpStubs,
+    budget: ByteBudget,
+) -> Sent {
+    use crate::cluster::mock::HttpAnswer;
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes().to_vec();
+    match stubs.answer(parts.method.as_str(), &parts.uri.to_string(), body) {
+        HttpAnswer::Failed(error) => Err(match error.as_str() {
+            "connection-refused" => Error::ConnectionRefused,
+            "connection-timeout" => Error::ConnectionTimeout,
+            "dns-error" => Error::DnsError { rcode: Some("address not found".to_owned()), info_code: None },
+            _ => Error::InternalError(Some(error)),
+        }),
+        HttpAnswer::Response { status, headers, body } => {
+            let len = body.len() as u64;
+            if budget.used.fetch_add(len, Ordering::Relaxed) + len > budget.max {
+                return Err(Error::HttpResponseBodySize(Some(budget.max)));
+            }
+            let mut response = hyper::Response::builder().status(status);
+            for (name, value) in headers {
+                response = response.header(name, value);
+            }
+            let body = http_body_util::Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed_unsync();
+            let response = response.body(body).map_err(|e| Error::InternalError(Some(e.to_string())))?;
+            Ok((response, Box::new(async { Ok(()) })))
+        }
+    }
 }
 
 /// A connection, plain or TLS.
