@@ -7,6 +7,7 @@
 #   greeter-python.wasm             examples/greeter-python (componentize-py)
 #   greeter-js.wasm                 examples/greeter-js (jco, QuickJS engine)
 #   greeter-js-spidermonkey.wasm    examples/greeter-js (componentize-js, SpiderMonkey)
+#   silences-python.wasm            examples/silences-python (componentize-py)
 #   greeter-webhooks-python.wasm    examples/greeter-webhooks-python (componentize-py)
 #   greeter-webhooks-js.wasm        examples/greeter-webhooks-js (jco, QuickJS engine)
 #   tenant-js.wasm                  examples/tenant-js (jco, QuickJS engine)
@@ -169,6 +170,8 @@ js_key=$(key "$root/examples/greeter-js" "$sdk_js" "$wit")
 build greeter-js "$js_key" js_quickjs "$root/examples/greeter-js/greeter.js"
 build greeter-js-spidermonkey "$js_key" js_spidermonkey "$root/examples/greeter-js/greeter.js"
 build tenant-js "$(key "$root/examples/tenant-js" "$sdk_js" "$wit")" js_quickjs "$root/examples/tenant-js/tenant.js"
+build silences-python "$(key "$root/examples/silences-python" "$sdk_py" "$wit")" \
+  python_component "$root/examples/silences-python" silences
 build greeter-webhooks-python "$(key "$root/examples/greeter-webhooks-python" "$sdk_py" "$wit")" \
   python_component "$root/examples/greeter-webhooks-python" webhooks
 build greeter-webhooks-js "$(key "$root/examples/greeter-webhooks-js" "$sdk_js" "$wit")" \

@@ -289,7 +289,8 @@ fn send(request: &Request, url: &Url<'_>) -> Result<Response, HttpError> {
     let failed = |code: ErrorCode| match code {
         ErrorCode::HttpRequestDenied => HttpError::Denied(format!("{} is not a declared origin", url.authority)),
         ErrorCode::InternalError(Some(m)) if m.contains("http_calls") => HttpError::Denied(m),
-        other => HttpError::Transport(format!("{other:?}")),
+        ErrorCode::InternalError(Some(m)) => HttpError::Transport(format!("internal-error: {m}")),
+        other => HttpError::Transport(code_name(&format!("{other:?}"))),
     };
     let pending = outgoing_handler::handle(outgoing, None).map_err(failed)?;
     {
@@ -345,8 +346,35 @@ fn send(request: &Request, url: &Url<'_>) -> Result<Response, HttpError> {
     crate::testing::with_host(|h| h.http(request, url))
 }
 
+/// The `wasi:http` name of an error code from its `Debug` rendering
+/// (`ErrorCode::ConnectionRefused` → `connection-refused`), with its
+/// details, if any, after it: what the Python and JavaScript SDKs say.
+#[cfg(any(target_arch = "wasm32", test))]
+fn code_name(debug: &str) -> String {
+    let variant = debug.strip_prefix("ErrorCode::").unwrap_or(debug);
+    let (name, details) = variant.split_once('(').unwrap_or((variant, ""));
+    let mut kebab = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            kebab.push('-');
+        }
+        kebab.push(c.to_ascii_lowercase());
+    }
+    match details.strip_suffix(')') {
+        Some(details) if !details.is_empty() && details != "None" => format!("{kebab} ({details})"),
+        _ => kebab,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn error_codes_are_named_as_wasi_http_names_them() {
+        assert_eq!(super::code_name("ErrorCode::ConnectionRefused"), "connection-refused");
+        assert_eq!(super::code_name("ErrorCode::HttpResponseBodySize(Some(16))"), "http-response-body-size (Some(16))");
+        assert_eq!(super::code_name("ErrorCode::ConnectionReadTimeout"), "connection-read-timeout");
+    }
+
     use super::*;
 
     #[test]

@@ -38,8 +38,16 @@ fn repo() -> PathBuf {
 }
 
 /// Every component these tests load.
-const ALL: [&str; 6] =
-    ["greeter", "greeter-python", "greeter-js", "greeter-js-spidermonkey", "template-python", "template-js"];
+const ALL: [&str; 8] = [
+    "greeter",
+    "greeter-python",
+    "greeter-js",
+    "greeter-js-spidermonkey",
+    "template-python",
+    "template-js",
+    "silences",
+    "silences-python",
+];
 
 fn component(stem: &str) -> PathBuf {
     static WARM: OnceLock<()> = OnceLock::new();
@@ -142,6 +150,25 @@ fn every_port_inspects_like_the_rust_greeter() {
         }
         assert_eq!(doc, rust, "{port}: the whole manifest and grants");
     }
+}
+
+/// The silences operator in Python: the Rust one's manifest, grants and
+/// egress, its CRD (from `examples/silences-python/silence-crd.json`,
+/// rewritten with `CAPSTAN_BLESS=1`), and its scenarios, Alertmanager
+/// stubbed.
+#[tokio::test]
+async fn the_python_silences_declare_what_the_rust_ones_do_and_pass_their_scenarios() {
+    let file = repo().join("examples/silences-python/silence-crd.json");
+    let mut host = MockHost::new().expect("mock host");
+    let rust = host.load(component("silences")).await.expect("loads");
+    let crd = rust.crds.first().expect("the silences define a CRD").clone();
+    if std::env::var_os("CAPSTAN_BLESS").is_some() {
+        std::fs::write(&file, serde_json::to_string_pretty(&crd).expect("json") + "\n").expect("writes the CRD file");
+    }
+    let committed: Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("reads")).expect("json");
+    assert_eq!(committed, crd, "{} differs from the Rust CRD: run with CAPSTAN_BLESS=1", file.display());
+    assert_eq!(inspect("silences-python"), inspect("silences"), "the whole manifest, grants and egress");
+    assert_scenarios_pass("silences-python", &repo().join("examples/silences/scenarios")).await;
 }
 
 /// `value` with every number as a float: JavaScript writes `100.0` as
