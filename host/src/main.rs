@@ -28,9 +28,11 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let mut layers = vec![logs];
-    layers.extend(export.as_ref().map(|e| e.layer().boxed()));
-    tracing_subscriber::registry().with(filter).with(layers).init();
+    // `--log` filters what is written to stderr, not what is exported: a
+    // host run with `--log warn` still exports every span of its traces.
+    let mut layers = vec![logs.with_filter(filter).boxed()];
+    layers.extend(export.as_ref().map(|e| e.layer().with_filter(EnvFilter::new(Export::FILTER)).boxed()));
+    tracing_subscriber::registry().with(layers).init();
     let result = capstan_host::tooling::cli::run(cli).await;
     if let Some(export) = export {
         export.shutdown();

@@ -295,7 +295,14 @@ impl Export {
         Ok(Some(Self { provider }))
     }
 
+    /// What the export layer takes, whatever `--log` says: the host's
+    /// spans (all at `info`), the guest's log lines from `info` up (span
+    /// events), and warnings and errors of everything else.
+    pub const FILTER: &'static str = "warn,capstan_host=info,guest=info";
+
     /// The `tracing` layer that turns the host's spans into exported ones.
+    /// Give it [`FILTER`](Self::FILTER), its own filter: the log's level
+    /// must not decide what is exported.
     pub fn layer<S>(&self) -> impl tracing_subscriber::Layer<S> + use<S>
     where
         S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,

@@ -163,6 +163,12 @@ exporters:
         bail!("Jaeger did not answer within 60 s:\n{}", self.log())
     }
 
+    /// The pid of the running Jaeger (`None` while stopped), for its CPU
+    /// time and memory.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref()?.id()
+    }
+
     /// What Jaeger logged.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("jaeger.log")).unwrap_or_default()

@@ -33,17 +33,24 @@ struct Export<'a> {
     endpoint: &'a str,
     protocol: &'a str,
     service: &'a str,
+    /// The host's `--log` filter (`CAPSTAN_LOG`).
+    log: &'a str,
 }
 
 impl<'a> Export<'a> {
     /// OTLP/HTTP, the default protocol, to `endpoint`.
     fn http(endpoint: &'a str, service: &'a str) -> Self {
-        Self { endpoint, protocol: "http/protobuf", service }
+        Self { endpoint, protocol: "http/protobuf", service, log: "info" }
     }
 
     /// OTLP/gRPC to `endpoint`.
     fn grpc(endpoint: &'a str, service: &'a str) -> Self {
-        Self { endpoint, protocol: "grpc", service }
+        Self { endpoint, protocol: "grpc", service, log: "info" }
+    }
+
+    /// The same with the host's log filtered to `log`.
+    fn logging(self, log: &'a str) -> Self {
+        Self { log, ..self }
     }
 }
 
@@ -73,7 +80,7 @@ impl Host {
             .arg(&dir)
             .args(["-n", namespace, "--listen", &format!("127.0.0.1:{port}"), "--kubeconfig"])
             .arg(kubeconfig)
-            .env("CAPSTAN_LOG", "info")
+            .env("CAPSTAN_LOG", export.log)
             .env("CAPSTAN_LOG_FORMAT", "json")
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", export.endpoint)
             .env("OTEL_EXPORTER_OTLP_PROTOCOL", export.protocol)
@@ -323,7 +330,9 @@ async fn a_reconcile_exported_over_grpc_is_a_trace_in_jaeger() -> Result<()> {
     let service = format!("capstan-{}", random_suffix(6));
     // Jaeger's OTLP/gRPC receiver only: nothing listens for HTTP there.
     let endpoint = jaeger.otlp_grpc_endpoint();
-    let host = Host::start(plane.kubeconfig_path(), ns.name(), Export::grpc(&endpoint, &service)).await?;
+    // The host logs warnings only: what is exported does not depend on it.
+    let export = Export::grpc(&endpoint, &service).logging("warn");
+    let host = Host::start(plane.kubeconfig_path(), ns.name(), export).await?;
 
     create_ready(&ns, "over-grpc").await?;
     let trace =
@@ -333,6 +342,17 @@ async fn a_reconcile_exported_over_grpc_is_a_trace_in_jaeger() -> Result<()> {
     let spans = trace["spans"].as_array().context("spans")?;
     let guest = spans.iter().find(|s| s["operationName"] == "guest_call").context("a guest_call span")?;
     ensure!(tag(guest, "component") == Some(&Value::from("greeter")), "{guest}");
+    // The guest's info line is exported as an event of its call, though the
+    // host's log kept out everything below warnings.
+    ensure!(
+        guest["logs"].as_array().is_some_and(|logs| logs.iter().any(|l| l.to_string().contains("reconciled"))),
+        "the guest's log line is an event of its call under --log warn: {guest}"
+    );
+    ensure!(
+        !host.log().contains(r#""level":"INFO""#),
+        "the host's log holds info lines under --log warn:\n{}",
+        host.log()
+    );
     let failed = r#"capstan_trace_spans_dropped_total{reason="export_failed"}"#;
     ensure!(host.counter(failed).await? == 0.0, "spans were dropped over gRPC:\n{}", host.log());
     ns.cleanup().await

@@ -6,6 +6,8 @@
 //! cargo build --release -p capstan-host -p capstan-tests --bin capstan --bin bench-greetings
 //! tests/build-guests.sh      # the greeter component; export CAPSTAN_GUESTS=<the dir it prints> if not found
 //! flock -o /tmp/capstan-bench.lock target/release/bench-greetings --counts 1000 --rounds 3
+//! # or only the tracing overhead (Capstan with and without trace export):
+//! flock -o /tmp/capstan-bench.lock target/release/bench-greetings --counts 1000 --rounds 3 --peers capstan,capstan-traced
 //! capstan cluster down --name bench --purge    # when done
 //! ```
 //!
@@ -14,13 +16,24 @@
 //! inherit the lock and hold it until `capstan cluster down`.
 //!
 //! It needs `go` on `PATH` (or `--go`) once, to build the controller-runtime
-//! peer, and the control-plane binaries that `capstan cluster up` builds
-//! (see docs/cluster.md).
+//! peer, `go` on `PATH` once to build Jaeger for `capstan-traced`
+//! ([`capstan_tests::jaeger`]), and the control-plane binaries that
+//! `capstan cluster up` builds (see docs/cluster.md).
 //!
 //! # Peers
 //!
 //! - `capstan`: `examples/greeter` under `capstan run -n NS` (4 workers: the
-//!   greeter's manifest declares `max_concurrency(4)`).
+//!   greeter's manifest declares `max_concurrency(4)`), no trace export
+//!   (the `OTEL_*` variables of the benchmark's environment removed).
+//! - `capstan-traced`: the same, exporting every trace (#33: the overhead
+//!   of tracing on and sampled at 100 %): `OTEL_EXPORTER_OTLP_ENDPOINT` a
+//!   real Jaeger's OTLP/HTTP receiver, `OTEL_SERVICE_NAME=bench-greetings`,
+//!   `OTEL_TRACES_SAMPLER=always_on`, the same `--log warn` (which filters
+//!   the log only: every span is exported, the guest's log lines among
+//!   their events). The Jaeger ([`capstan_tests::jaeger`]:
+//!   in-memory storage, at most 100 000 traces, the oldest evicted) is
+//!   started once when this peer runs, on the same machine (its CPU is in
+//!   `busy`, and printed), and killed at the end.
 //! - `controller-runtime`: `tests/peers/controller-runtime`
 //!   (controller-runtime v0.25.2, k8s.io v0.37.2), built once with `go
 //!   build` into `$CAPSTAN_CACHE/peers/controller-runtime-<hash of its
@@ -77,14 +90,19 @@
 //! Per Greeting also: the peer's CPU to quiet (ms), and its peak memory
 //! over its memory once started and synced (`VmRSS` before the first
 //! wave), in KiB: the figures that stay flat if cost per object does.
-//! For Capstan also, from its `/metrics` (`capstan_reconcile_total`,
-//! `capstan_reconcile_time_seconds`): reconciles per Greeting by result,
-//! their mean time, and how busy its 4 workers were (reconcile time over
-//! 4 × the time to quiet).
+//! For Capstan (both peers) also, from its `/metrics`
+//! (`capstan_reconcile_total`, `capstan_reconcile_time_seconds`):
+//! reconciles per Greeting by result, their mean time, and how busy its 4
+//! workers were (reconcile time over 4 × the time to quiet); for
+//! `capstan-traced` also the spans it dropped
+//! (`capstan_trace_spans_dropped_total`: not all exported if not 0) and
+//! Jaeger's CPU seconds.
 //! Printed: each run, then per phase the median over the rounds of each
 //! figure, Greetings/s as a fraction of `raw`'s, Capstan's Greetings/s over
-//! each peer's, and the calls per Greeting each peer made (last round). The
-//! benchmark prints figures and asserts nothing about them.
+//! each other peer's, `capstan-traced`'s over `capstan`'s (the tracing
+//! overhead, both from the same rounds), and the calls per Greeting each
+//! peer made (last round). The benchmark prints figures and asserts nothing
+//! about them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -140,7 +158,12 @@ struct Args {
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// The peers, in the first round's order.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "capstan,controller-runtime,kube-rs,raw")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "capstan,capstan-traced,controller-runtime,kube-rs,raw"
+    )]
     peers: Vec<Peer>,
     /// The local cluster to run on (`capstan cluster up --name`).
     #[arg(long, default_value = "bench")]
@@ -174,6 +197,8 @@ struct Args {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Peer {
     Capstan,
+    /// Capstan exporting every trace to a Jaeger.
+    CapstanTraced,
     ControllerRuntime,
     KubeRs,
     Raw,
@@ -183,12 +208,21 @@ impl Peer {
     fn name(self) -> &'static str {
         match self {
             Peer::Capstan => "capstan",
+            Peer::CapstanTraced => "capstan-traced",
             Peer::ControllerRuntime => "controller-runtime",
             Peer::KubeRs => "kube-rs",
             Peer::Raw => "raw",
         }
     }
+
+    /// Whether it is `capstan run` (with or without trace export).
+    fn is_capstan(self) -> bool {
+        matches!(self, Peer::Capstan | Peer::CapstanTraced)
+    }
 }
+
+/// `OTEL_SERVICE_NAME` of `capstan-traced`.
+const TRACED_SERVICE: &str = "bench-greetings";
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -214,6 +248,9 @@ struct Bench {
     capstan: PathBuf,
     greeter: PathBuf,
     go_peer: Option<PathBuf>,
+    /// The OTLP/HTTP endpoint and the pid of the Jaeger that
+    /// `capstan-traced` exports to.
+    jaeger: Option<(String, u32)>,
     quiet: Duration,
     timeout: Duration,
 }
@@ -227,6 +264,12 @@ async fn drive(args: Args) -> Result<()> {
         None => capstan_host::testing::find_component("greeter").map_err(anyhow::Error::msg)?,
     };
     let go_peer = if args.peers.contains(&Peer::ControllerRuntime) { Some(go_peer(&args.go)?) } else { None };
+    // Kept until the end (killed when dropped).
+    let jaeger = if args.peers.contains(&Peer::CapstanTraced) {
+        Some(capstan_tests::jaeger::Jaeger::start().await.context("starting Jaeger for capstan-traced")?)
+    } else {
+        None
+    };
     let cluster = Cluster::up(&capstan, &args.cluster).await?;
     let client = ControlPlane::from_kubeconfig(&cluster.kubeconfig).await?.client()?;
     let version = client.apiserver_version().await.context("asking the API server for /version")?;
@@ -240,6 +283,13 @@ async fn drive(args: Args) -> Result<()> {
         capstan.display(),
         greeter.display(),
     );
+    if let Some(j) = &jaeger {
+        println!(
+            "capstan-traced: every trace to Jaeger {} at {} (OTLP/HTTP, in-memory storage)",
+            capstan_tests::jaeger::JAEGER_VERSION,
+            j.otlp_endpoint()
+        );
+    }
     let bench = Bench {
         client,
         cluster,
@@ -247,6 +297,10 @@ async fn drive(args: Args) -> Result<()> {
         capstan,
         greeter,
         go_peer,
+        jaeger: jaeger
+            .as_ref()
+            .map(|j| Ok::<_, anyhow::Error>((j.otlp_endpoint(), j.pid().context("Jaeger's pid")?)))
+            .transpose()?,
         quiet: Duration::from_secs_f64(args.quiet),
         timeout: Duration::from_secs_f64(args.timeout),
     };
@@ -264,7 +318,19 @@ async fn drive(args: Args) -> Result<()> {
             }
         }
         summarize(count, &args.peers, &runs);
+        if let Some(j) = &jaeger {
+            // Proof that the spans arrived (the query API answers at most
+            // 1000 traces).
+            let traces = j.traces(TRACED_SERVICE).await.context("asking Jaeger for the traces")?;
+            let rss = bench.jaeger.as_ref().map_or(Ok(0.0), |&(_, pid)| rss_mib(pid))?;
+            println!(
+                "Jaeger holds {}{} traces of {TRACED_SERVICE}, {rss:.0} MiB resident",
+                if traces.len() >= 1000 { "at least " } else { "" },
+                traces.len()
+            );
+        }
     }
+    drop(jaeger);
     Ok(())
 }
 
@@ -276,6 +342,9 @@ struct Phase {
     peak_mib: f64,
     /// Capstan's reconciles to quiet, from its `/metrics`.
     reconciles: Option<Reconciles>,
+    /// Spans Capstan dropped to quiet (`capstan_trace_spans_dropped_total`),
+    /// from its `/metrics`.
+    spans_dropped: Option<f64>,
 }
 
 /// Where a phase stood at one moment, from its start.
@@ -287,6 +356,8 @@ struct Sample {
     apiserver_cpu: f64,
     /// etcd's CPU seconds (0 where its pid is not known).
     etcd_cpu: f64,
+    /// Jaeger's CPU seconds (0 but for `capstan-traced`).
+    jaeger_cpu: f64,
     /// The share of the machine's cores that were busy, 0 to 1.
     busy: f64,
 }
@@ -294,6 +365,8 @@ struct Sample {
 /// One run of one peer: both phases.
 #[derive(Debug)]
 struct Run {
+    /// Whether it exported its traces (`capstan-traced`).
+    traced: bool,
     /// Resident memory once started and synced, before the first wave.
     idle_mib: f64,
     create: Phase,
@@ -303,13 +376,20 @@ struct Run {
 impl Run {
     fn line(&self, count: usize) -> String {
         let phase = |p: &Phase| {
-            let host = p.reconciles.as_ref().map_or(String::new(), |r| {
+            let mut host = p.reconciles.as_ref().map_or(String::new(), |r| {
                 format!(
                     ", {:.2} reconciles/G, workers {:.0} % busy",
                     r.count / count as f64,
                     100.0 * workers_busy(r, &p.quiet)
                 )
             });
+            if self.traced {
+                host += &format!(
+                    ", {:.0} spans dropped, jaeger cpu {:.2} s",
+                    p.spans_dropped.unwrap_or(f64::NAN),
+                    p.quiet.jaeger_cpu
+                );
+            }
             format!(
                 "Ready {:.2} s, quiet {:.2} s, {:.2} writes/G, {:.0} MiB, machine {:.0} % busy{host}",
                 p.ready.seconds,
@@ -362,7 +442,7 @@ impl Bench {
             let create = self.phase(&mut running, &ns, count, Wave::Create).await?;
             let _ = reset_peak_rss(pid);
             let update = self.phase(&mut running, &ns, count, Wave::Update).await?;
-            anyhow::Ok(Run { idle_mib, create, update })
+            anyhow::Ok(Run { traced: peer == Peer::CapstanTraced, idle_mib, create, update })
         }
         .await;
         child.kill().await.ok();
@@ -376,12 +456,25 @@ impl Bench {
     fn spawn(&self, peer: Peer, ns: &str) -> Result<(tokio::process::Child, Option<u16>)> {
         let mut port = None;
         let mut command = match peer {
-            Peer::Capstan => {
+            Peer::Capstan | Peer::CapstanTraced => {
                 let mut c = tokio::process::Command::new(&self.capstan);
                 let free = capstan_tests::free_port()?;
                 port = Some(free);
                 let listen = format!("127.0.0.1:{free}");
                 c.args(["run", "--log", "warn", "-n", ns, "--listen", &listen]).arg(&self.greeter);
+                // Only what is set here configures the export (none for
+                // `capstan`), not what the benchmark inherited.
+                for (var, _) in std::env::vars_os() {
+                    if var.to_string_lossy().starts_with("OTEL_") || var == "CAPSTAN_TRACE_QUEUE_SIZE" {
+                        c.env_remove(var);
+                    }
+                }
+                if peer == Peer::CapstanTraced {
+                    let (endpoint, _) = self.jaeger.as_ref().context("no Jaeger started")?;
+                    c.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+                        .env("OTEL_SERVICE_NAME", TRACED_SERVICE)
+                        .env("OTEL_TRACES_SAMPLER", "always_on");
+                }
                 c
             }
             Peer::ControllerRuntime => {
@@ -415,18 +508,20 @@ impl Bench {
     /// Starts `wave` and measures it to Ready and to quiet.
     async fn phase(&self, running: &mut Running<'_>, ns: &str, count: usize, wave: Wave) -> Result<Phase> {
         let Running { peer, pid, metrics, ref mut child, ref mut ready } = *running;
-        let reconciles = async || -> Result<Option<Reconciles>> {
+        let reconciles = async || -> Result<Option<(Reconciles, f64)>> {
             let Some(port) = metrics else { return Ok(None) };
             let (code, text) = http_get(port, "/metrics").await.context("reading capstan's /metrics")?;
             ensure!(code == 200, "capstan's /metrics answered {code}");
-            Ok(Some(Reconciles::parse(&text)))
+            Ok(Some((Reconciles::parse(&text), spans_dropped(&text))))
         };
         let reconciles0 = reconciles().await?;
         let api_pid = self.cluster.apiserver;
         let etcd_cpu = || self.cluster.etcd.map_or(Ok(0.0), cpu_seconds);
+        let jaeger_pid = self.jaeger.as_ref().map(|&(_, pid)| pid).filter(|_| peer == Peer::CapstanTraced);
+        let jaeger_cpu = || jaeger_pid.map_or(Ok(0.0), cpu_seconds);
         let calls0 = RequestCounts::scrape(&self.client, COUNTED).await?;
-        let (peer0, api0, etcd0, machine0) =
-            (cpu_seconds(pid)?, cpu_seconds(api_pid)?, etcd_cpu()?, machine_cpu_seconds()?);
+        let (peer0, api0, etcd0, jaeger0, machine0) =
+            (cpu_seconds(pid)?, cpu_seconds(api_pid)?, etcd_cpu()?, jaeger_cpu()?, machine_cpu_seconds()?);
         let start = Instant::now();
         // Read when the sample is taken: the machine's figures are not
         // known for the instant the watch saw Ready, only for the poll
@@ -439,6 +534,7 @@ impl Bench {
                 peer_cpu: cpu_seconds(pid)? - peer0,
                 apiserver_cpu: cpu_seconds(api_pid)? - api0,
                 etcd_cpu: etcd_cpu()? - etcd0,
+                jaeger_cpu: jaeger_cpu()? - jaeger0,
                 busy: machine.busy_since(&machine0),
             })
         };
@@ -484,11 +580,11 @@ impl Bench {
                 bail!("still writing {:?} after Ready", self.timeout);
             }
         }
-        let reconciles = match (reconciles().await?, reconciles0) {
-            (Some(now), Some(before)) => Some(now.since(&before)),
-            _ => None,
+        let (reconciles, spans_dropped) = match (reconciles().await?, reconciles0) {
+            (Some((now, dropped)), Some((before, dropped0))) => (Some(now.since(&before)), Some(dropped - dropped0)),
+            _ => (None, None),
         };
-        Ok(Phase { ready, quiet: last, peak_mib: peak_rss_mib(pid)?, reconciles })
+        Ok(Phase { ready, quiet: last, peak_mib: peak_rss_mib(pid)?, reconciles, spans_dropped })
     }
 }
 
@@ -641,6 +737,17 @@ async fn empty_namespace(client: &Client, ns: &str) -> Result<()> {
     Ok(())
 }
 
+/// The spans a Capstan host dropped so far, for any reason
+/// (`capstan_trace_spans_dropped_total` in its `/metrics` text; absent
+/// until one is).
+fn spans_dropped(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("capstan_trace_spans_dropped_total"))
+        .filter_map(|line| line.rsplit_once(' ')?.1.trim().parse::<f64>().ok())
+        .sum()
+}
+
 /// The share of Capstan's workers' time to quiet spent in reconciles:
 /// near 100 % they are the limit; well below, the objects reach the queue
 /// slower than the workers take them.
@@ -666,6 +773,10 @@ struct Medians {
     cpu: [f64; 4],
     /// etcd's CPU seconds to quiet.
     etcd_quiet: f64,
+    /// Jaeger's CPU seconds to quiet.
+    jaeger_quiet: f64,
+    /// Spans dropped to quiet.
+    spans_dropped: f64,
     /// How busy the machine was to Ready and to quiet, 0 to 1.
     busy: [f64; 2],
     peak_mib: f64,
@@ -692,6 +803,8 @@ fn medians(count: usize, runs: &[(&Run, &Phase)]) -> Medians {
             m(&|p| p.quiet.apiserver_cpu),
         ],
         etcd_quiet: m(&|p| p.quiet.etcd_cpu),
+        jaeger_quiet: m(&|p| p.quiet.jaeger_cpu),
+        spans_dropped: m(&|p| p.spans_dropped.unwrap_or(f64::NAN)),
         busy: [m(&|p| p.ready.busy), m(&|p| p.quiet.busy)],
         peak_mib: m(&|p| p.peak_mib),
         kib_per_greeting: median(runs.iter().map(|(r, p)| 1024.0 * (p.peak_mib - r.idle_mib) / n).collect()),
@@ -771,20 +884,37 @@ fn summarize(count: usize, peers: &[Peer], runs: &[(Peer, Run)]) {
                 1000.0 * m.cpu[2] / count as f64,
             );
         }
-        if let Some((_, c)) = table.iter().find(|(p, _)| *p == Peer::Capstan) {
+        let capstan = table.iter().find(|(p, _)| *p == Peer::Capstan).map(|(_, m)| m);
+        if let Some(c) = capstan {
             let ratios: Vec<String> = table
                 .iter()
-                .filter(|(p, _)| *p != Peer::Capstan)
+                .filter(|(p, _)| !p.is_capstan())
                 .map(|(p, m)| {
                     format!("{} {:.2} / {:.2}", p.name(), c.rate_ready / m.rate_ready, c.rate_quiet / m.rate_quiet)
                 })
                 .collect();
-            println!("capstan's Greetings/s over (to Ready / to quiet): {}", ratios.join(", "));
+            if !ratios.is_empty() {
+                println!("capstan's Greetings/s over (to Ready / to quiet): {}", ratios.join(", "));
+            }
         }
-        let host: Vec<&Phase> = runs.iter().filter(|(p, _)| *p == Peer::Capstan).map(|(_, r)| phase(r)).collect();
-        let with_reconciles: Vec<(&Reconciles, &Sample)> =
-            host.iter().filter_map(|p| Some((p.reconciles.as_ref()?, &p.quiet))).collect();
-        if !with_reconciles.is_empty() {
+        if let (Some(c), Some((_, t))) = (capstan, table.iter().find(|(p, _)| *p == Peer::CapstanTraced)) {
+            let (ready, quiet) = (t.rate_ready / c.rate_ready, t.rate_quiet / c.rate_quiet);
+            println!(
+                "capstan-traced's Greetings/s over capstan's (to Ready / to quiet): {ready:.3} / {quiet:.3} \
+                 (throughput lost to tracing {:.1} % / {:.1} %; {:.0} spans dropped, Jaeger's CPU to quiet {:.2} s)",
+                100.0 * (1.0 - ready),
+                100.0 * (1.0 - quiet),
+                t.spans_dropped,
+                t.jaeger_quiet,
+            );
+        }
+        for &host in peers.iter().filter(|p| p.is_capstan()) {
+            let phases: Vec<&Phase> = runs.iter().filter(|(p, _)| *p == host).map(|(_, r)| phase(r)).collect();
+            let with_reconciles: Vec<(&Reconciles, &Sample)> =
+                phases.iter().filter_map(|p| Some((p.reconciles.as_ref()?, &p.quiet))).collect();
+            if with_reconciles.is_empty() {
+                continue;
+            }
             let m = |f: &dyn Fn(&Reconciles, &Sample) -> f64| {
                 median(with_reconciles.iter().map(|(r, s)| f(r, s)).collect())
             };
@@ -792,7 +922,8 @@ fn summarize(count: usize, peers: &[Peer], runs: &[(Peer, Run)]) {
             let results: Vec<String> =
                 last.by_result.iter().map(|(k, n)| format!("{k} {:.2}", n / count as f64)).collect();
             println!(
-                "capstan to quiet: {:.2} reconciles per Greeting ({} in the last round), {:.2} ms each, workers {:.0} % busy",
+                "{} to quiet: {:.2} reconciles per Greeting ({} in the last round), {:.2} ms each, workers {:.0} % busy",
+                host.name(),
                 m(&|r, _| r.count / count as f64),
                 results.join(", "),
                 m(&|r, _| 1000.0 * r.seconds / r.count.max(1.0)),
