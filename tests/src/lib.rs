@@ -615,3 +615,26 @@ pub fn toolchain_path() -> Result<String> {
     let dirs: Vec<&str> = text.lines().filter_map(|l| l.split_once('=').map(|(_, v)| v)).collect();
     Ok(format!("{}:{}", dirs.join(":"), std::env::var("PATH").unwrap_or_default()))
 }
+
+/// The answer of [`answer_hello`]: `200 OK`, body `hello`, connection closed.
+pub const HELLO: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello";
+
+/// Reads one HTTP/1.1 request head from `stream` and answers [`HELLO`]
+/// (the tests' servers on loopback, plain or TLS); nothing when the client
+/// goes away first.
+pub async fn answer_hello<S>(stream: &mut S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => request.extend_from_slice(&buf[..n]),
+        }
+    }
+    let _ = stream.write_all(HELLO).await;
+    let _ = stream.shutdown().await;
+}

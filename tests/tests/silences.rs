@@ -7,7 +7,9 @@
 //! that calls origins it did not declare (another loopback port, the API
 //! server's address, the cloud metadata address) is refused every time,
 //! before a connection, while the host serves its other requests (the
-//! `fetcher` fixture, which declares loopback ports 18000-18099).
+//! `fetcher` fixture, which declares loopback ports 18000-18099). And
+//! `capstan run --egress-ca` trusts an internal CA for HTTPS, which a host
+//! without it refuses.
 //!
 //! The component declares the one origin it calls, fixed when it is built,
 //! so the tests run its e2e build, `silences-e2e.wasm` from
@@ -37,7 +39,6 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// How long a change may take to reach Alertmanager and the status.
 const TIMEOUT: Duration = Duration::from_secs(40);
@@ -443,18 +444,7 @@ impl Server {
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
                 counted.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello";
-                    let _ = stream.write_all(answer).await;
-                });
+                tokio::spawn(async move { capstan_tests::answer_hello(&mut stream).await });
             }
         });
         Self { port, connections }
@@ -564,4 +554,91 @@ async fn undeclared_origins_are_refused_every_time_on_the_real_host_and_it_serve
 
     host.shutdown().await;
     ns.cleanup().await
+}
+
+/// An HTTPS server on `localhost`, on a free port among those the
+/// `fetcher` fixture declares for HTTPS (18100-18199), with a certificate
+/// of a CA of its own; answers every request with `hello`.
+async fn tls_server(certs: &Arc<capstan_host::serve::webhook::tls::Certs>) -> Result<(u16, Arc<AtomicUsize>)> {
+    let mut bound = None;
+    for port in 18100..18200 {
+        if let Ok(listener) = tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+            bound = Some(listener);
+            break;
+        }
+    }
+    let listener = bound.context("no free port in 18100-18199")?;
+    let port = listener.local_addr()?.port();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(certs.server_config()?));
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&handshakes);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let Ok(mut stream) = acceptor.accept(tcp).await else { return };
+                counted.fetch_add(1, Ordering::SeqCst);
+                capstan_tests::answer_hello(&mut stream).await;
+            });
+        }
+    });
+    Ok((port, handshakes))
+}
+
+/// `capstan run` with the `fetcher` fixture in `ns`, trusting `ca` for
+/// outbound HTTPS if given (`--egress-ca`).
+async fn run_fetcher(
+    plane: &ControlPlane,
+    ns: &TestNamespace,
+    ca: Option<&std::path::Path>,
+) -> Result<tokio::process::Child> {
+    let dir = std::env::temp_dir().join(format!("capstan-egress-tls-{}", capstan_tests::random_suffix(8)));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(find_component("fetcher").map_err(anyhow::Error::msg)?, dir.join("fetcher.wasm"))?;
+    let mut command = tokio::process::Command::new(capstan_tests::capstan_binary().await?);
+    command
+        .args(["run", "--skip-permission-check", "--components"])
+        .arg(&dir)
+        .args(["-n", ns.name(), "--listen", &format!("127.0.0.1:{}", capstan_tests::free_port()?), "--kubeconfig"])
+        .arg(plane.kubeconfig_path())
+        .env("CAPSTAN_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(ca) = ca {
+        command.arg("--egress-ca").arg(ca);
+    }
+    Ok(command.spawn()?)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_to_an_internal_ca_is_trusted_with_egress_ca_and_refused_without() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let certs = Arc::new(capstan_host::serve::webhook::tls::Certs::self_managed(&["localhost".to_owned()])?);
+    let (port, handshakes) = tls_server(&certs).await?;
+    let ca = std::env::temp_dir().join(format!("capstan-egress-ca-{}.pem", capstan_tests::random_suffix(8)));
+    std::fs::write(&ca, certs.ca_bundle())?;
+    let url = format!("https://localhost:{port}/ok");
+
+    // Trusted through --egress-ca: the certificate is checked against the
+    // name and the CA, and the request goes through.
+    let trusted = TestNamespace::new("egress-ca").await?;
+    let host = run_fetcher(plane, &trusted, Some(&ca)).await?;
+    assert_eq!(fetch(&trusted, "secure", std::slice::from_ref(&url), 2).await?, ["status:200 bytes:5"; 2]);
+    // (A reconcile may run again after its own child's write: at least 2.)
+    drop(host);
+    let completed = handshakes.load(Ordering::SeqCst);
+    assert!(completed >= 2, "each request made its TLS handshake: {completed}");
+
+    // Without it the platform's roots alone do not know the CA: a TLS
+    // failure for the guest, no request sent.
+    let untrusted = TestNamespace::new("egress-no-ca").await?;
+    let _other = run_fetcher(plane, &untrusted, None).await?;
+    let refused = fetch(&untrusted, "insecure", std::slice::from_ref(&url), 1).await?;
+    assert!(refused[0].starts_with("error:") && refused[0].contains("tls-certificate-error"), "{refused:?}");
+    assert_eq!(handshakes.load(Ordering::SeqCst), completed, "no handshake completed without the CA");
+    let _ = std::fs::remove_file(&ca);
+    trusted.cleanup().await?;
+    untrusted.cleanup().await
 }

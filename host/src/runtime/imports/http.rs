@@ -15,7 +15,8 @@
 //!    instance metadata and credentials) is refused with `destination-IP-prohibited`, whatever
 //!    the DNS says; only an origin declared as that very IP reaches it;
 //! 4. the connection (TCP, then TLS with the platform's roots plus the
-//!    host's `--egress-ca` bundle) gets at most [`HTTP_CONNECT_TIMEOUT`],
+//!    host's `--egress-ca` bundle; a certificate they do not vouch for is
+//!    `TLS-certificate-error`) gets at most [`HTTP_CONNECT_TIMEOUT`],
 //!    and everything — connect, first byte, body — ends a little before
 //!    the invocation's deadline (a tenth of it, at most 500 ms, is kept
 //!    for the guest to handle the timeout): the host never waits past it;
@@ -410,7 +411,7 @@ async fn send(
         let stream = tokio::time::timeout_at(connect_by, tls.connect(name, tcp))
             .await
             .map_err(|_| Error::ConnectionTimeout)?
-            .map_err(Error::Tls)?;
+            .map_err(tls_error)?;
         Box::new(stream)
     } else {
         Box::new(tcp)
@@ -468,6 +469,22 @@ async fn stubbed(
             let response = response.body(body).map_err(|e| Error::InternalError(Some(e.to_string())))?;
             Ok((response, Box::new(async { Ok(()) })))
         }
+    }
+}
+
+/// The `wasi:http` error code of a failed TLS handshake: a certificate the
+/// roots (and `--egress-ca`) do not vouch for, or that names another host,
+/// is `TLS-certificate-error`; an alert the server sent,
+/// `TLS-alert-received`; anything else, `TLS-protocol-error`.
+fn tls_error(e: std::io::Error) -> Error {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented) => {
+            Error::TlsCertificateError
+        }
+        Some(rustls::Error::AlertReceived(alert)) => {
+            Error::TlsAlertReceived { alert_id: Some(u8::from(*alert)), alert_message: Some(format!("{alert:?}")) }
+        }
+        _ => Error::TlsProtocolError,
     }
 }
 
