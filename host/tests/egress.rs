@@ -28,6 +28,10 @@ fn guest(name: &str) -> PathBuf {
     capstan_host::testing::find_component(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Held by every test here: they count in the same process-wide series
+/// (controller `fetcher`), and one asserts exact counts.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The value of one series of the process-wide metrics; 0 when absent.
 fn metric(series: &str) -> f64 {
     let scrape = capstan_host::metrics::metrics().encode();
@@ -124,6 +128,7 @@ async fn fetch(host: &mut MockHost, name: &str, urls: &[String], times: usize) -
 
 #[tokio::test]
 async fn a_declared_origin_is_reached_and_every_other_is_refused_before_a_connection() {
+    let _serial = SERIAL.lock().await;
     let declared = Server::start(true).await;
     let other = Server::start(false).await;
     let mut host = MockHost::new().expect("host");
@@ -154,6 +159,7 @@ async fn a_declared_origin_is_reached_and_every_other_is_refused_before_a_connec
 
 #[tokio::test]
 async fn a_component_that_declares_no_egress_reaches_nothing() {
+    let _serial = SERIAL.lock().await;
     let server = Server::start(true).await;
     let mut host = MockHost::new().expect("host");
     host.cluster().use_network(true);
@@ -166,6 +172,7 @@ async fn a_component_that_declares_no_egress_reaches_nothing() {
 
 #[tokio::test]
 async fn requests_past_the_budget_fail_for_the_guest_and_are_not_sent() {
+    let _serial = SERIAL.lock().await;
     let server = Server::start(true).await;
     let mut host = MockHost::with_limits(Limits::default().http_calls(3), None).expect("host");
     host.cluster().use_network(true);
@@ -180,6 +187,7 @@ async fn requests_past_the_budget_fail_for_the_guest_and_are_not_sent() {
 
 #[tokio::test]
 async fn a_huge_body_and_a_silent_server_cost_only_the_call_and_the_host_serves_on() {
+    let _serial = SERIAL.lock().await;
     let server = Server::start(true).await;
     let limits = Limits::default().deadline(Duration::from_secs(2)).http_bytes(1 << 20);
     let mut host = MockHost::with_limits(limits, None).expect("host");
@@ -260,6 +268,7 @@ impl Spans {
 
 #[tokio::test]
 async fn each_request_is_a_span_of_the_guest_call_with_its_destination_and_answer_never_its_query() {
+    let _serial = SERIAL.lock().await;
     use tracing_subscriber::layer::SubscriberExt as _;
     let declared = Server::start(true).await;
     let spans = Spans::default();
@@ -296,6 +305,7 @@ async fn each_request_is_a_span_of_the_guest_call_with_its_destination_and_answe
 
 #[tokio::test]
 async fn on_the_mock_host_stubs_answer_the_declared_origins_and_nothing_leaves_the_process() {
+    let _serial = SERIAL.lock().await;
     use capstan_host::cluster::mock::HttpStub;
     let server = Server::start(true).await;
     let other = Server::start(false).await;

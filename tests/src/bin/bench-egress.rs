@@ -22,7 +22,7 @@
 //!   and HTTP client; requests to the network, `MockCluster::use_network`)
 //!   reconciles a ConfigMap that asks for 16 GETs (the per-call budget);
 //!   the guest times each call with its monotonic clock (the fixture's
-//!   `micros`): from building the request to the whole body read, across
+//!   `micros`, with `timed: yes`): from building the request to the whole body read, across
 //!   the WIT boundary, the host's egress checks and budgets, the
 //!   connection, the exchange;
 //! - `direct`: 16 GETs from this process with hyper's HTTP/1.1 client on a
@@ -99,7 +99,7 @@ async fn guest(host: &mut MockHost, round: usize, url: &str) -> Result<Vec<Durat
     host.seed(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": "default"},
-        "data": {"behaviour": "fetch", "urls": url, "times": CALLS.to_string()},
+        "data": {"behaviour": "fetch", "urls": url, "times": CALLS.to_string(), "timed": "yes"},
     }))?;
     host.run_until_idle().await?;
     let child = ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("default"), format!("{name}-fetch"));
