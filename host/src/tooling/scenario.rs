@@ -509,11 +509,7 @@ async fn check(
         })
         .collect();
     for expected in read_yaml_documents(&dir.join("events.yaml"))? {
-        let found = recorded.iter().any(|actual| {
-            let mut diffs = Vec::new();
-            subset_diff(&expected, actual, String::new(), &mut diffs);
-            diffs.is_empty()
-        });
+        let found = recorded.iter().any(|actual| subset_matches(&expected, actual));
         if !found {
             mismatches.push(format!(
                 "{label}events.yaml: no recorded event matches {}; recorded: {}",
@@ -530,11 +526,7 @@ async fn check(
         {
             *method = Value::String(m.to_ascii_uppercase());
         }
-        let found = made.iter().any(|actual| {
-            let mut diffs = Vec::new();
-            subset_diff(&expected, actual, String::new(), &mut diffs);
-            diffs.is_empty()
-        });
+        let found = made.iter().any(|actual| subset_matches(&expected, actual));
         if !found {
             mismatches.push(format!(
                 "{label}requests.yaml: no request made matches {}; made: {}",
@@ -554,6 +546,13 @@ fn compact(v: &Value) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 
+/// Whether `expected` is a subset of `actual` (see [`subset_diff`]).
+fn subset_matches(expected: &Value, actual: &Value) -> bool {
+    let mut diffs = Vec::new();
+    subset_diff(expected, actual, String::new(), &mut diffs);
+    diffs.is_empty()
+}
+
 /// Appends to `out` every place where `expected` is not a subset of
 /// `actual`, as `at <path>: expected X, got Y`.
 pub fn subset_diff(expected: &Value, actual: &Value, path: String, out: &mut Vec<String>) {
@@ -570,11 +569,7 @@ pub fn subset_diff(expected: &Value, actual: &Value, path: String, out: &mut Vec
         }
         (Value::Array(e), Value::Array(a)) => {
             for (i, ev) in e.iter().enumerate() {
-                let matched = a.iter().any(|av| {
-                    let mut d = Vec::new();
-                    subset_diff(ev, av, String::new(), &mut d);
-                    d.is_empty()
-                });
+                let matched = a.iter().any(|av| subset_matches(ev, av));
                 if !matched {
                     let mut msg = format!("at {path}[{i}]: expected an element matching {}", compact(ev));
                     let _ = write!(msg, ", got {}", compact(actual));
