@@ -38,8 +38,11 @@ fn metric(series: &str) -> f64 {
     scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
 }
 
-/// A tiny HTTP/1.1 server: `/ok` answers `hello`, `/huge` sends zeros
-/// forever, `/hang` never answers. Counts the connections it accepted.
+/// A tiny HTTP/1.1 server: `/ok` answers `hello` and closes, `/keep`
+/// answers `hello` and keeps the connection for the next request,
+/// `/keep-then-close` answers as `/keep` does but closes, `/huge` sends
+/// zeros forever, `/hang` never answers. Counts the connections it
+/// accepted.
 struct Server {
     port: u16,
     connections: Arc<AtomicUsize>,
@@ -71,28 +74,49 @@ impl Server {
                 tokio::spawn(async move {
                     let mut request = Vec::new();
                     let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                    loop {
+                        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => request.extend_from_slice(&buf[..n]),
+                            }
                         }
-                    }
-                    let target = String::from_utf8_lossy(&request).split(' ').nth(1).unwrap_or("/").to_owned();
-                    match target.split('?').next().unwrap_or_default() {
-                        "/ok" => {
-                            let _ = stream
-                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello")
-                                .await;
-                        }
-                        "/huge" => {
-                            let head = b"HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\nconnection: close\r\n\r\n";
-                            if stream.write_all(head).await.is_err() {
+                        let target = String::from_utf8_lossy(&request).split(' ').nth(1).unwrap_or("/").to_owned();
+                        request.clear();
+                        match target.split('?').next().unwrap_or_default() {
+                            "/ok" => {
+                                let _ = stream
+                                    .write_all(
+                                        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello",
+                                    )
+                                    .await;
                                 return;
                             }
-                            let chunk = vec![0u8; 64 << 10];
-                            while stream.write_all(&chunk).await.is_ok() {}
+                            "/keep" => {
+                                let head = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
+                                if stream.write_all(head).await.is_err() {
+                                    return;
+                                }
+                            }
+                            "/keep-then-close" => {
+                                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello").await;
+                                return;
+                            }
+                            "/huge" => {
+                                let head =
+                                    b"HTTP/1.1 200 OK\r\ncontent-length: 1073741824\r\nconnection: close\r\n\r\n";
+                                if stream.write_all(head).await.is_err() {
+                                    return;
+                                }
+                                let chunk = vec![0u8; 64 << 10];
+                                while stream.write_all(&chunk).await.is_ok() {}
+                                return;
+                            }
+                            _ => {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                                return;
+                            }
                         }
-                        _ => tokio::time::sleep(Duration::from_secs(3600)).await,
                     }
                 });
             }
@@ -155,6 +179,27 @@ async fn a_declared_origin_is_reached_and_every_other_is_refused_before_a_connec
     assert_eq!(other.connections(), 0, "the undeclared port saw no connection");
     assert_eq!(metric(denied) - denied_before, 4.0);
     assert_eq!(metric(ok) - ok_before, 1.0);
+}
+
+#[tokio::test]
+async fn a_connection_read_to_the_end_is_reused_by_the_next_requests_and_one_the_server_closed_is_not() {
+    let _serial = SERIAL.lock().await;
+    let server = Server::start(true).await;
+    let mut host = MockHost::new().expect("host");
+    host.cluster().use_network(true);
+    host.load(guest("fetcher")).await.expect("loads");
+    let results = fetch(&mut host, "pooled", &[server.url("/keep")], 5).await;
+    assert_eq!(results, ["status:200 bytes:5"; 5]);
+    let again = fetch(&mut host, "pooled-again", &[server.url("/keep")], 2).await;
+    assert_eq!(again, ["status:200 bytes:5"; 2]);
+    assert_eq!(server.connections(), 1, "seven requests in two calls on one connection");
+
+    let closing = Server::start(true).await;
+    for name in ["closed-1", "closed-2"] {
+        let results = fetch(&mut host, name, &[closing.url("/keep-then-close")], 1).await;
+        assert_eq!(results, ["status:200 bytes:5"], "{name}");
+    }
+    assert_eq!(closing.connections(), 2, "a connection the server closed is not reused");
 }
 
 #[tokio::test]

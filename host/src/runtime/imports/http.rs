@@ -23,6 +23,10 @@
 //! 5. response bodies are counted against [`Limits::http_bytes`] per
 //!    invocation; a body past it fails with `HTTP-response-body-size`.
 //!
+//! A connection whose response was read to the end is kept for the same
+//! component's next request to the same origin ([`pool`]): open for
+//! 30 s idle, and never past the invocation that sends on it.
+//!
 //! Redirects are the guest's to follow (`wasi:http` does not), so each hop
 //! is a request of its own, checked again. Each request is counted in
 //! `capstan_egress_requests_total{cluster, controller, origin, result}` (`origin`
@@ -55,6 +59,8 @@ use super::{CallResult, Caller, ImportCall, throttle};
 use crate::manifest::egress::Egress;
 use crate::metrics::{Owner, metrics};
 use crate::runtime::limits::{HTTP_CONNECT_TIMEOUT, Limits};
+
+mod pool;
 
 /// The longest request target kept in the journal, in bytes.
 const MAX_TARGET: usize = 256;
@@ -234,7 +240,7 @@ impl Hooks {
             &format!("{} {scheme}://{host}:{port}{}", request.method(), uri.path()),
             MAX_TARGET,
         );
-        let Some(egress) = self.egress() else {
+        let (Some(egress), Some(owner)) = (self.egress(), self.owner.clone()) else {
             self.record(span, target, "undeclared", Err(("denied", "no outbound HTTP outside a call".to_owned())));
             return Err(Error::HttpRequestDenied);
         };
@@ -256,7 +262,7 @@ impl Hooks {
         }
         self.calls += 1;
         self.record(span, target, &origin_label, Ok(()));
-        Ok(Admitted { host, port, https, by_ip })
+        Ok(Admitted { owner, host, port, https, by_ip })
     }
 }
 
@@ -297,6 +303,8 @@ impl Destination {
 
 /// A request let through, and where it goes.
 struct Admitted {
+    /// The component sending it (whose connections it may reuse).
+    owner: Owner,
     host: String,
     port: u16,
     https: bool,
@@ -398,7 +406,46 @@ async fn send(
         .map_or(HTTP_CONNECT_TIMEOUT, |t| t.min(HTTP_CONNECT_TIMEOUT))
         .min(deadline.saturating_duration_since(now));
     let connect_by = now + connect_by;
-    let tcp = connect(&to, connect_by).await?;
+    // Origin form on the wire: the path and query only.
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    *request.uri_mut() = path.parse().map_err(|_| Error::HttpRequestUriInvalid)?;
+    let first_byte = options.and_then(|o| o.first_byte_timeout).map_or(deadline, |t| deadline.min(now + t));
+    let key =
+        pool::Key { owner: to.owner.clone(), https: to.https, host: to.host.clone(), port: to.port, by_ip: to.by_ip };
+    let mut pooled = pool::POOL.checkout(&key, deadline);
+    loop {
+        // A pooled connection the server closed meanwhile gives the request
+        // back unsent: it goes again, once, on a new connection.
+        let (mut conn, reused) = match pooled.take() {
+            Some(mut conn) => match tokio::time::timeout_at(connect_by, conn.sender.ready()).await {
+                Ok(Ok(())) => (conn, true),
+                _ => (open(&to, connect_by, deadline).await?, false),
+            },
+            None => (open(&to, connect_by, deadline).await?, false),
+        };
+        match tokio::time::timeout_at(first_byte, conn.sender.try_send_request(request)).await {
+            Err(_) => return Err(Error::ConnectionReadTimeout),
+            Ok(Ok(response)) => {
+                let done = Some((key, conn));
+                let response = response.map(|incoming| Capped { incoming, budget, done, ended: false }.boxed_unsync());
+                return Ok((response, Box::new(async { Ok(()) })));
+            }
+            Ok(Err(mut failed)) => match failed.take_message() {
+                Some(unsent) if reused => request = unsent,
+                _ => return Err(Error::from(failed.into_error())),
+            },
+        }
+    }
+}
+
+/// A new connection for `to` (TCP, TLS for `https`), made by `connect_by`
+/// and leased until `deadline`.
+async fn open(
+    to: &Admitted,
+    connect_by: tokio::time::Instant,
+    deadline: tokio::time::Instant,
+) -> Result<pool::Conn, Error> {
+    let tcp = connect(to, connect_by).await?;
     let _ = tcp.set_nodelay(true);
     let io: Box<dyn Stream> = if to.https {
         let name = match to.host.trim_matches(['[', ']']).parse::<IpAddr>() {
@@ -416,26 +463,13 @@ async fn send(
     } else {
         Box::new(tcp)
     };
-    let (mut sender, connection) = tokio::time::timeout_at(
+    let (sender, connection) = tokio::time::timeout_at(
         connect_by,
         hyper::client::conn::http1::handshake::<_, WasiBody>(hyper_util::rt::TokioIo::new(io)),
     )
     .await
     .map_err(|_| Error::ConnectionTimeout)??;
-    // The connection lives no longer than the invocation: nothing reads
-    // its body after that.
-    tokio::spawn(async move {
-        let _ = tokio::time::timeout_at(deadline, connection).await;
-    });
-    // Origin form on the wire: the path and query only.
-    let path = request.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
-    *request.uri_mut() = path.parse().map_err(|_| Error::HttpRequestUriInvalid)?;
-    let first_byte = options.and_then(|o| o.first_byte_timeout).map_or(deadline, |t| deadline.min(now + t));
-    let response = tokio::time::timeout_at(first_byte, sender.send_request(request))
-        .await
-        .map_err(|_| Error::ConnectionReadTimeout)??;
-    let response = response.map(|incoming| Capped { incoming, budget }.boxed_unsync());
-    Ok((response, Box::new(async { Ok(()) })))
+    Ok(pool::Conn::spawn(sender, connection, deadline))
 }
 
 /// Answers an admitted request from the mock host's stubs: nothing leaves
@@ -492,10 +526,24 @@ fn tls_error(e: std::io::Error) -> Error {
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Stream for T {}
 
-/// A response body counted against the invocation's byte budget.
+/// A response body counted against the invocation's byte budget. Read to
+/// the end, its connection goes back to the pool.
 struct Capped {
     incoming: Incoming,
     budget: ByteBudget,
+    /// The connection it arrives on, until it is pooled or dropped.
+    done: Option<(pool::Key, pool::Conn)>,
+    ended: bool,
+}
+
+impl Drop for Capped {
+    fn drop(&mut self) {
+        if let Some((key, conn)) = self.done.take()
+            && (self.ended || self.incoming.is_end_stream())
+        {
+            pool::POOL.checkin(key, conn);
+        }
+    }
 }
 
 impl Body for Capped {
@@ -513,7 +561,13 @@ impl Body for Capped {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                self.ended = true;
+                if let Some((key, conn)) = self.done.take() {
+                    pool::POOL.checkin(key, conn);
+                }
+                Poll::Ready(None)
+            }
             Poll::Pending => Poll::Pending,
         }
     }
