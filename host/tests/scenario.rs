@@ -205,3 +205,25 @@ async fn scheduler_scenarios_bind_report_and_retry_on_the_mock_host() {
         assert!(case.passed(), "{}: {:#?}", case.name, case.mismatches);
     }
 }
+
+/// Objects that name a cluster engage it: the component runs once per
+/// cluster, each reconcile is told its cluster, and each cluster's
+/// children stay in it; a cluster first named in a step is engaged then.
+#[tokio::test]
+async fn a_scenario_runs_the_component_in_every_cluster_its_objects_name() {
+    let fixture = find_component("fixture").unwrap_or_else(|e| panic!("{e}"));
+    let results =
+        scenario::run_all(&fixture, &repo().join("tests/fixtures/scenarios/two-clusters")).await.expect("runs");
+    assert_eq!(results.len(), 1);
+    assert!(results[0].passed(), "{:#?}", results[0].mismatches);
+
+    let results =
+        scenario::run_all(&fixture, &repo().join("tests/fixtures/scenarios/wrong-cluster")).await.expect("runs");
+    let mismatches = &results[0].mismatches;
+    assert!(
+        mismatches.iter().any(|m| m.contains("at .data.cluster: expected \"west\", got \"default\"")),
+        "{mismatches:#?}"
+    );
+    assert!(mismatches.iter().any(|m| m.contains("no object of this case is in cluster \"north\"")), "{mismatches:#?}");
+    assert_eq!(mismatches.len(), 2, "{mismatches:#?}");
+}

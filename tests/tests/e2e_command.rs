@@ -107,6 +107,27 @@ async fn a_case_that_stubs_outbound_http_is_refused_on_a_cluster_naming_capstan_
     Ok(())
 }
 
+/// A case with objects in other clusters fails on a cluster without
+/// running, naming the file and the cluster.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_case_in_several_clusters_is_refused_on_one_naming_capstan_test() -> Result<()> {
+    let client = ControlPlane::shared().await?.client()?;
+    let fixture = find_component("fixture").map_err(anyhow::Error::msg)?;
+    let options = capstan_host::tooling::e2e::Options::default();
+    let cases = repo().join("tests/fixtures/scenarios/two-clusters");
+    let results = capstan_host::tooling::e2e::run_all(client, &fixture, &cases, &options).await?;
+    ensure!(results.len() == 1, "{results:?}");
+    ensure!(
+        results[0].mismatches
+            == [
+                r#"given.yaml: puts an object in cluster "west", and only the mock host runs several (run this case with `capstan test`)"#
+            ],
+        "{:?}",
+        results[0].mismatches
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scenario_that_does_not_hold_fails_with_a_diff_and_exit_code_1() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("capstan-e2e-wrong-{}", std::process::id()));

@@ -239,6 +239,17 @@ impl MockCluster {
         Self { state: Mutex::new(State::new()), http: Arc::default(), network: AtomicBool::new(false) }
     }
 
+    /// An empty cluster like [`new`](Self::new) that shares `other`'s
+    /// outside world: its HTTP stubs, the requests they answered, and
+    /// whether requests go to the network.
+    pub fn beside(other: &MockCluster) -> Self {
+        Self {
+            state: Mutex::new(State::new()),
+            http: Arc::clone(&other.http),
+            network: AtomicBool::new(other.network.load(Ordering::Relaxed)),
+        }
+    }
+
     /// The state, even if a test panicked while holding the lock: every
     /// operation leaves it consistent before it can panic.
     fn state(&self) -> MutexGuard<'_, State> {

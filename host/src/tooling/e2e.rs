@@ -33,7 +33,8 @@
 //! `conversion.yaml` checks are not run here (they need no cluster: `capstan
 //! test` runs them); a case that has one says so. A case that stubs
 //! outbound HTTP (`http.yaml`, in it or a step) fails without running:
-//! on a cluster its requests would reach the real services.
+//! on a cluster its requests would reach the real services. So does a
+//! case that names a cluster other than `default`: this runs one.
 //!
 //! The objects the case created (deleted first, while the controller still
 //! runs, so it finalizes them; Pods bound to the case's Nodes with a grace
@@ -357,6 +358,15 @@ pub async fn run_case(
         let at = dir.strip_prefix(case).unwrap_or(&dir).join("http.yaml");
         let why = format!(
             "{}: stubs outbound HTTP, which only the mock host can (run this case with `capstan test`)",
+            at.display()
+        );
+        return Ok(CaseResult { name, mismatches: vec![why] });
+    }
+    // So do other clusters: this runs against one.
+    if let Some((at, cluster)) = scenario::other_cluster(case)? {
+        let why = format!(
+            "{}: puts an object in cluster {cluster:?}, and only the mock host runs several (run this case with \
+             `capstan test`)",
             at.display()
         );
         return Ok(CaseResult { name, mismatches: vec![why] });

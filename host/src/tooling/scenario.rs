@@ -16,6 +16,16 @@
 //! | `requests.yaml` | requests expected to have been made (during this step): a list of `{method, url, body}`, each a subset match of some request (`body` against the request's JSON body, or its text) |
 //! | `steps/<nn-name>/` | further steps, in name order: `apply.yaml` (objects to create, or merge into existing ones), `delete.yaml` (objects to delete), `http.yaml` (more stubs, newer than the earlier ones), and their own `expect.yaml`, `absent.yaml`, `events.yaml`, `requests.yaml`, `error.txt` |
 //!
+//! Several clusters: an object in `given.yaml`, `apply.yaml`,
+//! `delete.yaml`, `expect.yaml` or `absent.yaml` (and an entry of
+//! `events.yaml`) may say which cluster it is in with a top-level
+//! `cluster: NAME` beside `apiVersion` (`default` without one). The first
+//! object that names a cluster engages it: the component runs there too,
+//! once per cluster, told the name in its requests, as on a host serving
+//! several (see [`MockHost::add_cluster`]). The clusters share the HTTP
+//! stubs. Recorded Events carry their `cluster`, so an `events.yaml`
+//! entry without one matches an Event in any cluster.
+//!
 //! A CustomResourceDefinition in `given.yaml` or `apply.yaml` serves its
 //! kind (with its schema) from then on; CRDs are created before the other
 //! objects of the same file.
@@ -204,7 +214,14 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
     let mut denials = Vec::new();
     stub_http(&host, case, "", &mut mismatches)?;
     for object in crds_first(read_yaml_documents(&case.join("given.yaml"))?) {
-        if let Err(e) = apply(&host, object, Start::Given, &mut denials).await {
+        let (in_cluster, object) = match engage(&mut host, object).await {
+            Ok(o) => o,
+            Err(e) => {
+                mismatches.push(format!("given.yaml: {e}"));
+                continue;
+            }
+        };
+        if let Err(e) = apply(&host, &in_cluster, object, Start::Given, &mut denials).await {
             mismatches.push(format!("given.yaml: {e}"));
         }
     }
@@ -218,7 +235,14 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
         let since = host.cluster().http().requests().len();
         stub_http(&host, &step, &label, &mut mismatches)?;
         for object in crds_first(read_yaml_documents(&step.join("apply.yaml"))?) {
-            if let Err(e) = apply(&host, object, Start::Step, &mut denials).await {
+            let (in_cluster, object) = match engage(&mut host, object).await {
+                Ok(o) => o,
+                Err(e) => {
+                    mismatches.push(format!("{label}apply.yaml: {e}"));
+                    continue;
+                }
+            };
+            if let Err(e) = apply(&host, &in_cluster, object, Start::Step, &mut denials).await {
                 mismatches.push(format!("{label}apply.yaml: {e}"));
             }
         }
@@ -227,11 +251,18 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
                 mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
                 continue;
             };
-            let old = host.cluster().get(&r).await.ok();
+            let target = match in_named(&host, &object) {
+                Ok(cluster) => cluster,
+                Err(e) => {
+                    mismatches.push(format!("{label}delete.yaml: {r}: {e}"));
+                    continue;
+                }
+            };
+            let old = target.get(&r).await.ok();
             match host.admit(Operation::Delete, None, old).await? {
                 Admission::Denied { message, .. } => denials.push(format!("{r}: {message}")),
                 Admission::Allowed { .. } => {
-                    if let Err(e) = host.cluster().delete(&r, Propagation::Default).await {
+                    if let Err(e) = target.delete(&r, Propagation::Default).await {
                         mismatches.push(format!("{label}delete.yaml: {r}: {e}"));
                     }
                 }
@@ -241,6 +272,62 @@ pub async fn run_case(component: &Path, case: &Path) -> Result<CaseResult, Error
         check(&host, &step, &label, run, denials, since, &mut mismatches).await?;
     }
     Ok(CaseResult { name, mismatches })
+}
+
+/// The name an entry's `cluster` field gives (`default` without one).
+///
+/// # Errors
+///
+/// When `cluster` is there but not a DNS-1123 label.
+fn cluster_of(entry: &Value) -> Result<&str, String> {
+    match entry.get("cluster") {
+        None => Ok(cluster::DEFAULT_CLUSTER),
+        Some(Value::String(name)) if crate::manifest::is_dns1123_label(name) => Ok(name),
+        Some(other) => Err(format!("cluster {}: not a DNS-1123 label", compact(other))),
+    }
+}
+
+/// The first file of `case` (relative to it) with an entry in a cluster
+/// other than `default`, and that cluster's name.
+///
+/// # Errors
+///
+/// As [`read_yaml_documents`].
+pub(crate) fn other_cluster(case: &Path) -> Result<Option<(PathBuf, String)>, Error> {
+    const FILES: [&str; 7] =
+        ["given.yaml", "apply.yaml", "delete.yaml", "expect.yaml", "absent.yaml", "events.yaml", "requests.yaml"];
+    for dir in std::iter::once(case.to_owned()).chain(steps_of(case)?) {
+        for file in FILES {
+            let path = dir.join(file);
+            for entry in read_yaml_documents(&path)? {
+                if let Some(name) = entry.get("cluster").filter(|c| c.as_str() != Some(cluster::DEFAULT_CLUSTER)) {
+                    let name = name.as_str().map_or_else(|| compact(name), str::to_owned);
+                    return Ok(Some((path.strip_prefix(case).unwrap_or(&path).to_owned(), name)));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The cluster an `expect`, `absent` or `delete` entry names.
+fn in_named<'a>(host: &'a MockHost, entry: &Value) -> Result<&'a cluster::mock::MockCluster, String> {
+    let name = cluster_of(entry)?;
+    host.cluster_named(name).ok_or_else(|| format!("no object of this case is in cluster {name:?}"))
+}
+
+/// Takes the `cluster` field off a `given` or `apply` object, engaging
+/// the cluster it names when it is new: the component then runs there
+/// too. Returns the name and the object as it is written.
+async fn engage(host: &mut MockHost, mut object: Value) -> Result<(String, Value), String> {
+    let name = cluster_of(&object)?.to_owned();
+    if let Some(fields) = object.as_object_mut() {
+        fields.remove("cluster");
+    }
+    if host.cluster_named(&name).is_none() {
+        host.add_cluster(&name).await.map_err(|e| e.to_string())?;
+    }
+    Ok((name, object))
 }
 
 /// Adds the stubs of `dir`'s `http.yaml`, if it has one; an entry that is
@@ -284,8 +371,14 @@ enum Start {
 /// the API server stores it: the existing object is converted to the
 /// file's version, merged and reviewed there, and the result converted
 /// back through the component.
-async fn apply(host: &MockHost, object: Value, from: Start, denials: &mut Vec<String>) -> Result<(), cluster::Error> {
-    let cluster = host.cluster();
+async fn apply(
+    host: &MockHost,
+    in_cluster: &str,
+    object: Value,
+    from: Start,
+    denials: &mut Vec<String>,
+) -> Result<(), cluster::Error> {
+    let cluster = host.cluster_named(in_cluster).unwrap_or_else(|| host.cluster());
     let r = ObjectRef::of(&object).ok_or_else(|| cluster::Error::BadRequest("object lacks identity".into()))?;
     let storage = host
         .storage_version(&r.gvk.group, &r.gvk.kind)
@@ -425,13 +518,13 @@ async fn check_conversion(host: &MockHost, case: &Path, mismatches: &mut Vec<Str
 /// The object `r` names, at `r`'s version: a kind a loaded component
 /// converts is read at its storage version and converted, as the API
 /// server reads it.
-async fn read_at(host: &MockHost, r: &ObjectRef) -> Result<Value, String> {
+async fn read_at(host: &MockHost, cluster: &cluster::mock::MockCluster, r: &ObjectRef) -> Result<Value, String> {
     let storage = host
         .storage_version(&r.gvk.group, &r.gvk.kind)
         .filter(|v| *v != r.gvk.version && host.converts(&r.gvk.group, &r.gvk.kind));
-    let Some(version) = storage else { return host.cluster().get(r).await.map_err(|e| e.to_string()) };
+    let Some(version) = storage else { return cluster.get(r).await.map_err(|e| e.to_string()) };
     let stored = ObjectRef { gvk: Gvk::new(r.gvk.group.as_str(), version.as_str(), r.gvk.kind.as_str()), ..r.clone() };
-    let object = host.cluster().get(&stored).await.map_err(|e| e.to_string())?;
+    let object = cluster.get(&stored).await.map_err(|e| e.to_string())?;
     host.convert_to(object, &r.gvk).await.map_err(|e| format!("converting to {}: {e}", r.gvk.api_version()))
 }
 
@@ -470,7 +563,15 @@ async fn check(
             mismatches.push(format!("{label}expect.yaml: an entry lacks apiVersion, kind or metadata.name"));
             continue;
         };
-        match read_at(host, &r).await {
+        let mut expected = expected;
+        let read = match in_named(host, &expected) {
+            Ok(cluster) => read_at(host, cluster, &r).await,
+            Err(e) => Err(e),
+        };
+        if let Some(fields) = expected.as_object_mut() {
+            fields.remove("cluster");
+        }
+        match read {
             Ok(actual) => {
                 let mut diffs = Vec::new();
                 subset_diff(&expected, &actual, String::new(), &mut diffs);
@@ -486,15 +587,24 @@ async fn check(
             mismatches.push(format!("{label}absent.yaml: an entry lacks apiVersion, kind or metadata.name"));
             continue;
         };
-        if host.cluster().get(&r).await.is_ok() {
-            mismatches.push(format!("{label}absent.yaml: {r} still exists"));
+        match in_named(host, &absent) {
+            Ok(cluster) if cluster.get(&r).await.is_ok() => {
+                mismatches.push(format!("{label}absent.yaml: {r} still exists"));
+            }
+            Ok(_) => {}
+            Err(e) => mismatches.push(format!("{label}absent.yaml: {r}: {e}")),
         }
     }
     let recorded: Vec<Value> = host
-        .events()
+        .cluster_names()
         .into_iter()
-        .map(|e| {
+        .flat_map(|name| {
+            let events = host.cluster_named(&name).map(cluster::mock::MockCluster::events).unwrap_or_default();
+            events.into_iter().map(move |e| (name.clone(), e))
+        })
+        .map(|(name, e)| {
             serde_json::json!({
+                "cluster": name,
                 "reason": e.reason,
                 "type": if e.warning { "Warning" } else { "Normal" },
                 "action": e.action,

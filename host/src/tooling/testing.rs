@@ -58,7 +58,7 @@ use crate::control::mapping;
 use crate::control::reconciler::{Action, EventKind, Reconciler, Report};
 use crate::manifest::Manifest;
 use crate::object::{self, ObjectRef};
-use crate::runtime::component::{self, Loader};
+use crate::runtime::component::{self, Loaded, Loader};
 use crate::runtime::engine::{self, Engine, EngineConfig};
 use crate::runtime::imports::{ImportCall, LogLine};
 use crate::runtime::invocation::{Runtime, Tier};
@@ -101,6 +101,9 @@ pub enum Error {
     /// A component was rejected.
     #[error(transparent)]
     Component(#[from] component::Error),
+    /// A cluster name that is not a DNS-1123 label, or is taken.
+    #[error("cluster name {0:?}: not a DNS-1123 label, or already engaged")]
+    ClusterName(String),
     /// Two components declare the same controller name.
     #[error("a controller named {0} is already loaded")]
     Duplicate(String),
@@ -259,6 +262,9 @@ pub fn find_component(stem: &str) -> Result<PathBuf, String> {
 pub struct Step {
     /// Which controller.
     pub controller: String,
+    /// In which cluster (`default`, or a name given to
+    /// [`MockHost::add_cluster`]).
+    pub cluster: String,
     /// At which virtual instant.
     pub at: Duration,
     /// What happened.
@@ -335,27 +341,46 @@ impl Run {
     }
 }
 
+/// One component serving one cluster.
 struct Controller {
     reconciler: Reconciler,
     manifest: Arc<Manifest>,
     failures: BTreeMap<ObjectRef, u32>,
+    /// Index into [`MockHost::clusters`].
+    cluster: usize,
 }
 
-/// Runs controller components against an in-memory cluster.
+/// One named in-memory cluster, and how far the host has read its
+/// changes.
+struct Engaged {
+    name: Arc<str>,
+    cluster: Arc<MockCluster>,
+    cursor: u64,
+}
+
+/// Runs controller components against in-memory clusters: the one named
+/// `default`, and any added with [`add_cluster`](MockHost::add_cluster),
+/// where every component runs once per cluster, as on a host serving
+/// several (docs/multicluster.md).
 pub struct MockHost {
     loader: Loader,
-    cluster: Arc<MockCluster>,
+    /// `default` first.
+    clusters: Vec<Engaged>,
+    /// The components loaded, in order, to serve clusters added later.
+    loaded: Vec<Loaded>,
     controllers: Vec<Controller>,
     queue: VecDeque<(usize, ObjectRef)>,
     queued: BTreeSet<(usize, ObjectRef)>,
     timers: BTreeMap<(Duration, usize, ObjectRef), ()>,
     now: Duration,
-    cursor: u64,
 }
 
 impl std::fmt::Debug for MockHost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MockHost").field("now", &self.now).field("cluster", &self.cluster).finish_non_exhaustive()
+        f.debug_struct("MockHost")
+            .field("now", &self.now)
+            .field("cluster", &self.clusters[0].cluster)
+            .finish_non_exhaustive()
     }
 }
 
@@ -386,13 +411,17 @@ impl MockHost {
     pub fn with_loader(loader: Loader) -> Self {
         Self {
             loader,
-            cluster: Arc::new(MockCluster::new()),
+            clusters: vec![Engaged {
+                name: cluster::DEFAULT_CLUSTER.into(),
+                cluster: Arc::new(MockCluster::new()),
+                cursor: 0,
+            }],
+            loaded: Vec::new(),
             controllers: Vec::new(),
             queue: VecDeque::new(),
             queued: BTreeSet::new(),
             timers: BTreeMap::new(),
             now: Duration::ZERO,
-            cursor: 0,
         }
     }
 
@@ -420,22 +449,76 @@ impl MockHost {
                 other: other.manifest.name.clone(),
             });
         }
-        for crd in &manifest.crds {
-            self.cluster.register_crd(crd)?;
+        self.loaded.push(loaded.clone());
+        for cluster in 0..self.clusters.len() {
+            self.serve(loaded.clone(), cluster).await?;
         }
-        let backend: Arc<dyn Cluster> = self.cluster.clone();
-        let reconciler = Reconciler::new(self.loader.runtime().clone(), loaded, backend);
-        self.controllers.push(Controller { reconciler, manifest: Arc::clone(&manifest), failures: BTreeMap::new() });
+        Ok(manifest)
+    }
+
+    /// Runs `loaded` in cluster number `cluster`: its CRDs served there,
+    /// its primary objects there queued.
+    async fn serve(&mut self, loaded: Loaded, cluster: usize) -> Result<(), Error> {
+        let manifest = Arc::clone(&loaded.manifest);
+        let engaged = &self.clusters[cluster];
+        for crd in &manifest.crds {
+            engaged.cluster.register_crd(crd)?;
+        }
+        let backend: Arc<dyn Cluster> = engaged.cluster.clone();
+        let reconciler =
+            Reconciler::new(self.loader.runtime().clone(), loaded, backend).in_cluster(Arc::clone(&engaged.name));
+        let objects = engaged.cluster.list(&manifest.primary, None, &ListParams::default()).await?;
+        self.controllers.push(Controller {
+            reconciler,
+            manifest: Arc::clone(&manifest),
+            failures: BTreeMap::new(),
+            cluster,
+        });
         let index = self.controllers.len() - 1;
         if !manifest.roles.reconcile {
-            return Ok(manifest);
+            return Ok(());
         }
-        for object in self.cluster.list(&manifest.primary, None, &ListParams::default()).await? {
+        for object in objects {
             if let Some(r) = ObjectRef::of(&object) {
                 self.enqueue(index, ObjectRef { gvk: manifest.primary.clone(), ..r });
             }
         }
-        Ok(manifest)
+        Ok(())
+    }
+
+    /// Engages another in-memory cluster, named `name`: every component
+    /// loaded, and every one loaded later, runs there too, told the name
+    /// in its requests. It shares the outside world (the HTTP stubs) with
+    /// the `default` cluster.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClusterName`] when `name` is not a DNS-1123 label or is
+    /// engaged already; as [`load`](Self::load) when a component's CRDs
+    /// cannot be served there.
+    pub async fn add_cluster(&mut self, name: &str) -> Result<&MockCluster, Error> {
+        if !crate::manifest::is_dns1123_label(name) || self.clusters.iter().any(|c| &*c.name == name) {
+            return Err(Error::ClusterName(name.to_owned()));
+        }
+        let cluster = Arc::new(MockCluster::beside(&self.clusters[0].cluster));
+        cluster.advance(self.now);
+        self.clusters.push(Engaged { name: name.into(), cluster, cursor: 0 });
+        let index = self.clusters.len() - 1;
+        for loaded in self.loaded.clone() {
+            self.serve(loaded, index).await?;
+        }
+        Ok(&self.clusters[index].cluster)
+    }
+
+    /// The in-memory cluster named `name` (`default`, or one added with
+    /// [`add_cluster`](Self::add_cluster)).
+    pub fn cluster_named(&self, name: &str) -> Option<&MockCluster> {
+        self.clusters.iter().find(|c| &*c.name == name).map(|c| &*c.cluster)
+    }
+
+    /// The names of the engaged clusters, `default` first.
+    pub fn cluster_names(&self) -> Vec<String> {
+        self.clusters.iter().map(|c| c.name.to_string()).collect()
     }
 
     /// Which compiler made the code controller `name` runs now, if it is
@@ -444,9 +527,10 @@ impl MockHost {
         self.controllers.iter().find(|c| c.manifest.name == name).map(|c| c.reconciler.component().pre.tier())
     }
 
-    /// The in-memory cluster, to seed, inspect and change objects.
+    /// The in-memory cluster named `default`, to seed, inspect and change
+    /// objects.
     pub fn cluster(&self) -> &MockCluster {
-        &self.cluster
+        &self.clusters[0].cluster
     }
 
     /// Creates an object in the mock cluster (filling uid,
@@ -456,12 +540,12 @@ impl MockHost {
     ///
     /// When the mock cluster refuses it (unknown kind, already exists, …).
     pub fn seed(&self, object: Value) -> Result<Value, Error> {
-        Ok(self.cluster.seed(object)?)
+        Ok(self.cluster().seed(object)?)
     }
 
-    /// The Events recorded so far.
+    /// The Events recorded so far in the `default` cluster.
     pub fn events(&self) -> Vec<EventRecord> {
-        self.cluster.events()
+        self.cluster().events()
     }
 
     /// The virtual time elapsed.
@@ -480,7 +564,8 @@ impl MockHost {
             }
             self.controllers[index].reconciler.forget_all();
             let primary = self.controllers[index].manifest.primary.clone();
-            for object in self.cluster.list(&primary, None, &ListParams::default()).await? {
+            let cluster = Arc::clone(&self.clusters[self.controllers[index].cluster].cluster);
+            for object in cluster.list(&primary, None, &ListParams::default()).await? {
                 if let Some(r) = ObjectRef::of(&object) {
                     self.enqueue(index, ObjectRef { gvk: primary.clone(), ..r });
                 }
@@ -495,23 +580,32 @@ impl MockHost {
         }
     }
 
-    /// Turns the cluster's changes since the last look into queue entries.
-    async fn collect_changes(&mut self) -> Result<(), Error> {
-        let changes = self.cluster.changes_since(self.cursor);
-        let Some(last) = changes.last() else { return Ok(()) };
-        self.cursor = last.seq;
+    /// Turns the clusters' changes since the last look into queue entries.
+    fn collect_changes(&mut self) {
+        for cluster in 0..self.clusters.len() {
+            self.collect_changes_of(cluster);
+        }
+    }
+
+    /// Turns one cluster's changes since the last look into queue entries
+    /// of the controllers serving it.
+    fn collect_changes_of(&mut self, cluster_index: usize) {
+        let engaged = &mut self.clusters[cluster_index];
+        let changes = engaged.cluster.changes_since(engaged.cursor);
+        let Some(last) = changes.last() else { return };
+        engaged.cursor = last.seq;
+        let cluster = Arc::clone(&engaged.cluster);
         for change in changes {
             let gvk = &change.object_ref.gvk;
             let meta = mapping::meta_of(&change.object);
             let deleted = change.kind == ChangeKind::Deleted;
             for index in 0..self.controllers.len() {
                 let manifest = Arc::clone(&self.controllers[index].manifest);
-                if !manifest.roles.reconcile {
+                if !manifest.roles.reconcile || self.controllers[index].cluster != cluster_index {
                     continue;
                 }
                 let own = self.controllers[index].reconciler.written_for(gvk, &meta, deleted);
-                let namespaced = self.cluster.kind_info(&manifest.primary).is_none_or(|k| k.namespaced);
-                let cluster = Arc::clone(&self.cluster);
+                let namespaced = cluster.kind_info(&manifest.primary).is_none_or(|k| k.namespaced);
                 let primaries = |namespace: Option<&str>| -> Vec<ObjectRef> {
                     cluster
                         .objects(&manifest.primary)
@@ -527,7 +621,6 @@ impl MockHost {
                 }
             }
         }
-        Ok(())
     }
 
     /// Reconciles until nothing is due now; returns what happened.
@@ -542,7 +635,7 @@ impl MockHost {
         let mut loops = LoopDetector::new(std::time::Instant::now());
         let mut scheduled = false;
         loop {
-            self.collect_changes().await?;
+            self.collect_changes();
             let Some((index, r)) = self.queue.pop_front() else {
                 // Settled: one scheduling round, then what it changed.
                 if scheduled {
@@ -590,7 +683,8 @@ impl MockHost {
             if let Some(after) = retry {
                 self.timers.insert((self.now + after, index, r.clone()), ());
             }
-            run.steps.push(Step { controller: controller.manifest.name.clone(), at: self.now, report });
+            let cluster = self.clusters[controller.cluster].name.to_string();
+            run.steps.push(Step { controller: controller.manifest.name.clone(), cluster, at: self.now, report });
         }
         Ok(run)
     }
@@ -603,7 +697,9 @@ impl MockHost {
     /// As [`run_until_idle`](Self::run_until_idle).
     pub async fn advance(&mut self, by: Duration) -> Result<Run, Error> {
         self.now += by;
-        self.cluster.advance(by);
+        for engaged in &self.clusters {
+            engaged.cluster.advance(by);
+        }
         let due: Vec<_> = self.timers.keys().filter(|(at, _, _)| *at <= self.now).cloned().collect();
         for key in due {
             self.timers.remove(&key);

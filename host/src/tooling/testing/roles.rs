@@ -119,7 +119,9 @@ impl MockHost {
         let mut object = object;
         let mut warnings = Vec::new();
         for mutating in [true, false] {
-            for controller in &self.controllers {
+            // Each component once (its instance in `default`), however many
+            // clusters it serves.
+            for controller in self.controllers.iter().filter(|c| c.cluster == 0) {
                 for webhook in controller.manifest.roles.admission.iter().filter(|w| w.mutating == mutating) {
                     let Some(at) = applies(webhook, &gvk, operation, object.as_ref().unwrap_or(&subject)) else {
                         continue;

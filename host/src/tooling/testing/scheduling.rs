@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
 use super::{Error, MockHost};
+use crate::cluster::mock::MockCluster;
 use crate::cluster::{Cluster, EventRecord, Patch, Subresource};
 use crate::control::scheduler::{FAILED_SCHEDULING, SCHEDULED, UNSCHEDULABLE, quantity};
 use crate::object::{Gvk, ObjectRef};
@@ -49,13 +50,15 @@ impl MockHost {
         let mut attempts = Vec::new();
         for controller in &self.controllers {
             let Some(scheduler) = controller.manifest.roles.scheduler.as_deref() else { continue };
+            let engaged = &self.clusters[controller.cluster];
+            let cluster = &engaged.cluster;
             let pods: Vec<Pod> =
-                self.cluster.objects(&pod_kind).into_iter().filter_map(|p| serde_json::from_value(p).ok()).collect();
+                cluster.objects(&pod_kind).into_iter().filter_map(|p| serde_json::from_value(p).ok()).collect();
             for pod in pods.iter().filter(|p| pending_for(p, scheduler)) {
                 let Some(r) = ObjectRef::of(&serde_json::to_value(pod).expect("a Pod serializes")) else { continue };
-                let request = self.schedule_request(pod);
+                let request = schedule_request(cluster, &engaged.name, pod);
                 let invocation = controller.reconciler.schedule(request).await;
-                let nodes = self.cluster.objects(&Gvk::new("", "v1", "Node"));
+                let nodes = cluster.objects(&Gvk::new("", "v1", "Node"));
                 let known = |name: &str| nodes.iter().any(|n| crate::object::meta_str(n, "name") == Some(name));
                 let result = match invocation.result {
                     Ok(Ok(node)) if known(&node) => Ok(node),
@@ -77,20 +80,18 @@ impl MockHost {
                 match &result {
                     Ok(node) => {
                         let bind = json!({"spec": {"nodeName": node}});
-                        self.cluster.patch(&r, Patch::Merge(bind), Subresource::Main).await?;
+                        cluster.patch(&r, Patch::Merge(bind), Subresource::Main).await?;
                         let namespace = r.namespace.as_deref().unwrap_or_default();
                         let note = format!("Successfully assigned {namespace}/{} to {node}", r.name);
-                        self.cluster.record_event(event(false, SCHEDULED, "Binding", note)).await?;
+                        cluster.record_event(event(false, SCHEDULED, "Binding", note)).await?;
                     }
                     Err(message) => {
-                        self.cluster
-                            .record_event(event(true, FAILED_SCHEDULING, "Scheduling", message.clone()))
-                            .await?;
+                        cluster.record_event(event(true, FAILED_SCHEDULING, "Scheduling", message.clone())).await?;
                         if !message.starts_with("the scheduler failed") {
                             let condition = json!({"status": {"conditions": [{
                                 "type": "PodScheduled", "status": "False", "reason": UNSCHEDULABLE, "message": message,
                             }]}});
-                            self.cluster.patch(&r, Patch::Strategic(condition), Subresource::Status).await?;
+                            cluster.patch(&r, Patch::Strategic(condition), Subresource::Status).await?;
                         }
                     }
                 }
@@ -99,46 +100,41 @@ impl MockHost {
         }
         Ok(attempts)
     }
+}
 
-    /// The request for `pod`: every Node in name order, with what the Pods
-    /// bound there request.
-    fn schedule_request(&self, pod: &Pod) -> wit::ScheduleRequest {
-        let pods: Vec<Pod> = self
-            .cluster
-            .objects(&Gvk::new("", "v1", "Pod"))
-            .into_iter()
-            .filter_map(|p| serde_json::from_value(p).ok())
-            .filter(holds_resources)
-            .collect();
-        let mut nodes: Vec<Value> = self.cluster.objects(&Gvk::new("", "v1", "Node"));
-        nodes.sort_by(|a, b| crate::object::meta_str(a, "name").cmp(&crate::object::meta_str(b, "name")));
-        let nodes = nodes
-            .into_iter()
-            .filter_map(|json| {
-                let node: Node = serde_json::from_value(json.clone()).ok()?;
-                let name = node.metadata.name.clone()?;
-                let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-                let mut requested = quantity::Resources::new();
-                let mut count = 0u32;
-                for p in pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name)) {
-                    count += 1;
-                    for (resource, amount) in quantity::pod_requests(p) {
-                        *requested.entry(resource).or_default() += amount;
-                    }
+/// The request for `pod` in `cluster` (named `name`): every Node in name
+/// order, with what the Pods bound there request.
+fn schedule_request(cluster: &MockCluster, name: &str, pod: &Pod) -> wit::ScheduleRequest {
+    let pods: Vec<Pod> = cluster
+        .objects(&Gvk::new("", "v1", "Pod"))
+        .into_iter()
+        .filter_map(|p| serde_json::from_value(p).ok())
+        .filter(holds_resources)
+        .collect();
+    let mut nodes: Vec<Value> = cluster.objects(&Gvk::new("", "v1", "Node"));
+    nodes.sort_by(|a, b| crate::object::meta_str(a, "name").cmp(&crate::object::meta_str(b, "name")));
+    let nodes = nodes
+        .into_iter()
+        .filter_map(|json| {
+            let node: Node = serde_json::from_value(json.clone()).ok()?;
+            let name = node.metadata.name.clone()?;
+            let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            let mut requested = quantity::Resources::new();
+            let mut count = 0u32;
+            for p in pods.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name)) {
+                count += 1;
+                for (resource, amount) in quantity::pod_requests(p) {
+                    *requested.entry(resource).or_default() += amount;
                 }
-                Some(wit::NodeInfo {
-                    name,
-                    node: serde_json::to_vec(&json).expect("JSON serializes"),
-                    allocatable: amounts(quantity::resources(allocatable.into_iter().flatten())),
-                    requested: amounts(requested),
-                    pods: count,
-                })
+            }
+            Some(wit::NodeInfo {
+                name,
+                node: serde_json::to_vec(&json).expect("JSON serializes"),
+                allocatable: amounts(quantity::resources(allocatable.into_iter().flatten())),
+                requested: amounts(requested),
+                pods: count,
             })
-            .collect();
-        wit::ScheduleRequest {
-            pod: serde_json::to_vec(pod).expect("a Pod serializes"),
-            nodes,
-            cluster: crate::cluster::DEFAULT_CLUSTER.to_owned(),
-        }
-    }
+        })
+        .collect();
+    wit::ScheduleRequest { pod: serde_json::to_vec(pod).expect("a Pod serializes"), nodes, cluster: name.to_owned() }
 }
