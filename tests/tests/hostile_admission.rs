@@ -593,9 +593,15 @@ async fn posted_to(client: Client, cluster: &str, webhooks: &WebhookServer, name
 /// Posts [`review`] for `namespace` to the strict webhook of `webhooks`:
 /// whether it was allowed, and the denial's message.
 async fn posted(webhooks: &WebhookServer, namespace: &str) -> Result<(bool, Option<String>)> {
+    posted_review(webhooks, &review(namespace)).await
+}
+
+/// Posts `review` to the strict webhook of `webhooks`: whether it was
+/// allowed, and the denial's message.
+async fn posted_review(webhooks: &WebhookServer, review: &Value) -> Result<(bool, Option<String>)> {
     let path = format!("/admission/meddler/{STRICT}");
-    let (code, body) = post(webhooks.port, &webhooks.ca, None, &path, &review(namespace)).await?;
-    ensure!(code == 200, "{namespace}: HTTP {code}: {body}");
+    let (code, body) = post(webhooks.port, &webhooks.ca, None, &path, review).await?;
+    ensure!(code == 200, "{review}: HTTP {code}: {body}");
     let response = &body["response"];
     ensure!(response["uid"] == "6d1d2c8e-0000-4000-8000-000000000029", "{body}");
     let allowed = response["allowed"].as_bool().context("allowed")?;
@@ -625,6 +631,26 @@ async fn a_review_posted_for_a_namespace_the_host_does_not_serve_is_allowed_with
     assert_eq!(reviews(&cluster), 0.0, "the guest was called for a namespace the host does not serve");
     let answered = format!(r#"{{cluster="{cluster}",controller="meddler",webhook="{STRICT}",code="200"}}"#);
     assert_eq!(total(&metrics().encode(), "capstan_webhook_requests_total", &answered), 5.0, "the host answered each");
+    // Forged reviews that hide where the object is, or name a kind the
+    // webhook does not review, are not the guest's to see either.
+    let mut hidden = review("kube-system");
+    hidden["request"].as_object_mut().expect("a request").remove("namespace");
+    let mut disagreeing = review(ns.name());
+    disagreeing["request"]["object"]["metadata"]["namespace"] = json!("kube-system");
+    let mut old_elsewhere = review(ns.name());
+    old_elsewhere["request"]["operation"] = json!("UPDATE");
+    old_elsewhere["request"]["oldObject"] = review("kube-system")["request"]["object"].clone();
+    let mut secret = review(ns.name());
+    secret["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Secret"});
+    secret["request"]["resource"] = json!({"group": "", "version": "v1", "resource": "secrets"});
+    secret["request"]["object"]["apiVersion"] = json!("v1");
+    secret["request"]["object"]["kind"] = json!("Secret");
+    for (what, forged) in
+        [("no namespace", hidden), ("disagreeing", disagreeing), ("old object", old_elsewhere), ("Secret", secret)]
+    {
+        assert_eq!(posted_review(&webhooks, &forged).await?, (true, None), "{what}");
+    }
+    assert_eq!(reviews(&cluster), 0.0, "the guest was called for a forged review");
     assert_eq!(posted(&webhooks, ns.name()).await?, (false, Some(DENIAL.to_owned())), "the served namespace");
     assert_eq!(reviews(&cluster), 1.0);
     host.shutdown().await;

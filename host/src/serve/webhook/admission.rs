@@ -35,6 +35,8 @@
 //! usual. Status writes never reach a webhook: the installed rules name
 //! the resource, not its `status` subresource.
 
+use std::collections::BTreeSet;
+
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -254,6 +256,34 @@ pub fn reviews_namespace(served: Option<&[String]>, namespace: &str) -> bool {
     }
 }
 
+/// Why a webhook of a component does not see `parsed`, if it does not:
+/// a kind the webhook does not declare, or a namespace the host does not
+/// serve ([`reviews_namespace`]). The namespaces are the request's and
+/// those of its object and old object: a review that leaves the request's
+/// out, or names another in an object, is judged by every one it names
+/// and seen only when they all agree. The API server sends none of these
+/// through an installed configuration; another client may post them.
+pub fn unseen(webhook: &AdmissionWebhook, served: Option<&[String]>, parsed: &Parsed) -> Option<String> {
+    let kind = &parsed.request.kind;
+    if !webhook.kinds.iter().any(|k| k.group == kind.group && k.kind == kind.kind) {
+        let group = if kind.group.is_empty() { "core" } else { kind.group.as_str() };
+        return Some(format!("kind {group}/{} is not one the webhook reviews", cluster::bounded(&kind.kind, 63)));
+    }
+    let of = |o: &Option<Value>| o.as_ref().and_then(|o| o.pointer("/metadata/namespace")?.as_str().map(str::to_owned));
+    let named: BTreeSet<String> = [parsed.request.namespace.clone(), of(&parsed.object), of(&parsed.old_object)]
+        .into_iter()
+        .flatten()
+        .filter(|n| !n.is_empty())
+        .collect();
+    if named.len() > 1 {
+        return Some("the request and its objects name different namespaces".to_owned());
+    }
+    named
+        .iter()
+        .find(|n| !reviews_namespace(served, n))
+        .map(|n| format!("namespace {} is not served", cluster::bounded(n, 253)))
+}
+
 /// Serves one review for the webhook named `webhook` of `served`; the
 /// host's own bookkeeping (see the module docs) is allowed without calling
 /// the guest.
@@ -290,13 +320,12 @@ async fn review(served: &Served, webhook: &str, body: &[u8]) -> Result<Value, Er
         .ok_or_else(|| Error::NoWebhook { component: manifest.name.clone(), webhook: webhook.to_owned() })?;
     let parsed = parse(declared, body)?;
     // The installed configuration sends nothing from outside the
-    // namespaces the host serves; a review that comes from there anyway
-    // (sent to the port by another client, or by a configuration someone
-    // edited) is not the component's to see: allowed, the guest not asked.
-    if let Some(namespace) = &parsed.request.namespace
-        && !reviews_namespace(served.caller.grants.served_namespaces(), namespace)
-    {
-        tracing::debug!(component = %manifest.name, webhook, uid = %parsed.uid, namespace = %cluster::bounded(namespace, 253), "a review from a namespace the host does not serve, allowed unseen");
+    // namespaces the host serves, nor of kinds the webhook does not
+    // declare; a review that comes anyway (sent to the port by another
+    // client, or by a configuration someone edited) is not the
+    // component's to see: allowed, the guest not asked.
+    if let Some(why) = unseen(declared, served.caller.grants.served_namespaces(), &parsed) {
+        tracing::debug!(component = %manifest.name, webhook, uid = %cluster::bounded(&parsed.uid, 64), why, "a review the webhook does not see, allowed unseen");
         return answer(
             declared,
             &parsed,
@@ -471,6 +500,27 @@ mod tests {
         assert!(reviews_namespace(Some(&served), "team-a"));
         assert!(reviews_namespace(Some(&served), "kube-system"), "served by name");
         assert!(!reviews_namespace(Some(&served), "team-b"));
+    }
+
+    #[test]
+    fn a_review_is_seen_only_when_its_kind_is_declared_and_every_namespace_it_names_is_served() {
+        let served = ["default".to_owned()];
+        let seen = |body: &Value| {
+            unseen(&webhook(false), Some(&served), &parse(&webhook(false), &to_bytes(body)).expect("a review"))
+        };
+        let plain: Value = serde_json::from_slice(&review(&greeting(None))).expect("JSON");
+        assert_eq!(seen(&plain), None);
+        let mut hidden = plain.clone();
+        hidden["request"].as_object_mut().expect("a request").remove("namespace");
+        assert_eq!(seen(&hidden), None, "the object's namespace is served");
+        hidden["request"]["object"]["metadata"]["namespace"] = json!("kube-system");
+        assert_eq!(seen(&hidden).as_deref(), Some("namespace kube-system is not served"));
+        let mut disagreeing = plain.clone();
+        disagreeing["request"]["oldObject"] = json!({"metadata": {"name": "hello", "namespace": "other"}});
+        assert!(seen(&disagreeing).is_some_and(|w| w.contains("different namespaces")));
+        let mut secret = plain;
+        secret["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Secret"});
+        assert_eq!(seen(&secret).as_deref(), Some("kind core/Secret is not one the webhook reviews"));
     }
 
     #[test]
