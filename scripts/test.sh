@@ -37,14 +37,14 @@ components=$(rustup component list --installed)
 grep -q '^rustfmt' <<<"$components" || rustup component add rustfmt
 grep -q '^clippy' <<<"$components" || rustup component add clippy
 
-guests=(-p capstan-guest -p greeter -p tenant -p silences -p zone-scheduler -p greeter-webhooks -p capstan-fixture-guests -p fixture-noop -p fixture-other-world -p fixture-future-contract -p fixture-strict-webhooks -p fixture-contract-0-3)
+guests=(-p capstan-guest -p greeter -p tenant -p silences -p fleet -p zone-scheduler -p greeter-webhooks -p capstan-fixture-guests -p fixture-noop -p fixture-other-world -p fixture-future-contract -p fixture-strict-webhooks -p fixture-contract-0-3)
 
 step "format"
 cargo fmt --all --check
 
 step "lint: host and tests"
 cargo clippy --all-targets -- -D warnings
-cargo clippy -p greeter -p tenant -p silences -p zone-scheduler --tests -- -D warnings
+cargo clippy -p greeter -p tenant -p silences -p fleet -p zone-scheduler --tests -- -D warnings
 
 step "lint: guests (wasm32-wasip2)"
 cargo clippy --target wasm32-wasip2 "${guests[@]}" -- -D warnings
@@ -79,7 +79,7 @@ export KUBECONFIG CAPSTAN_E2E_KUBECONFIG=$KUBECONFIG
 step "test"
 results=$(mktemp)
 status=0
-cargo test --no-fail-fast -p capstan-host -p capstan-tests -p greeter -p tenant -p silences -p zone-scheduler -p capstan-guest 2>&1 | tee "$results" || status=$?
+cargo test --no-fail-fast -p capstan-host -p capstan-tests -p greeter -p tenant -p silences -p fleet -p zone-scheduler -p capstan-guest 2>&1 | tee "$results" || status=$?
 step "done"
 # One closing line over every suite (cargo prints one per test binary);
 # --no-fail-fast: a failing suite does not hide the ones after it.

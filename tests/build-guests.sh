@@ -30,6 +30,8 @@ build tenant
 cp "$release/tenant.wasm" "$out/tenant.wasm"
 build silences
 cp "$release/silences.wasm" "$out/silences.wasm"
+build fleet
+cp "$release/fleet.wasm" "$out/fleet.wasm"
 # The same example calling the Alertmanager that the e2e tests start on
 # loopback, on the port fixed for them (capstan_tests::alertmanager::E2E_PORT).
 SILENCES_ALERTMANAGER=http://127.0.0.1:19093 build silences
@@ -77,6 +79,8 @@ build capstan-fixture-guests --features secret-mutator
 cp "$release/capstan_fixture_guests.wasm" "$out/secret-mutator.wasm"
 build capstan-fixture-guests --features unwritable
 cp "$release/capstan_fixture_guests.wasm" "$out/unwritable.wasm"
+build capstan-fixture-guests --features spreader
+cp "$release/capstan_fixture_guests.wasm" "$out/spreader.wasm"
 build capstan-fixture-guests --features fetcher
 cp "$release/capstan_fixture_guests.wasm" "$out/fetcher.wasm"
 build capstan-fixture-guests --features invalid-manifest

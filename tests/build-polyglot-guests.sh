@@ -8,6 +8,7 @@
 #   greeter-js.wasm                 examples/greeter-js (jco, QuickJS engine)
 #   greeter-js-spidermonkey.wasm    examples/greeter-js (componentize-js, SpiderMonkey)
 #   silences-python.wasm            examples/silences-python (componentize-py)
+#   fleet-python.wasm               examples/fleet-python (componentize-py)
 #   greeter-webhooks-python.wasm    examples/greeter-webhooks-python (componentize-py)
 #   greeter-webhooks-js.wasm        examples/greeter-webhooks-js (jco, QuickJS engine)
 #   tenant-js.wasm                  examples/tenant-js (jco, QuickJS engine)
@@ -172,6 +173,8 @@ build greeter-js-spidermonkey "$js_key" js_spidermonkey "$root/examples/greeter-
 build tenant-js "$(key "$root/examples/tenant-js" "$sdk_js" "$wit")" js_quickjs "$root/examples/tenant-js/tenant.js"
 build silences-python "$(key "$root/examples/silences-python" "$sdk_py" "$wit")" \
   python_component "$root/examples/silences-python" silences
+build fleet-python "$(key "$root/examples/fleet-python" "$sdk_py" "$wit")" \
+  python_component "$root/examples/fleet-python" fleet
 build greeter-webhooks-python "$(key "$root/examples/greeter-webhooks-python" "$sdk_py" "$wit")" \
   python_component "$root/examples/greeter-webhooks-python" webhooks
 build greeter-webhooks-js "$(key "$root/examples/greeter-webhooks-js" "$sdk_js" "$wit")" \

@@ -156,10 +156,16 @@ export const Propagation: {
  * subclass on failure.
  */
 export class Api<T extends KubeObject = KubeObject> {
-  constructor(apiVersion: string, kind: string, namespace?: string);
+  constructor(apiVersion: string, kind: string, namespace?: string, options?: { cluster?: string });
   readonly apiVersion: string;
   readonly kind: string;
   readonly namespace: string | undefined;
+  /**
+   * The cluster reads address (`ctx.apiIn`): `get`, `getOpt` and `list` read
+   * there (`kube.get-in`, `kube.list-in`) and every write throws `Denied`
+   * without calling the host. `undefined`: the request's own cluster.
+   */
+  readonly cluster: string | undefined;
   /** Reads one object; throws `NotFound` if it does not exist. */
   get(name: string): T;
   /** Reads one object, `undefined` if it does not exist. */
@@ -212,6 +218,11 @@ export interface FailedChild {
   readonly reason: string;
   /** What the API server said. */
   readonly message: string;
+  /**
+   * The member cluster of a fleet controller's child placed there with
+   * `outcome.childIn`; `undefined` for a child in the object's own cluster.
+   */
+  readonly cluster: string | undefined;
 }
 
 /** Handed to every callback. */
@@ -222,6 +233,7 @@ export class Context {
     name: string,
     failedChildren?: readonly FailedChild[],
     cluster?: string,
+    members?: readonly string[],
   );
   /** Why this reconcile happens. */
   readonly event: EventKind;
@@ -240,10 +252,24 @@ export class Context {
    * have not been applied since; empty when all were applied.
    */
   readonly failedChildren: readonly FailedChild[];
+  /**
+   * The member clusters of a fleet controller engaged now, in order (see
+   * `Manifest.fleet`): where `outcome.childIn` may place children and
+   * `apiIn` may read. Empty for a uniform controller.
+   */
+  readonly members: readonly string[];
   /** Structured logging under this reconcile's span. */
   readonly log: Log;
   /** A client for `kind` in `namespace`. */
   api<T extends KubeObject = KubeObject>(apiVersion: string, kind: string, namespace?: string): Api<T>;
+  /**
+   * A client that reads `kind` in `namespace` of the cluster named
+   * `cluster`: the request's own, or for a fleet controller its home or one
+   * of `members` (the host denies any other). `get`, `getOpt` and `list`
+   * work; writes throw `Denied` without calling the host: a fleet controller
+   * writes in its members through `outcome.childIn`.
+   */
+  apiIn<T extends KubeObject = KubeObject>(cluster: string, apiVersion: string, kind: string, namespace?: string): Api<T>;
   /** Records an Event right away; throws an `ApiError` when the host cannot. */
   record(event: Event): void;
   /** Opens a span of this reconcile (see `Log.span`). */
@@ -271,6 +297,13 @@ export class Outcome {
    * outcome says `keepChildren()`).
    */
   child(child: KubeObject): this;
+  /**
+   * A desired child object in the member cluster `cluster` of a fleet
+   * controller (one of `ctx.members`): applied there, marked with labels
+   * and annotations naming its owner, and pruned in that member once an
+   * outcome no longer lists it, as for `child`.
+   */
+  childIn(cluster: string, child: KubeObject): this;
   /** The desired `status` of the reconciled object. */
   status(status: Record<string, unknown>): this;
   /** An event to record. */
@@ -447,6 +480,28 @@ export class Manifest {
    * call over HTTP(S); the host refuses every other. None by default.
    */
   egress(...origins: (string | string[])[]): this;
+  /**
+   * The clusters a uniform controller runs in, by the names the host engaged
+   * them by, given as arguments or arrays; adds to those declared before.
+   * None (the default): every cluster the host serves.
+   */
+  clusters(...names: (string | readonly string[])[]): this;
+  /**
+   * Makes the component a fleet controller: it reconciles the primary
+   * objects of the cluster `home` (default `default`, the host's own) and
+   * places children in the `members` (`outcome.childIn`); `members` empty
+   * or left out: every cluster the host serves but `home`. A string is a
+   * home with every other cluster as a member.
+   */
+  fleet(fleet?: string | Fleet): this;
+}
+
+/** The clusters of a fleet controller, for `Manifest.fleet`. */
+export interface Fleet {
+  /** The cluster whose primary objects the component reconciles (default `default`). */
+  home?: string;
+  /** The member clusters; empty or left out: every cluster but `home`. */
+  members?: readonly string[];
 }
 
 /**
@@ -475,9 +530,13 @@ export interface ReconcileRequest {
     code: number;
     reason: string;
     message: string;
+    /** The member cluster of a member child; `undefined` for one in the object's own cluster. */
+    cluster?: string;
   }[];
   /** The cluster the object is in (`default`: the host's own). */
   cluster: string;
+  /** The member clusters of a fleet controller engaged now. */
+  members: string[];
 }
 
 /** The shape of the `capstan:operator/controller@0.4.0` export. */

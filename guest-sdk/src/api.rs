@@ -71,12 +71,14 @@ pub enum Propagation {
 /// controller's grants.
 pub struct Api<K> {
     namespace: Option<String>,
+    /// Another cluster than the request's, for reads only.
+    cluster: Option<String>,
     kind: PhantomData<fn() -> K>,
 }
 
 impl<K> std::fmt::Debug for Api<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Api").field("namespace", &self.namespace).finish()
+        f.debug_struct("Api").field("namespace", &self.namespace).field("cluster", &self.cluster).finish()
     }
 }
 
@@ -93,7 +95,22 @@ where
     K: Resource<DynamicType = ()> + DeserializeOwned + Serialize,
 {
     pub(crate) fn new(namespace: Option<&str>) -> Self {
-        Self { namespace: namespace.map(str::to_owned), kind: PhantomData }
+        Self { namespace: namespace.map(str::to_owned), cluster: None, kind: PhantomData }
+    }
+
+    pub(crate) fn in_cluster(cluster: &str, namespace: Option<&str>) -> Self {
+        Self { namespace: namespace.map(str::to_owned), cluster: Some(cluster.to_owned()), kind: PhantomData }
+    }
+
+    /// Refuses a write through an Api of another cluster, before the host
+    /// is asked.
+    fn writable(&self) -> Result<(), ApiError> {
+        match &self.cluster {
+            Some(cluster) => Err(ApiError::Denied(format!(
+                "writes in cluster {cluster} go through Outcome::child_in: an Api of another cluster reads only"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn object_ref(&self, name: &str) -> wit::ObjectRef {
@@ -115,7 +132,10 @@ where
     ///
     /// [`ApiError::NotFound`] if it does not exist; any other API error.
     pub fn get(&self, name: &str) -> Result<K, ApiError> {
-        decode(&wit_kube::get(&self.object_ref(name))?)
+        match &self.cluster {
+            Some(cluster) => decode(&wit_kube::get_in(cluster, &self.object_ref(name))?),
+            None => decode(&wit_kube::get(&self.object_ref(name))?),
+        }
     }
 
     /// Reads one object, `None` if it does not exist.
@@ -141,7 +161,11 @@ where
             label_selector: params.label_selector.clone(),
             field_selector: params.field_selector.clone(),
         };
-        wit_kube::list(&gvk_of::<K>(), self.namespace.as_deref(), &params)?.iter().map(|item| decode(item)).collect()
+        let items = match &self.cluster {
+            Some(cluster) => wit_kube::list_in(cluster, &gvk_of::<K>(), self.namespace.as_deref(), &params)?,
+            None => wit_kube::list(&gvk_of::<K>(), self.namespace.as_deref(), &params)?,
+        };
+        items.iter().map(|item| decode(item)).collect()
     }
 
     /// Creates an object; returns it as stored.
@@ -150,6 +174,7 @@ where
     ///
     /// [`ApiError::AlreadyExists`]; any other API error.
     pub fn create(&self, object: &K) -> Result<K, ApiError> {
+        self.writable()?;
         decode(&wit_kube::create(&self.encode_object(object)?)?)
     }
 
@@ -160,6 +185,7 @@ where
     ///
     /// [`ApiError::Conflict`] on a stale resourceVersion; any other API error.
     pub fn replace(&self, object: &K) -> Result<K, ApiError> {
+        self.writable()?;
         decode(&wit_kube::replace(&self.encode_object(object)?)?)
     }
 
@@ -169,6 +195,7 @@ where
     ///
     /// Any API error.
     pub fn patch(&self, name: &str, patch_type: PatchType, patch: &serde_json::Value) -> Result<K, ApiError> {
+        self.writable()?;
         decode(&wit_kube::patch(&self.object_ref(name), patch_type.into(), &encode(patch)?)?)
     }
 
@@ -179,6 +206,7 @@ where
     /// [`ApiError::Conflict`] if another manager owns a field (unless
     /// `force`); any other API error.
     pub fn apply(&self, object: &K, force: bool) -> Result<K, ApiError> {
+        self.writable()?;
         decode(&wit_kube::apply(&self.encode_object(object)?, force)?)
     }
 
@@ -197,6 +225,7 @@ where
     ///
     /// [`ApiError::NotFound`]; any other API error.
     pub fn delete_with(&self, name: &str, propagation: Propagation) -> Result<(), ApiError> {
+        self.writable()?;
         Ok(wit_kube::delete(&self.object_ref(name), propagation.into())?)
     }
 
@@ -206,6 +235,7 @@ where
     ///
     /// Any API error.
     pub fn replace_status(&self, object: &K) -> Result<K, ApiError> {
+        self.writable()?;
         decode(&wit_kube::replace_status(&self.encode_object(object)?)?)
     }
 
@@ -215,6 +245,7 @@ where
     ///
     /// Any API error.
     pub fn patch_status(&self, name: &str, patch_type: PatchType, patch: &serde_json::Value) -> Result<K, ApiError> {
+        self.writable()?;
         decode(&wit_kube::patch_status(&self.object_ref(name), patch_type.into(), &encode(patch)?)?)
     }
 
@@ -224,6 +255,7 @@ where
     ///
     /// Any API error.
     pub fn apply_status(&self, object: &K, force: bool) -> Result<K, ApiError> {
+        self.writable()?;
         decode(&wit_kube::apply_status(&self.encode_object(object)?, force)?)
     }
 }

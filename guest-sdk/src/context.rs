@@ -47,6 +47,7 @@ pub struct Context {
     name: String,
     failed_children: Vec<FailedChild>,
     cluster: String,
+    members: Vec<String>,
 }
 
 /// A child of the previous outcome for this object that the API server
@@ -72,6 +73,10 @@ pub struct FailedChild {
     pub reason: String,
     /// What the API server said.
     pub message: String,
+    /// The member cluster of a fleet controller's child placed there with
+    /// [`Outcome::child_in`](crate::Outcome::child_in); `None` for a child
+    /// in the object's own cluster.
+    pub cluster: Option<String>,
 }
 
 impl From<wit::ChildFailure> for FailedChild {
@@ -85,6 +90,7 @@ impl From<wit::ChildFailure> for FailedChild {
             code: c.code,
             reason: c.reason,
             message: c.message,
+            cluster: c.cluster,
         }
     }
 }
@@ -92,7 +98,21 @@ impl From<wit::ChildFailure> for FailedChild {
 impl Context {
     #[doc(hidden)]
     pub fn new(event: EventKind, namespace: Option<String>, name: String) -> Self {
-        Self { event, namespace, name, failed_children: Vec::new(), cluster: DEFAULT_CLUSTER.to_owned() }
+        Self {
+            event,
+            namespace,
+            name,
+            failed_children: Vec::new(),
+            cluster: DEFAULT_CLUSTER.to_owned(),
+            members: Vec::new(),
+        }
+    }
+
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_members(mut self, members: Vec<String>) -> Self {
+        self.members = members;
+        self
     }
 
     #[doc(hidden)]
@@ -131,6 +151,16 @@ impl Context {
         &self.cluster
     }
 
+    /// The member clusters of a fleet controller engaged now, in order:
+    /// where [`Outcome::child_in`](crate::Outcome::child_in) may place
+    /// children and [`api_in`](Self::api_in) may read (contract 0.4.0;
+    /// see [`Manifest::fleet`](crate::Manifest::fleet)). Empty for a
+    /// uniform controller. A member that comes or goes later brings a new
+    /// reconcile of every object.
+    pub fn members(&self) -> &[String] {
+        &self.members
+    }
+
     /// Why this reconcile happens.
     pub fn event(&self) -> EventKind {
         self.event
@@ -166,6 +196,31 @@ impl Context {
         K: Resource<DynamicType = ()> + serde::de::DeserializeOwned + serde::Serialize,
     {
         Api::new(namespace)
+    }
+
+    /// A typed client for kind `K` in `namespace` of the cluster named
+    /// `cluster`: this context's own, or a fleet controller's home or one
+    /// of its [`members`](Self::members) (contract 0.4.0). It reads
+    /// (`get`, `get_opt`, `list`); a write returns
+    /// [`ApiError::Denied`] without calling the host, as a fleet
+    /// controller writes in its members through
+    /// [`Outcome::child_in`](crate::Outcome::child_in).
+    ///
+    /// ```no_run
+    /// # use capstan_guest::prelude::*;
+    /// # use capstan_guest::k8s_openapi::api::core::v1::ConfigMap;
+    /// # fn f(ctx: &Context) -> capstan_guest::Result<()> {
+    /// for member in ctx.members() {
+    ///     let there = ctx.api_in::<ConfigMap>(member, ctx.namespace()).get_opt("greeting")?;
+    ///     ctx.log().info("seen", &[("cluster", member), ("present", &there.is_some().to_string())]);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn api_in<K>(&self, cluster: &str, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<DynamicType = ()> + serde::de::DeserializeOwned + serde::Serialize,
+    {
+        Api::in_cluster(cluster, namespace)
     }
 
     /// Records an Event right away (the [`Outcome`](crate::Outcome) can

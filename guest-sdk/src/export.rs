@@ -213,7 +213,8 @@ pub mod __private {
         let failed = request.failed_children.into_iter().map(crate::context::FailedChild::from).collect();
         let ctx = Context::new(request.event.into(), meta.namespace.clone(), meta.name.clone().unwrap_or_default())
             .with_failed_children(failed)
-            .in_cluster(request.cluster);
+            .in_cluster(request.cluster)
+            .with_members(request.members);
         let controller = C::default();
         let outcome = match ctx.event() {
             EventKind::Added => controller.add(&ctx, object),

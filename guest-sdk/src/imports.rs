@@ -25,6 +25,19 @@ pub(crate) mod kube {
         with_host(|h| h.list(kind, namespace, params.label_selector.as_deref()))
     }
 
+    pub(crate) fn get_in(cluster: &str, object: &ObjectRef) -> Result<Json, Error> {
+        with_host(|h| h.get_in(cluster, object))
+    }
+
+    pub(crate) fn list_in(
+        cluster: &str,
+        kind: &GroupVersionKind,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> Result<Vec<Json>, Error> {
+        with_host(|h| h.list_in(cluster, kind, namespace, params.label_selector.as_deref()))
+    }
+
     pub(crate) fn create(object: &[u8]) -> Result<Json, Error> {
         with_host(|h| h.create(object))
     }

@@ -99,7 +99,7 @@ pub use api::{Api, ListParams, PatchType, Propagation};
 pub use context::{Context, DEFAULT_CLUSTER, EventKind, FailedChild};
 pub use error::{ApiError, ApiStatus, Error, Result};
 pub use log::{Level, Log, Span};
-pub use manifest::{Field, Manifest, Mapping, Owns, Permission, Scope, Verb, Watch};
+pub use manifest::{Field, Fleet, Manifest, Mapping, Owns, Permission, Scope, Verb, Watch};
 pub use outcome::{Event, Outcome};
 
 pub use k8s_openapi;

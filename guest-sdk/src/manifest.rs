@@ -289,7 +289,40 @@ impl Owns {
 ///     .max_concurrency(4);
 /// ```
 #[derive(Clone, Debug)]
-pub struct Manifest(wit::ControllerManifest, wit::Roles, Vec<String>);
+pub struct Manifest(wit::ControllerManifest, wit::Roles, Vec<String>, Vec<String>, Option<wit::Fleet>);
+
+/// The clusters of a fleet controller (contract 0.4.0), for
+/// [`Manifest::fleet`]: it reconciles the primary objects of its *home*
+/// cluster, places children in its *member* clusters with
+/// [`Outcome::child_in`](crate::Outcome::child_in) and reads there with
+/// [`Context::api_in`](crate::Context::api_in).
+///
+/// ```
+/// use capstan_guest::Fleet;
+///
+/// let every_member = Fleet::home("default");
+/// let two = Fleet::home("default").member("west").member("east");
+/// ```
+#[derive(Clone, Debug)]
+pub struct Fleet(wit::Fleet);
+
+impl Fleet {
+    /// A fleet whose primary objects live in the cluster named `home`
+    /// (`default`: the host's own) and whose members are every other
+    /// cluster the host serves, unless some are named with
+    /// [`member`](Self::member).
+    pub fn home(home: &str) -> Self {
+        Self(wit::Fleet { home: home.to_owned(), members: Vec::new() })
+    }
+
+    /// A member cluster, by the name the host engaged it by; call once per
+    /// member. Children in any cluster not named are refused.
+    #[must_use]
+    pub fn member(mut self, name: &str) -> Self {
+        self.0.members.push(name.to_owned());
+        self
+    }
+}
 
 impl Manifest {
     /// A manifest for a controller named `name` (a DNS-1123 label, unique
@@ -309,6 +342,8 @@ impl Manifest {
             },
             wit::Roles { reconcile: false, admission: Vec::new(), conversion: Vec::new(), scheduler: None },
             Vec::new(),
+            Vec::new(),
+            None,
         )
     }
 
@@ -423,6 +458,35 @@ impl Manifest {
         self
     }
 
+    /// Runs this component in the cluster named `name` (the name the host
+    /// engaged it by: `default` for its own) and no cluster left unnamed;
+    /// call once per cluster. Without it, a uniform controller runs in
+    /// every cluster the host serves (contract 0.4.0; see
+    /// docs/multicluster.md).
+    #[must_use]
+    pub fn cluster(mut self, name: &str) -> Self {
+        self.3.push(name.to_owned());
+        self
+    }
+
+    /// Makes this component a fleet controller (contract 0.4.0): it
+    /// reconciles the primary objects of `fleet`'s home cluster only, and
+    /// its outcomes place children in the members
+    /// ([`Outcome::child_in`](crate::Outcome::child_in)), which the host
+    /// marks, prunes and deletes with their owner.
+    ///
+    /// ```
+    /// use capstan_guest::{Fleet, Manifest};
+    /// use capstan_guest::k8s_openapi::api::core::v1::ConfigMap;
+    ///
+    /// let manifest = Manifest::new("spreader").primary::<ConfigMap>().owns::<ConfigMap>().fleet(Fleet::home("default"));
+    /// ```
+    #[must_use]
+    pub fn fleet(mut self, fleet: Fleet) -> Self {
+        self.4 = Some(fleet.0);
+        self
+    }
+
     /// This component schedules the Pods whose `spec.schedulerName` is
     /// `name` (see [`scheduler`](crate::scheduler)).
     #[must_use]
@@ -455,6 +519,6 @@ impl Manifest {
                 self.0.primary = wit::GroupVersionKind { group: gk.group.clone(), version, kind: gk.kind.clone() };
             }
         }
-        wit::ComponentManifest { controller: self.0, roles: self.1, egress: self.2 }
+        wit::ComponentManifest { controller: self.0, roles: self.1, egress: self.2, clusters: self.3, fleet: self.4 }
     }
 }

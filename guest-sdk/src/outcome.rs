@@ -85,6 +85,7 @@ impl Default for wit::Outcome {
             events: Vec::new(),
             requeue_after_ms: None,
             children_policy: wit::ChildrenPolicy::Prune,
+            member_children: Vec::new(),
         }
     }
 }
@@ -110,6 +111,39 @@ impl Outcome {
     #[must_use]
     pub fn child_json(mut self, child: &serde_json::Value) -> Self {
         self.0.children.push(serde_json::to_vec(child).expect("a JSON value always serializes"));
+        self
+    }
+
+    /// A desired child in the member cluster named `cluster`, for a fleet
+    /// controller ([`Manifest::fleet`](crate::Manifest::fleet); contract
+    /// 0.4.0): one of [`Context::members`](crate::Context::members). The
+    /// host applies it there by server-side apply, marks it with labels
+    /// and annotations naming its owner (an ownerReference cannot cross
+    /// clusters), defaults its namespace to the owner's, prunes it when a
+    /// later outcome no longer lists it, and deletes it when the owner
+    /// goes. Its kind must be declared with
+    /// [`Manifest::owns`](crate::Manifest::owns).
+    ///
+    /// ```no_run
+    /// # use capstan_guest::prelude::*;
+    /// # use capstan_guest::k8s_openapi::api::core::v1::ConfigMap;
+    /// # fn f(ctx: &Context, cm: &ConfigMap) -> Outcome {
+    /// ctx.members().iter().fold(Outcome::new(), |outcome, member| outcome.child_in(member, cm))
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn child_in<K: Resource + Serialize>(mut self, cluster: &str, child: &K) -> Self {
+        let object = serde_json::to_vec(child).expect("a Kubernetes object always serializes to JSON");
+        self.0.member_children.push(wit::MemberChild { cluster: cluster.to_owned(), object });
+        self
+    }
+
+    /// A desired child in the member cluster named `cluster`, given as
+    /// JSON (see [`child_in`](Self::child_in)).
+    #[must_use]
+    pub fn child_json_in(mut self, cluster: &str, child: &serde_json::Value) -> Self {
+        let object = serde_json::to_vec(child).expect("a JSON value always serializes");
+        self.0.member_children.push(wit::MemberChild { cluster: cluster.to_owned(), object });
         self
     }
 

@@ -171,6 +171,10 @@ pub struct Reconciled {
     /// Whether children not listed are kept (`keep_children`) rather than
     /// pruned.
     pub keeps_children: bool,
+    /// The children in member clusters (a fleet controller's
+    /// [`Outcome::child_in`](crate::Outcome::child_in)), each with its
+    /// cluster's name, as the guest listed them.
+    pub member_children: Vec<(String, Value)>,
 }
 
 impl Reconciled {
@@ -181,12 +185,26 @@ impl Reconciled {
             events: outcome.events.iter().map(event_json).collect(),
             requeue_after: outcome.requeue_after_ms.map(Duration::from_millis),
             keeps_children: outcome.children_policy == wit::ChildrenPolicy::Keep,
+            member_children: outcome
+                .member_children
+                .iter()
+                .map(|c| (c.cluster.clone(), decode(&c.object).unwrap_or(Value::Null)))
+                .collect(),
         }
     }
 
     /// The child of `kind` named `name`, if the outcome lists it.
     pub fn child(&self, kind: &str, name: &str) -> Option<&Value> {
         self.children.iter().find(|c| c["kind"] == kind && c["metadata"]["name"] == name)
+    }
+
+    /// The child of `kind` named `name` in the member cluster `cluster`,
+    /// if the outcome lists it.
+    pub fn child_in(&self, cluster: &str, kind: &str, name: &str) -> Option<&Value> {
+        self.member_children
+            .iter()
+            .find(|(c, o)| c == cluster && o["kind"] == kind && o["metadata"]["name"] == name)
+            .map(|(_, o)| o)
     }
 }
 
@@ -225,6 +243,9 @@ pub struct FakeHost {
     /// The cluster's name, as [`Context::cluster`] gives it; `None`:
     /// [`DEFAULT_CLUSTER`](crate::DEFAULT_CLUSTER).
     cluster: Option<String>,
+    /// The member clusters of a fleet controller, as
+    /// [`Context::members`] gives them, and the objects in each.
+    members: BTreeMap<String, BTreeMap<Key, Value>>,
 }
 
 impl FakeHost {
@@ -251,6 +272,25 @@ impl FakeHost {
     #[must_use]
     pub fn in_cluster(mut self, name: &str) -> Self {
         self.cluster = Some(name.to_owned());
+        self
+    }
+
+    /// The fake as the host of a fleet controller with a member cluster
+    /// named `cluster` ([`Context::members`], in the order added), holding
+    /// `objects` there for [`Context::api_in`] to read.
+    ///
+    /// # Panics
+    ///
+    /// When an object does not serialize to JSON with an `apiVersion`,
+    /// `kind` and `metadata.name`.
+    #[must_use]
+    pub fn member<K: Serialize>(mut self, cluster: &str, objects: &[K]) -> Self {
+        let there = self.members.entry(cluster.to_owned()).or_default();
+        for object in objects {
+            let value = serde_json::to_value(object).expect("the object serializes to JSON");
+            let key = key_of(&value).expect("the object has apiVersion, kind and metadata.name");
+            there.insert(key, value);
+        }
         self
     }
 
@@ -347,8 +387,9 @@ impl FakeHost {
     pub fn reconcile<C: Controller>(&mut self, event: EventKind, object: &C::Resource) -> Result<Reconciled> {
         let meta = object.meta();
         let cluster = self.cluster.clone().unwrap_or_else(|| crate::DEFAULT_CLUSTER.to_owned());
-        let ctx =
-            Context::new(event, meta.namespace.clone(), meta.name.clone().unwrap_or_default()).in_cluster(cluster);
+        let ctx = Context::new(event, meta.namespace.clone(), meta.name.clone().unwrap_or_default())
+            .in_cluster(cluster)
+            .with_members(self.members.keys().cloned().collect());
         let copy: C::Resource = serde_json::to_vec(object)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
@@ -381,6 +422,44 @@ impl FakeHost {
         self.calls.push(format!("list {api_version}/{} {}", kind.kind, namespace.unwrap_or("*")));
         Ok(self
             .objects
+            .iter()
+            .filter(|((v, k, ns, _), _)| {
+                *v == api_version && *k == kind.kind && (namespace.is_none() || ns.as_deref() == namespace)
+            })
+            .filter(|(_, o)| selected(o.pointer("/metadata/labels"), selector))
+            .map(|(_, o)| encode(o))
+            .collect())
+    }
+
+    /// The objects of the cluster named `cluster`: this fake's own or a
+    /// member's; any other is denied, as on the host.
+    fn objects_in(&self, cluster: &str) -> Result<&BTreeMap<Key, Value>, WitError> {
+        let own = self.cluster.as_deref().unwrap_or(crate::DEFAULT_CLUSTER);
+        if cluster == own {
+            return Ok(&self.objects);
+        }
+        self.members.get(cluster).ok_or_else(|| {
+            WitError::Denied(format!("cluster {cluster} is neither this cluster ({own}) nor a member of the fleet"))
+        })
+    }
+
+    pub(crate) fn get_in(&mut self, cluster: &str, r: &ObjectRef) -> Result<Json, WitError> {
+        self.calls.push(format!("get-in {cluster} {}", describe(r)));
+        let key = (api_version(&r.kind), r.kind.kind.clone(), r.namespace.clone(), r.name.clone());
+        self.objects_in(cluster)?.get(&key).map(encode).ok_or_else(|| not_found(r))
+    }
+
+    pub(crate) fn list_in(
+        &mut self,
+        cluster: &str,
+        kind: &GroupVersionKind,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> Result<Vec<Json>, WitError> {
+        let api_version = api_version(kind);
+        self.calls.push(format!("list-in {cluster} {api_version}/{} {}", kind.kind, namespace.unwrap_or("*")));
+        Ok(self
+            .objects_in(cluster)?
             .iter()
             .filter(|((v, k, ns, _), _)| {
                 *v == api_version && *k == kind.kind && (namespace.is_none() || ns.as_deref() == namespace)
@@ -676,6 +755,51 @@ mod tests {
         assert_eq!(host.spans()[0].attributes, [("name".to_owned(), "web".to_owned())]);
         let settings = host.get_json("v1", "ConfigMap", Some("demo"), "settings").expect("stored");
         assert_eq!(settings["status"], json!({"seen": true}), "the status patch is stored");
+    }
+
+    /// A fleet controller: a copy in every member, what each holds read
+    /// back, and a write in a member tried.
+    #[derive(Default)]
+    struct Spreader;
+
+    impl Controller for Spreader {
+        type Resource = ConfigMap;
+
+        fn manifest(&self) -> Manifest {
+            Manifest::new("spreader").primary::<ConfigMap>().owns::<ConfigMap>().fleet(crate::Fleet::home("default"))
+        }
+
+        fn reconcile(&self, ctx: &Context, object: ConfigMap) -> Result<Outcome> {
+            let mut outcome = Outcome::new();
+            let mut seen = Vec::new();
+            for member in ctx.members() {
+                outcome = outcome.child_in(member, &cm("copy", json!({})));
+                let there = ctx.api_in::<ConfigMap>(member, ctx.namespace()).list(&crate::ListParams::new())?;
+                seen.push(format!("{member}:{}", there.len()));
+            }
+            let denied = ctx.api_in::<ConfigMap>("west", ctx.namespace()).create(&object).expect_err("read only");
+            let unknown = ctx.api_in::<ConfigMap>("nowhere", ctx.namespace()).get("x").expect_err("no such member");
+            Ok(outcome.status(&json!({"seen": seen, "write": denied.to_string(), "unknown": unknown.to_string()})))
+        }
+    }
+
+    #[test]
+    fn a_fleet_controller_sees_its_members_reads_there_and_lists_children_in_them() {
+        let web = cm("web", json!({}));
+        let mut host =
+            FakeHost::new().member("west", &[cm("a", json!({})), cm("b", json!({}))]).member("east", &[web.clone()]);
+        let done = host.reconcile::<Spreader>(EventKind::Added, &web).expect("reconciled");
+        let status = done.status.clone().expect("a status");
+        assert_eq!(status["seen"], json!(["east:1", "west:2"]), "members in order, each read there");
+        assert!(status["write"].as_str().is_some_and(|w| w.contains("Outcome::child_in")), "{status}");
+        assert!(status["unknown"].as_str().is_some_and(|w| w.contains("nor a member")), "{status}");
+        assert!(
+            done.child_in("west", "ConfigMap", "copy").is_some()
+                && done.child_in("east", "ConfigMap", "copy").is_some()
+        );
+        assert!(done.child("ConfigMap", "copy").is_none(), "no child in the home cluster");
+        assert_eq!(host.calls()[0], "list-in east v1/ConfigMap demo");
+        assert!(!host.calls().iter().any(|c| c.starts_with("create")), "the write never reached the host");
     }
 
     #[test]

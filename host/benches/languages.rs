@@ -143,6 +143,7 @@ fn caller(loaded: &Loaded, cluster: Arc<dyn Cluster>, reconciling: Option<&Objec
         grants: Arc::new(Grants::from_manifest(&loaded.manifest)),
         cluster,
         reconciling: reconciling.map(|r| (r.clone(), None)),
+        reach: None,
     }
 }
 
@@ -267,6 +268,7 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtimes: &R
             object: object.clone(),
             failed_children: Vec::new(),
             cluster: "default".into(),
+            members: Vec::new(),
         };
         let outcome =
             instance.capstan_operator_controller().call_reconcile(&mut store, &request).await.expect("no trap");

@@ -51,6 +51,7 @@ fn caller(loaded: &Loaded, cluster: Arc<dyn Cluster>) -> Caller {
         grants: Arc::new(Grants::from_manifest(&loaded.manifest)),
         cluster,
         reconciling: Some((ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("bench"), "bench"), None)),
+        reach: None,
     }
 }
 
@@ -164,6 +165,7 @@ fn request(
         object: object.to_vec(),
         failed_children: Vec::new(),
         cluster: "default".into(),
+        members: Vec::new(),
     }
 }
 

@@ -288,4 +288,29 @@ pub trait Cluster: Send + Sync + 'static {
     fn http_stubs(&self) -> Option<std::sync::Arc<mock::HttpStubs>> {
         None
     }
+    /// The objects of a kind in a namespace (`None`: all) that a fleet
+    /// controller's marks name as the children of the object `owner_uid`
+    /// (label [`OWNER_UID`](crate::object::mark::OWNER_UID)). Backends
+    /// with a cache of the marked children override this to look them up.
+    async fn list_marked(&self, kind: &Gvk, namespace: Option<&str>, owner_uid: &str) -> Result<Vec<Value>> {
+        if owner_uid.is_empty() || !mock::meta::is_label_value(owner_uid) {
+            return Ok(Vec::new());
+        }
+        let selector = format!("{}={owner_uid}", crate::object::mark::OWNER_UID);
+        self.list(kind, namespace, &ListParams { label_selector: Some(selector), field_selector: None }).await
+    }
+    /// A stable identity of the cluster, the same for every client of it:
+    /// the uid of its `kube-system` Namespace (learned once, then kept).
+    /// Fleet controllers mark their children in member clusters with their
+    /// home cluster's.
+    async fn id(&self) -> Result<String>;
+}
+
+/// The clusters one host process serves, by the names it engaged them by:
+/// where a fleet controller reaches beyond its own cluster.
+pub trait Members: Send + Sync + 'static {
+    /// The cluster engaged as `name`, if one is now.
+    fn get(&self, name: &str) -> Option<std::sync::Arc<dyn Cluster>>;
+    /// The names of the clusters engaged now, in order.
+    fn names(&self) -> Vec<String>;
 }

@@ -7,10 +7,13 @@
 //! - [`controller`]: the loop that runs a reconciler on a cluster;
 //! - [`leader`]: leader election, one Lease per controller;
 //! - [`access`]: a component's permissions reviewed against the host's;
+//! - [`clusters`]: the clusters a host process serves, by name, which
+//!   fleet controllers reach their members through;
 //! - [`scheduler`]: custom schedulers, guest logic that picks a Node for
 //!   each pending Pod that names it.
 
 pub mod access;
+pub mod clusters;
 pub mod controller;
 pub mod informer;
 pub mod leader;

@@ -17,8 +17,10 @@ use crate::runtime::bindings::v0_1::capstan::operator::types as wit_v0_1;
 
 mod children;
 pub mod egress;
+mod fleet;
 mod roles;
 pub use children::Unwritable;
+pub use fleet::Fleet;
 pub use roles::{
     AdmissionWebhook, DEFAULT_WEBHOOK_TIMEOUT_SECONDS, GroupKind, MAX_WEBHOOK_TIMEOUT_SECONDS, MAX_WEBHOOKS, Operation,
     Roles, is_webhook_name,
@@ -386,6 +388,12 @@ pub struct Manifest {
     pub roles: Roles,
     /// The origins it may call over HTTP(S) (contract 0.4.0; none before).
     pub egress: egress::Egress,
+    /// The clusters a uniform controller runs in; empty: every cluster
+    /// (contract 0.4.0; empty before).
+    pub clusters: Vec<String>,
+    /// The home and members of a fleet controller; `None`: a uniform one
+    /// (contract 0.4.0).
+    pub fleet: Option<Fleet>,
 }
 
 /// Why a manifest is invalid.
@@ -717,6 +725,8 @@ impl TryFrom<wit::ControllerManifest> for Manifest {
             max_concurrency: m.max_concurrency.max(1),
             roles: Roles::reconcile_only(),
             egress: Default::default(),
+            clusters: Vec::new(),
+            fleet: None,
         };
         manifest.check_children()?;
         Ok(manifest)
@@ -732,6 +742,7 @@ impl TryFrom<wit::ComponentManifest> for Manifest {
         let mut manifest = Manifest::try_from(m.controller)?;
         manifest.roles = roles::roles_of(m.roles, &manifest.crds)?;
         manifest.egress = egress::Egress::parse(&m.egress).map_err(Error::Egress)?;
+        (manifest.clusters, manifest.fleet) = fleet::parse(m.clusters, m.fleet, manifest.roles.reconcile)?;
         manifest.check_admission_grants()?;
         Ok(manifest)
     }
@@ -820,6 +831,18 @@ impl Manifest {
             max_concurrency: 1,
             roles: Roles::reconcile_only(),
             egress: Default::default(),
+            clusters: Vec::new(),
+            fleet: None,
+        }
+    }
+
+    /// Whether the component runs in the cluster named `cluster`: a fleet
+    /// controller in its home only, a uniform one in the clusters it names
+    /// (every cluster when it names none).
+    pub fn runs_in(&self, cluster: &str) -> bool {
+        match &self.fleet {
+            Some(fleet) => fleet.home == cluster,
+            None => self.clusters.is_empty() || self.clusters.iter().any(|c| c == cluster),
         }
     }
 

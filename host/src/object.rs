@@ -6,6 +6,7 @@ use std::fmt;
 use serde_json::Value;
 
 pub mod builtin;
+pub mod mark;
 
 /// An API group, version and kind. The core group is `""`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]

@@ -31,6 +31,9 @@ struct Racing {
 
 #[async_trait]
 impl Cluster for Racing {
+    async fn id(&self) -> Result<String> {
+        self.inner.id().await
+    }
     async fn get(&self, object: &ObjectRef) -> Result<Value> {
         self.inner.get(object).await
     }

@@ -33,6 +33,9 @@ struct Lagging {
 
 #[async_trait]
 impl Cluster for Lagging {
+    async fn id(&self) -> Result<String> {
+        self.inner.id().await
+    }
     async fn get(&self, object: &ObjectRef) -> Result<Value> {
         let stale = self.stale.lock().expect("not poisoned").clone();
         match stale {

@@ -125,6 +125,9 @@ struct Refusing {
 
 #[async_trait]
 impl Cluster for Refusing {
+    async fn id(&self) -> cluster::Result<String> {
+        self.inner.id().await
+    }
     async fn get(&self, object: &ObjectRef) -> cluster::Result<Value> {
         self.inner.get(object).await
     }

@@ -38,7 +38,7 @@ fn repo() -> PathBuf {
 }
 
 /// Every component these tests load.
-const ALL: [&str; 8] = [
+const ALL: [&str; 10] = [
     "greeter",
     "greeter-python",
     "greeter-js",
@@ -47,6 +47,8 @@ const ALL: [&str; 8] = [
     "template-js",
     "silences",
     "silences-python",
+    "fleet",
+    "fleet-python",
 ];
 
 fn component(stem: &str) -> PathBuf {
@@ -169,6 +171,26 @@ async fn the_python_silences_declare_what_the_rust_ones_do_and_pass_their_scenar
     assert_eq!(committed, crd, "{} differs from the Rust CRD: run with CAPSTAN_BLESS=1", file.display());
     assert_eq!(inspect("silences-python"), inspect("silences"), "the whole manifest, grants and egress");
     assert_scenarios_pass("silences-python", &repo().join("examples/silences/scenarios")).await;
+}
+
+/// The fleet greeter in Python: the Rust one's manifest and grants (its
+/// fleet included), its CRD (from
+/// `examples/fleet-python/fleetgreeting-crd.json`, rewritten with
+/// `CAPSTAN_BLESS=1`), and its scenarios, members and all.
+#[tokio::test]
+async fn the_python_fleet_greeter_declares_what_the_rust_one_does_and_passes_its_scenarios() {
+    let file = repo().join("examples/fleet-python/fleetgreeting-crd.json");
+    let mut host = MockHost::new().expect("mock host");
+    let rust = host.load(component("fleet")).await.expect("loads");
+    let crd = rust.crds.first().expect("the fleet greeter defines a CRD").clone();
+    if std::env::var_os("CAPSTAN_BLESS").is_some() {
+        std::fs::write(&file, serde_json::to_string_pretty(&crd).expect("json") + "\n").expect("writes the CRD file");
+    }
+    let committed: Value = serde_json::from_str(&std::fs::read_to_string(&file).expect("reads")).expect("json");
+    assert_eq!(committed, crd, "{} differs from the Rust CRD: run with CAPSTAN_BLESS=1", file.display());
+    assert_eq!(inspect("fleet-python"), inspect("fleet"), "the whole manifest, grants and fleet");
+    assert_scenarios_pass("fleet", &repo().join("examples/fleet/scenarios")).await;
+    assert_scenarios_pass("fleet-python", &repo().join("examples/fleet/scenarios")).await;
 }
 
 /// `value` with every number as a float: JavaScript writes `100.0` as

@@ -467,6 +467,8 @@ fn parent(owns: Vec<manifest::Owned>) -> Manifest {
         max_concurrency: 1,
         roles: manifest::Roles::reconcile_only(),
         egress: Default::default(),
+        clusters: vec![],
+        fleet: None,
     }
 }
 

@@ -263,3 +263,232 @@ async fn kubeconfig_secrets_engage_rotate_and_disengage_clusters() -> Result<()>
     fleet.shutdown().await;
     home.cleanup().await
 }
+
+/// The `ConfigMap`s of namespace `ns` in the cluster of `client`.
+fn configmaps(client: &kube::Client, ns: &str) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
+    Api::namespaced(client.clone(), ns)
+}
+
+/// The FleetGreetings of namespace `ns`.
+fn fleet_greetings(client: &kube::Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("examples.capstan.dev", "v1", "FleetGreeting"),
+        "fleetgreetings",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// A FleetGreeting `name` saying `message`.
+fn fleet_greeting(name: &str, message: &str) -> Result<kube::api::DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "examples.capstan.dev/v1", "kind": "FleetGreeting",
+        "metadata": {"name": name}, "spec": {"message": message},
+    }))?)
+}
+
+/// Waits until FleetGreeting `name` reports `ready` members ready.
+async fn fleet_ready(client: &kube::Client, ns: &str, name: &str, ready: i64, within: Duration) -> Result<Value> {
+    let api = fleet_greetings(client, ns);
+    let got = wait_for(within, || async {
+        api.get(name).await.ok().filter(|g| {
+            g.data["status"]["readyMembers"] == ready
+                && g.data["status"]["conditions"][0]["status"] == if ready == 2 { "True" } else { "False" }
+        })
+    })
+    .await
+    .with_context(|| format!("FleetGreeting {ns}/{name} did not report {ready} members ready"))?;
+    Ok(got.data["status"].clone())
+}
+
+/// The names of the ConfigMaps in `ns` that the fleet greeter marked.
+async fn marked(client: &kube::Client, ns: &str) -> Result<Vec<String>> {
+    let lp = kube::api::ListParams::default().labels("capstan.dev/fleet-controller=fleet-greeter");
+    let mut names: Vec<String> =
+        configmaps(client, ns).list(&lp).await?.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
+    names.sort();
+    Ok(names)
+}
+
+// Three real API servers: the shared control plane is the home `default`,
+// two private ones are the members `west` and `east`. One fleet serves the
+// fleet greeter (home `default`, every other cluster a member) and the
+// `spreader` fixture (home `default`, member `west` only).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_controller_spreads_to_its_members_survives_one_down_and_cleans_up_behind_its_finalizer() -> Result<()>
+{
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let home = TestNamespace::new("fleet-ctl").await?;
+    let (west, east) = tokio::try_join!(PrivateControlPlane::start(false), PrivateControlPlane::start(false))?;
+    let (west_client, east_client) = (west.plane().client()?, east.plane().client()?);
+    namespace(&west_client, home.name()).await?;
+    namespace(&east_client, home.name()).await?;
+    let greeter = find_component("fleet").map_err(anyhow::Error::msg)?;
+    let spreader = find_component("spreader").map_err(anyhow::Error::msg)?;
+    let runtime = HostBuilder::new_runtime(Default::default(), 0, false)?;
+    let ns = home.name().to_owned();
+    let fleet = Fleet::new(move |client| {
+        HostBuilder::new(client)
+            .runtime(Some(runtime.clone()))
+            .namespace(Some(ns.clone()))
+            .install_crds(true)
+            .component(&greeter)
+            .component(&spreader)
+    });
+    let home_client = home.client();
+    let started = [
+        fleet.engage("default", async move { Ok(home_client) }),
+        fleet.engage("west", {
+            let c = west_client.clone();
+            async move { Ok(c) }
+        }),
+        fleet.engage("east", {
+            let c = east_client.clone();
+            async move { Ok(c) }
+        }),
+    ];
+    for s in started {
+        s.await?.context("a cluster starts")?;
+    }
+    let states = || -> Vec<(String, String)> {
+        let doc = fleet.status_document();
+        doc["components"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["name"] == "fleet-greeter")
+            .map(|c| {
+                (
+                    c["cluster"].as_str().unwrap_or_default().to_owned(),
+                    c["state"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let expected = [("default", "running"), ("east", "elsewhere"), ("west", "elsewhere")]
+        .map(|(c, s)| (c.to_owned(), s.to_owned()));
+    wait_for(TIMEOUT, || async { (states() == expected).then_some(()) })
+        .await
+        .with_context(|| format!("a fleet controller runs in its home only: {:?}", states()))?;
+
+    // Spread to both members, marked with the home's identity, read back.
+    let api = fleet_greetings(&home.client(), home.name());
+    wait_for(TIMEOUT, || async {
+        api.create(&PostParams::default(), &fleet_greeting("hello", "hi fleet").ok()?).await.ok()
+    })
+    .await
+    .context("the FleetGreeting CRD is installed in the home")?;
+    fleet_ready(&home.client(), home.name(), "hello", 2, TIMEOUT).await?;
+    let owner = api.get("hello").await?;
+    let system: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(home.client());
+    let home_id = system.get("kube-system").await?.metadata.uid.context("a uid")?;
+    for client in [&west_client, &east_client] {
+        let copy: ConfigMap = configmaps(client, home.name()).get("hello-greeting").await?;
+        let labels = copy.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("capstan.dev/owner-uid"), owner.metadata.uid.as_ref());
+        assert_eq!(labels.get("capstan.dev/owner-cluster-id"), Some(&home_id));
+        assert!(copy.metadata.owner_references.is_none(), "no ownerReference crosses clusters");
+        assert_eq!(copy.data.unwrap_or_default().get("message").map(String::as_str), Some("hi fleet"));
+    }
+    assert!(configmaps(&home.client(), home.name()).get_opt("hello-greeting").await?.is_none());
+
+    // A copy deleted in a member is put back (its watch there triggers the owner).
+    configmaps(&east_client, home.name()).delete("hello-greeting", &Default::default()).await?;
+    wait_for(TIMEOUT, || async {
+        configmaps(&east_client, home.name()).get_opt("hello-greeting").await.ok().flatten()
+    })
+    .await
+    .context("the copy deleted in east is put back")?;
+
+    // West's API server down for 20 s: a FleetGreeting made meanwhile
+    // reaches east at once and west when it is back; nothing lost or doubled.
+    let restart = west.restart_apiserver(Duration::from_secs(20));
+    let during = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        api.create(&PostParams::default(), &fleet_greeting("during", "while west is down")?).await?;
+        wait_for(Duration::from_secs(15), || async {
+            configmaps(&east_client, home.name()).get_opt("during-greeting").await.ok().flatten()
+        })
+        .await
+        .context("east gets its copy while west is down")?;
+        fleet_ready(&home.client(), home.name(), "during", 1, Duration::from_secs(15)).await
+    };
+    let (restarted, during) = tokio::join!(restart, during);
+    restarted?;
+    let status = during.context("the home reports east ready, west not, while west is down")?;
+    assert!(
+        status["members"].as_array().is_some_and(|m| m.iter().any(|e| e["cluster"] == "west" && e["ready"] == false)),
+        "{status}"
+    );
+    fleet_ready(&home.client(), home.name(), "during", 2, TIMEOUT).await.context("west catches up")?;
+    for client in [&west_client, &east_client] {
+        assert_eq!(marked(client, home.name()).await?, ["during-greeting", "hello-greeting"]);
+    }
+
+    // A guest naming a cluster it did not declare is refused, and reads
+    // there are denied; the spreader places its children in west only.
+    let cms = configmaps(&home.client(), home.name());
+    let probe = |name: &str, behaviour: &str, target: &str| -> Result<ConfigMap> {
+        Ok(serde_json::from_value(
+            json!({"metadata": {"name": name}, "data": {"behaviour": behaviour, "target": target}}),
+        )?)
+    };
+    cms.create(&PostParams::default(), &probe("far", "place-undeclared", "east")?).await?;
+    cms.create(&PostParams::default(), &probe("peek", "read-in", "east")?).await?;
+    cms.create(&PostParams::default(), &probe("spread", "spread", "")?).await?;
+    let peek = wait_for(TIMEOUT, || async { cms.get_opt("peek-read-in").await.ok().flatten() }).await?;
+    let read = peek.data.unwrap_or_default().get("read").cloned().unwrap_or_default();
+    assert!(read.starts_with("error: denied") && read.contains("not a member"), "{read}");
+    wait_for(TIMEOUT, || async { configmaps(&west_client, home.name()).get_opt("spread-spread").await.ok().flatten() })
+        .await?;
+    let spreader = fleet.host("default").and_then(|h| h.controller("spreader")).context("the spreader runs")?;
+    let error = wait_for(TIMEOUT, || async { spreader.counts().last_error.filter(|e| e.contains("far")) }).await?;
+    assert!(error.contains("not a member of the fleet"), "{error}");
+    for name in ["far-placed", "spread-spread", "peek-read-in-w"] {
+        assert!(configmaps(&east_client, home.name()).get_opt(name).await?.is_none(), "{name} reached east");
+    }
+
+    // A ConfigMap another home marked (same controller name) is never swept.
+    let mut foreign: ConfigMap = configmaps(&west_client, home.name()).get("hello-greeting").await?;
+    foreign.metadata = kube::api::ObjectMeta {
+        name: Some("foreign".into()),
+        labels: foreign.metadata.labels.map(|mut l| {
+            l.insert("capstan.dev/owner-cluster-id".into(), "another-home".into());
+            l.insert("capstan.dev/owner-uid".into(), "gone".into());
+            l
+        }),
+        annotations: foreign.metadata.annotations,
+        ..Default::default()
+    };
+    configmaps(&west_client, home.name()).create(&PostParams::default(), &foreign).await?;
+
+    // East disengaged, `hello` is deleted: behind the finalizer its copy in
+    // west goes at once; east, engaged again, sweeps its orphan.
+    assert!(fleet.disengage("east").await);
+    api.delete("hello", &Default::default()).await?;
+    wait_for(TIMEOUT, || async { api.get_opt("hello").await.ok().filter(Option::is_none) })
+        .await
+        .context("hello is deleted")?;
+    wait_for(TIMEOUT, || async {
+        configmaps(&west_client, home.name()).get_opt("hello-greeting").await.ok().filter(Option::is_none)
+    })
+    .await
+    .context("west's copy goes with its owner")?;
+    assert!(configmaps(&east_client, home.name()).get_opt("hello-greeting").await?.is_some(), "east was away");
+    fleet
+        .engage("east", {
+            let c = east_client.clone();
+            async move { Ok(c) }
+        })
+        .await?
+        .context("east starts again")?;
+    wait_for(TIMEOUT, || async {
+        configmaps(&east_client, home.name()).get_opt("hello-greeting").await.ok().filter(Option::is_none)
+    })
+    .await
+    .context("east sweeps the copy whose owner went while it was away")?;
+    assert_eq!(marked(&east_client, home.name()).await?, ["during-greeting"], "the live owner's copy stays");
+    assert!(configmaps(&west_client, home.name()).get_opt("foreign").await?.is_some(), "another home's child stays");
+
+    fleet.shutdown().await;
+    home.cleanup().await
+}

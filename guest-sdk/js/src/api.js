@@ -5,7 +5,7 @@
 
 import * as kube from "capstan:operator/kube@0.4.0";
 
-import { ApiError, BadRequest, Decode, apiError } from "./errors.js";
+import { ApiError, BadRequest, Decode, Denied, apiError } from "./errors.js";
 import { fromBytes, toBytes } from "./json.js";
 import { gvk } from "./kinds.js";
 
@@ -83,22 +83,49 @@ function encode(value) {
  * const deployments = ctx.api("apps/v1", "Deployment", ctx.namespace);
  * const web = deployments.getOpt("web");
  * ```
+ *
+ * One made with a `cluster` (`ctx.apiIn(...)`) reads in that cluster: `get`,
+ * `getOpt` and `list` work, and every write throws `Denied` without calling
+ * the host (a fleet controller writes in its members through
+ * `outcome.childIn`).
  */
 export class Api {
   /**
-   * Prefer `ctx.api(...)`.
+   * Prefer `ctx.api(...)` and `ctx.apiIn(...)`.
    * @param {string} apiVersion
    * @param {string} kind
    * @param {string} [namespace]
+   * @param {{cluster?: string}} [options]
    */
-  constructor(apiVersion, kind, namespace) {
+  constructor(apiVersion, kind, namespace, options = {}) {
     /** The kind's `apiVersion`, e.g. `apps/v1`. */
     this.apiVersion = apiVersion;
     /** The kind, e.g. `Deployment`. */
     this.kind = kind;
     /** The namespace calls address, if any. */
     this.namespace = namespace ?? undefined;
+    /**
+     * The cluster reads address (`kube.get-in`, `kube.list-in`), writes
+     * refused; `undefined`: the request's own cluster.
+     * @type {string | undefined}
+     */
+    this.cluster = options.cluster ?? undefined;
     this.gvk = gvk(apiVersion, kind);
+  }
+
+  /**
+   * Throws `Denied` for a write through an Api of another cluster: the
+   * contract has no writes there.
+   * @internal
+   * @param {string} method
+   */
+  writable(method) {
+    if (this.cluster !== undefined) {
+      throw new Denied(
+        `Api.${method} of ${this.kind} in cluster ${JSON.stringify(this.cluster)}: an Api from ctx.apiIn only reads; ` +
+          "a fleet controller writes in member clusters through Outcome.childIn",
+      );
+    }
   }
 
   /** @param {string} name */
@@ -124,6 +151,7 @@ export class Api {
 
   /** Reads one object; throws `NotFound` if it does not exist. @param {string} name */
   get(name) {
+    if (this.cluster !== undefined) return decode(call(kube.getIn, this.cluster, this.ref(name)));
     return decode(call(kube.get, this.ref(name)));
   }
 
@@ -143,16 +171,19 @@ export class Api {
    */
   list(params = {}) {
     const p = { labelSelector: params.labelSelector, fieldSelector: params.fieldSelector };
+    if (this.cluster !== undefined) return call(kube.listIn, this.cluster, this.gvk, this.namespace, p).map(decode);
     return call(kube.list, this.gvk, this.namespace, p).map(decode);
   }
 
   /** Creates an object; returns it as stored. @param {object} obj */
   create(obj) {
+    this.writable("create");
     return decode(call(kube.create, this.object(obj)));
   }
 
   /** Replaces an object; `metadata.resourceVersion`, if set, is a precondition. @param {object} obj */
   replace(obj) {
+    this.writable("replace");
     return decode(call(kube.replace, this.object(obj)));
   }
 
@@ -163,11 +194,13 @@ export class Api {
    * @param {"merge" | "json" | "strategic"} [patchType]
    */
   patch(name, patch, patchType = PatchType.MERGE) {
+    this.writable("patch");
     return decode(call(kube.patch, this.ref(name), patchType, encode(patch)));
   }
 
   /** Server-side apply with this controller's field manager. @param {object} obj @param {boolean} [force] */
   apply(obj, force = false) {
+    this.writable("apply");
     return decode(call(kube.apply, this.object(obj), force));
   }
 
@@ -177,11 +210,13 @@ export class Api {
    * @param {"default" | "background" | "foreground" | "orphan"} [propagation]
    */
   delete(name, propagation = Propagation.DEFAULT) {
+    this.writable("delete");
     call(kube.delete, this.ref(name), propagation);
   }
 
   /** Replaces the status subresource. @param {object} obj */
   replaceStatus(obj) {
+    this.writable("replaceStatus");
     return decode(call(kube.replaceStatus, this.object(obj)));
   }
 
@@ -192,11 +227,13 @@ export class Api {
    * @param {"merge" | "json" | "strategic"} [patchType]
    */
   patchStatus(name, patch, patchType = PatchType.MERGE) {
+    this.writable("patchStatus");
     return decode(call(kube.patchStatus, this.ref(name), patchType, encode(patch)));
   }
 
   /** Server-side apply of the status subresource. @param {object} obj @param {boolean} [force] */
   applyStatus(obj, force = false) {
+    this.writable("applyStatus");
     return decode(call(kube.applyStatus, this.object(obj), force));
   }
 }

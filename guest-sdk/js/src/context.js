@@ -23,14 +23,16 @@ export const EventKind = Object.freeze({
 /**
  * A child of the previous outcome for this object that the API server (or
  * the host) refused, as `ctx.failedChildren` lists it: `{apiVersion, kind,
- * namespace, name, code, reason, message}` (`namespace` is `undefined` for a
- * cluster-scoped child).
- * @typedef {{apiVersion: string, kind: string, namespace: string | undefined, name: string, code: number, reason: string, message: string}} FailedChild
+ * namespace, name, code, reason, message, cluster}` (`namespace` is
+ * `undefined` for a cluster-scoped child; `cluster` is the member cluster of
+ * a fleet controller's child placed with `outcome.childIn`, `undefined` for
+ * one in the reconciled object's own cluster).
+ * @typedef {{apiVersion: string, kind: string, namespace: string | undefined, name: string, code: number, reason: string, message: string, cluster: string | undefined}} FailedChild
  */
 
 /**
  * The `FailedChild` for a WIT `child-failure`.
- * @param {{child: {kind: {group: string, version: string, kind: string}, namespace?: string, name: string}, code: number, reason: string, message: string}} failure
+ * @param {{child: {kind: {group: string, version: string, kind: string}, namespace?: string, name: string}, code: number, reason: string, message: string, cluster?: string}} failure
  * @returns {FailedChild}
  */
 export function failedChild(failure) {
@@ -43,13 +45,14 @@ export function failedChild(failure) {
     code: failure.code,
     reason: failure.reason,
     message: failure.message,
+    cluster: failure.cluster ?? undefined,
   });
 }
 
 /**
  * Handed to every callback: the event kind, the reconciled object's
- * cluster, namespace and name, the children refused last time, the
- * Kubernetes client, events and logging.
+ * cluster, namespace and name, the children refused last time, the member
+ * clusters of a fleet controller, the Kubernetes client, events and logging.
  */
 export class Context {
   /**
@@ -59,8 +62,9 @@ export class Context {
    * @param {string} name
    * @param {readonly FailedChild[]} [failedChildren]
    * @param {string} [cluster]
+   * @param {readonly string[]} [members]
    */
-  constructor(event, namespace, name, failedChildren = [], cluster = "default") {
+  constructor(event, namespace, name, failedChildren = [], cluster = "default", members = []) {
     /** Why this reconcile happens. */
     this.event = event;
     /** Namespace of the reconciled object (`undefined` if cluster-scoped). */
@@ -80,6 +84,13 @@ export class Context {
      * cluster; a controller run over a fleet tells the clusters apart by it.
      */
     this.cluster = cluster;
+    /**
+     * The member clusters of a fleet controller engaged now, in order (see
+     * `Manifest.fleet`): where `outcome.childIn` may place children and
+     * `apiIn` may read. Empty for a uniform controller.
+     * @type {readonly string[]}
+     */
+    this.members = Object.freeze([...members]);
     /** Structured logging under this reconcile's span. */
     this.log = log;
   }
@@ -93,6 +104,29 @@ export class Context {
    */
   api(apiVersion, kind, namespace) {
     return new Api(apiVersion, kind, namespace);
+  }
+
+  /**
+   * A client that reads `kind` in `namespace` of the cluster named
+   * `cluster`: the request's own (`ctx.cluster`), or for a fleet controller
+   * its home or one of `ctx.members`; the host refuses any other with
+   * `Denied`. `get`, `getOpt` and `list` work as on `api` (the grants are
+   * the same); writes throw `Denied` without calling the host: a fleet
+   * controller writes in its members through `outcome.childIn`.
+   *
+   * ```js
+   * for (const member of ctx.members) {
+   *   const there = ctx.apiIn(member, "v1", "ConfigMap", ctx.namespace).getOpt(`${ctx.name}-greeting`);
+   * }
+   * ```
+   * @param {string} cluster
+   * @param {string} apiVersion
+   * @param {string} kind
+   * @param {string} [namespace]
+   */
+  apiIn(cluster, apiVersion, kind, namespace) {
+    if (typeof cluster !== "string") throw new TypeError(`cluster must be a cluster name (a string), not ${typeof cluster}`);
+    return new Api(apiVersion, kind, namespace, { cluster });
   }
 
   /**

@@ -83,7 +83,7 @@ function failure(error) {
  * Decodes the object, calls the controller's callback for the request's
  * event and converts what it returns or throws.
  * @param {new () => Controller} ControllerClass
- * @param {{event: string, object: Uint8Array, failedChildren?: any[], cluster?: string}} request
+ * @param {{event: string, object: Uint8Array, failedChildren?: any[], cluster?: string, members?: string[]}} request
  */
 export function runReconcile(ControllerClass, request) {
   const { event } = request;
@@ -98,7 +98,7 @@ export function runReconcile(ControllerClass, request) {
   }
   const meta = obj.metadata ?? {};
   const failed = (request.failedChildren ?? []).map(failedChild);
-  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "", failed, request.cluster ?? "default");
+  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "", failed, request.cluster ?? "default", request.members ?? []);
   const controller = new ControllerClass();
   let outcome;
   try {

@@ -32,6 +32,21 @@ export const Verb = Object.freeze({
 
 const VERBS = new Set(Object.values(Verb));
 
+/**
+ * Cluster names given as arguments or arrays, flattened; throws a TypeError
+ * for anything but strings.
+ * @param {string} what
+ * @param {readonly unknown[]} names
+ * @returns {string[]}
+ */
+function clusterNames(what, names) {
+  const flat = names.flat();
+  for (const name of flat) {
+    if (typeof name !== "string") throw new TypeError(`${what} are cluster names (strings), not ${typeof name}`);
+  }
+  return /** @type {string[]} */ (flat);
+}
+
 /** Where a permission (or an owned kind) applies. */
 export const Scope = Object.freeze({
   /** Every namespace, and cluster-scoped objects. */
@@ -197,6 +212,12 @@ export class Watch {
  *   .maxConcurrency(4)
  *   .egress("https://api.example.com");
  * ```
+ *
+ * A fleet controller (primary objects in one cluster, children in others):
+ *
+ * ```js
+ * new Manifest("spreader").primary("example.com/v1", "Spread").owns("v1", "ConfigMap").fleet({ home: "default" });
+ * ```
  */
 export class Manifest {
   /**
@@ -209,6 +230,10 @@ export class Manifest {
     this.roles = { reconcile: false, admission: [], conversion: [], scheduler: undefined };
     /** @internal @type {string[]} */
     this.origins = [];
+    /** @internal @type {string[]} */
+    this.clusterNames = [];
+    /** @internal @type {{home: string, members: string[]} | undefined} */
+    this.fleetClusters = undefined;
     /** @internal */
     this.wit = {
       name,
@@ -361,6 +386,45 @@ export class Manifest {
   }
 
   /**
+   * The clusters a uniform controller runs in, by the names the host engaged
+   * them by (`default` for the host's own), given as arguments or as one
+   * array; adds to those declared before. None declared (the default): every
+   * cluster the host serves. A fleet controller (`fleet`) runs in its home
+   * only, and the host ignores these.
+   *
+   * ```js
+   * .clusters("default", "eu-west")
+   * ```
+   * @param {...(string | readonly string[])} names
+   */
+  clusters(...names) {
+    this.clusterNames.push(...clusterNames("clusters", names));
+    return this;
+  }
+
+  /**
+   * Makes the component a fleet controller: it reconciles the primary
+   * objects of the cluster `home` (`default`: the host's own) and no
+   * other's, places children in the `members` with `outcome.childIn` and
+   * reads there with `ctx.apiIn`. `members` empty or left out: every cluster
+   * the host serves but `home`. The members engaged at a call are
+   * `ctx.members`. The host checks the names when it loads the component.
+   *
+   * ```js
+   * .fleet({ home: "default", members: ["eu-west", "us-east"] })
+   * .fleet("default") // every cluster but the home one
+   * ```
+   * @param {string | {home?: string, members?: readonly string[]}} [fleet]
+   */
+  fleet(fleet = {}) {
+    const { home = "default", members = [] } = typeof fleet === "string" ? { home: fleet } : (fleet ?? {});
+    if (typeof home !== "string") throw new TypeError(`fleet home must be a cluster name (a string), not ${typeof home}`);
+    if (typeof members === "string") throw new TypeError("fleet members is an array of cluster names, not a string");
+    this.fleetClusters = { home, members: clusterNames("fleet members", [...members]) };
+    return this;
+  }
+
+  /**
    * The contract's `component-manifest`. Without a primary kind, the
    * component is about `v1` `Pod` when it schedules, else about the first
    * kind its webhooks check or the first CRD it converts.
@@ -380,7 +444,13 @@ export class Manifest {
         this.wit.primary = { group, version: this.crdVersion(kind), kind };
       }
     }
-    return { controller: this.wit, roles: this.roles, egress: [...this.origins] };
+    return {
+      controller: this.wit,
+      roles: this.roles,
+      egress: [...this.origins],
+      clusters: [...this.clusterNames],
+      fleet: this.fleetClusters === undefined ? undefined : { home: this.fleetClusters.home, members: [...this.fleetClusters.members] },
+    };
   }
 
   /** @internal The first version of the declared CRD of `kind`, or "". @param {string} kind */

@@ -75,7 +75,14 @@ export class Outcome {
   /** Nothing to do. */
   constructor() {
     /** @internal */
-    this.wit = { children: [], status: undefined, events: [], requeueAfterMs: undefined, childrenPolicy: "prune" };
+    this.wit = {
+      children: [],
+      status: undefined,
+      events: [],
+      requeueAfterMs: undefined,
+      childrenPolicy: "prune",
+      memberChildren: [],
+    };
   }
 
   /**
@@ -87,6 +94,26 @@ export class Outcome {
    */
   child(child) {
     this.wit.children.push(toBytes(child));
+    return this;
+  }
+
+  /**
+   * A desired child object in the member cluster `cluster` of a fleet
+   * controller (see `Manifest.fleet`), one of `ctx.members`. The host
+   * applies it there by server-side apply, marks it with labels and
+   * annotations naming its owner (an ownerReference cannot cross clusters),
+   * defaults its namespace to the owner's, and prunes children of owned
+   * kinds a later outcome no longer lists in that member, as for `child`:
+   *
+   * ```js
+   * for (const member of ctx.members) outcome.childIn(member, configmap);
+   * ```
+   * @param {string} cluster
+   * @param {object} child
+   */
+  childIn(cluster, child) {
+    if (typeof cluster !== "string") throw new TypeError(`cluster must be a cluster name (a string), not ${typeof cluster}`);
+    this.wit.memberChildren.push({ cluster, object: toBytes(child) });
     return this;
   }
 

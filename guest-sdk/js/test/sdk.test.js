@@ -148,11 +148,12 @@ class Probe extends Controller {
   }
 }
 
-const request = (event, obj, failedChildren = [], cluster = "default") => ({
+const request = (event, obj, failedChildren = [], cluster = "default", members = []) => ({
   event,
   object: obj instanceof Uint8Array ? obj : toBytes(obj),
   failedChildren,
   cluster,
+  members,
 });
 const run = (event, spec) =>
   exportComponent({ controller: Probe }).controller.reconcile(request(event, { ...greeting, spec }));
@@ -274,13 +275,19 @@ test("failed children are on the context", () => {
       reason: "Invalid",
       message: "spec.schedule: Invalid value",
     },
-    { child: { kind: { group: "", version: "v1", kind: "Namespace" }, namespace: undefined, name: "team-a" }, code: 403, reason: "Forbidden", message: "no" },
+    {
+      child: { kind: { group: "", version: "v1", kind: "Namespace" }, namespace: undefined, name: "team-a" },
+      code: 403,
+      reason: "Forbidden",
+      message: "no",
+      cluster: "eu-west",
+    },
   ];
   exportComponent({ controller: Watcher }).controller.reconcile(request("resync", greeting, refused));
   exportComponent({ controller: Watcher }).controller.reconcile(request("resync", greeting));
   assert.deepEqual(seen[0], [
-    { apiVersion: "batch/v1", kind: "CronJob", namespace: "demo", name: "nightly", code: 422, reason: "Invalid", message: "spec.schedule: Invalid value" },
-    { apiVersion: "v1", kind: "Namespace", namespace: undefined, name: "team-a", code: 403, reason: "Forbidden", message: "no" },
+    { apiVersion: "batch/v1", kind: "CronJob", namespace: "demo", name: "nightly", code: 422, reason: "Invalid", message: "spec.schedule: Invalid value", cluster: undefined },
+    { apiVersion: "v1", kind: "Namespace", namespace: undefined, name: "team-a", code: 403, reason: "Forbidden", message: "no", cluster: "eu-west" },
   ]);
   assert.deepEqual(seen[1], []);
   assert.deepEqual(new Context("added", "demo", "hi").failedChildren, []);

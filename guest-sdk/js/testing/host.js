@@ -65,12 +65,35 @@ function selected(labels, selector) {
  * origins a test stubs with `http(origin, answer)`, refuses the others as
  * the host refuses origins the manifest does not declare, and records every
  * request in `requests`.
+ *
+ * For a fleet controller it holds the objects of other clusters by name
+ * (`clusters`), answers `ctx.apiIn` reads from the cluster named, and
+ * refuses a read in a cluster that is neither the request's own (`cluster`)
+ * nor one of its `members` with `Denied`, as the host does.
  */
 export class FakeHost {
-  /** @param {object[]} [objects] objects to hold (apiVersion, kind, metadata.name) */
-  constructor(objects = []) {
-    /** @type {Map<string, any>} What the fake API server stores. */
+  /**
+   * @param {object[]} [objects] objects to hold in the request's own cluster (apiVersion, kind, metadata.name)
+   * @param {{clusters?: Record<string, object[]>}} [options] `clusters`: the objects of other clusters (a fleet's members), by name
+   */
+  constructor(objects = [], { clusters = {} } = {}) {
+    /** @type {Map<string, any>} What the fake API server of the request's own cluster stores. */
     this.objects = new Map();
+    /**
+     * What the other clusters store, by cluster name: read with `ctx.apiIn`
+     * (which never writes). A name equal to the request's own cluster adds
+     * to `objects` for those reads.
+     * @type {Map<string, Map<string, any>>}
+     */
+    this.clusters = new Map();
+    /** The request's own cluster, whose objects are `objects`; `reconcile` sets it. */
+    this.cluster = "default";
+    /**
+     * The member clusters engaged now, which `apiIn` may read besides
+     * `cluster`; `reconcile` sets it.
+     * @type {string[]}
+     */
+    this.members = [];
     /** Every import called, as `[name, ...args]`, in order. */
     this.calls = [];
     /** Events recorded with `ctx.record`: `{type, reason, action, note}`. */
@@ -91,19 +114,61 @@ export class FakeHost {
     this.origins = new Map();
     this.version = 0;
     for (const obj of objects) this.put(obj);
+    for (const [name, held] of Object.entries(clusters)) {
+      if (!this.clusters.has(name)) this.clusters.set(name, new Map());
+      for (const obj of held) this.put(obj, name);
+    }
   }
 
-  /** Stores a copy of `obj` with a fresh resourceVersion; returns it. */
-  put(obj) {
+  /**
+   * Stores a copy of `obj` with a fresh resourceVersion and returns it; in
+   * the request's own cluster, or with `cluster` in that other cluster.
+   * @param {object} obj
+   * @param {string} [cluster]
+   */
+  put(obj, cluster) {
     const stored = structuredClone(obj);
     stored.metadata = { ...stored.metadata, resourceVersion: String(++this.version) };
-    this.objects.set(keyOf(stored), stored);
+    this.storeOf(cluster).set(keyOf(stored), stored);
     return stored;
   }
 
-  /** The stored object, or `undefined`. */
-  get(apiVersion, kind, namespace, name) {
-    return this.objects.get(JSON.stringify([apiVersion, kind, namespace ?? null, name]));
+  /**
+   * The stored object, or `undefined`; with `cluster`, in that other cluster.
+   * @param {string} apiVersion
+   * @param {string} kind
+   * @param {string | undefined} namespace
+   * @param {string} name
+   * @param {string} [cluster]
+   */
+  get(apiVersion, kind, namespace, name, cluster) {
+    const store = cluster === undefined ? this.objects : this.clusters.get(cluster);
+    return store?.get(JSON.stringify([apiVersion, kind, namespace ?? null, name]));
+  }
+
+  /** @internal @param {string} [cluster] */
+  storeOf(cluster) {
+    if (cluster === undefined) return this.objects;
+    if (!this.clusters.has(cluster)) this.clusters.set(cluster, new Map());
+    return /** @type {Map<string, any>} */ (this.clusters.get(cluster));
+  }
+
+  /**
+   * The objects `kube.get-in` and `kube.list-in` see in `cluster`; denied for
+   * a cluster that is neither the request's own nor one of its members, as
+   * on the host.
+   * @internal
+   * @param {string} cluster
+   * @returns {Map<string, any>}
+   */
+  readable(cluster) {
+    if (cluster === this.cluster) return new Map([...(this.clusters.get(cluster) ?? []), ...this.objects]);
+    if (this.members.includes(cluster)) return this.clusters.get(cluster) ?? new Map();
+    const members = this.members.map((m) => JSON.stringify(m)).join(", ") || "none";
+    throw {
+      tag: "denied",
+      val: `cluster ${JSON.stringify(cluster)} is neither this request's own (${JSON.stringify(this.cluster)}) nor one of its members (${members})`,
+    };
   }
 
   /**
@@ -183,26 +248,34 @@ export class FakeHost {
       }
       return toBytes(this.put(merge(current ?? {}, obj)));
     };
+    /** @param {Map<string, any>} objects @param {any} gvk @param {string | undefined} namespace @param {any} params */
+    const listed = (objects, gvk, namespace, params) => {
+      if (params?.fieldSelector) throw { tag: "bad-request", val: "the fake host does not evaluate field selectors" };
+      return [...objects.entries()]
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([, obj]) => obj)
+        .filter(
+          (obj) =>
+            obj.apiVersion === apiVersion(gvk) &&
+            obj.kind === gvk.kind &&
+            (namespace === undefined || namespace === null || obj.metadata?.namespace === namespace) &&
+            selected(obj.metadata?.labels ?? {}, params?.labelSelector),
+        )
+        .map(toBytes);
+    };
     return {
       "kube.get": (ref) => {
         const found = this.objects.get(refKey(ref));
         if (!found) throw notFound(ref.kind.kind, ref.name);
         return toBytes(found);
       },
-      "kube.list": (gvk, namespace, params) => {
-        if (params?.fieldSelector) throw { tag: "bad-request", val: "the fake host does not evaluate field selectors" };
-        return [...this.objects.entries()]
-          .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-          .map(([, obj]) => obj)
-          .filter(
-            (obj) =>
-              obj.apiVersion === apiVersion(gvk) &&
-              obj.kind === gvk.kind &&
-              (namespace === undefined || namespace === null || obj.metadata?.namespace === namespace) &&
-              selected(obj.metadata?.labels ?? {}, params?.labelSelector),
-          )
-          .map(toBytes);
+      "kube.list": (gvk, namespace, params) => listed(this.objects, gvk, namespace, params),
+      "kube.getIn": (cluster, ref) => {
+        const found = this.readable(cluster).get(refKey(ref));
+        if (!found) throw notFound(ref.kind.kind, ref.name);
+        return toBytes(found);
       },
+      "kube.listIn": (cluster, gvk, namespace, params) => listed(this.readable(cluster), gvk, namespace, params),
       "kube.create": (data) => {
         const obj = fromBytes(data);
         if (this.objects.has(keyOf(obj))) throw status("already-exists", 409, "AlreadyExists", `${obj.kind} already exists`);

@@ -19,6 +19,16 @@
 //   const host = new FakeHost([alert]).http("https://hooks.example.com", Response.ofJson({ id: 7 }));
 //   const done = reconcile(Notifier, alert, { host });
 //   assert.deepEqual(host.requests[0].json(), { name: "disk-full" });
+//
+// A fleet controller is given its members with `members`; the FakeHost holds
+// the objects of each other cluster by name and answers `ctx.apiIn` reads
+// from it (a cluster neither the request's own nor a member is denied), and
+// the children the outcome places in members are in `memberChildren`:
+//
+//   const host = new FakeHost([spread], { clusters: { eu: [copyInEu] } });
+//   const done = reconcile(Spreader, spread, { host, members: ["eu", "us"] });
+//   assert.deepEqual(done.memberChildren.map((c) => c.cluster), ["eu", "us"]);
+//   assert.deepEqual(done.childrenIn("us")[0].data, { message: "hello" });
 
 import { Context, NodeInfo, Outcome, Unschedulable, parseQuantity, podRequests } from "../src/index.js";
 import { fromBytes } from "../src/json.js";
@@ -33,6 +43,7 @@ export { HttpError, Request, Response } from "../src/http.js";
  */
 export function reconciled(outcome) {
   const wit = outcome.wit;
+  const memberChildren = wit.memberChildren.map((c) => ({ cluster: c.cluster, object: fromBytes(c.object) }));
   return {
     /** The desired children, as the controller wrote them. */
     children: wit.children.map(fromBytes),
@@ -44,6 +55,13 @@ export function reconciled(outcome) {
     requeueAfter: wit.requeueAfterMs === undefined ? undefined : Number(wit.requeueAfterMs) / 1000,
     /** Whether children the outcome does not list are kept. */
     keepChildren: outcome.keepsChildren,
+    /** The desired children in member clusters, `{cluster, object}`, in the order given. */
+    memberChildren,
+    /**
+     * The desired children in the member cluster `cluster`.
+     * @param {string} cluster
+     */
+    childrenIn: (cluster) => memberChildren.filter((c) => c.cluster === cluster).map((c) => c.object),
   };
 }
 
@@ -51,18 +69,28 @@ export function reconciled(outcome) {
  * Calls the controller's callback for `event` (`added` → `add`, `modified`,
  * `deleted`, `resync` → `reconcile`) on a copy of `obj`, as the host would,
  * with `host` (default: a fresh FakeHost holding `obj`) answering its API
- * calls and `cluster` (default `"default"`) as `ctx.cluster`. Returns the outcome as plain data (see `reconciled`); what the
- * callback throws (`Terminal`, `Transient`, a bug) propagates, so
- * `assert.throws` checks it.
+ * calls, `cluster` (default `"default"`) as `ctx.cluster` and `members` (a
+ * fleet controller's member clusters engaged now; default none) as
+ * `ctx.members`; the host's `cluster` and `members` are set to them, so
+ * `apiIn` reads there and nowhere else. Returns the outcome as plain data
+ * (see `reconciled`); what the callback throws (`Terminal`, `Transient`, a
+ * bug) propagates, so `assert.throws` checks it.
  * @param {new () => any} ControllerClass
  * @param {object} obj
- * @param {{event?: string, host?: FakeHost, failedChildren?: any[], cluster?: string}} [options]
+ * @param {{event?: string, host?: FakeHost, failedChildren?: any[], cluster?: string, members?: string[]}} [options]
  */
-export function reconcile(ControllerClass, obj, { event = "added", host, failedChildren = [], cluster = "default" } = {}) {
+export function reconcile(
+  ControllerClass,
+  obj,
+  { event = "added", host, failedChildren = [], cluster = "default", members = [] } = {},
+) {
   const copy = structuredClone(obj);
   const meta = copy.metadata ?? {};
   const fake = host ?? new FakeHost([copy]);
-  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "", failedChildren, cluster);
+  const engaged = typeof members === "string" ? [members] : [...members];
+  const ctx = new Context(event, meta.namespace ?? undefined, meta.name ?? "", failedChildren, cluster, engaged);
+  fake.cluster = cluster;
+  fake.members = [...engaged];
   const controller = new ControllerClass();
   const callback = { added: "add", modified: "modify", deleted: "delete" }[event] ?? "reconcile";
   fake.install();

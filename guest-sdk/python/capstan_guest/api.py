@@ -1,5 +1,7 @@
 """The Kubernetes client: :class:`Api`, made by
-:meth:`Context.api <capstan_guest.Context.api>`. Objects are plain dicts
+:meth:`Context.api <capstan_guest.Context.api>` (or, to read in another
+cluster of a fleet, :meth:`Context.api_in
+<capstan_guest.Context.api_in>`). Objects are plain dicts
 (parsed JSON); every call goes through the host, which checks it against
 the controller's grants, and raises an :class:`~capstan_guest.ApiError`
 subclass on failure."""
@@ -105,20 +107,44 @@ class Api:
 
         deployments = ctx.api("apps/v1", "Deployment", ctx.namespace)
         web = deployments.get_opt("web")
+
+    One made with a ``cluster`` (:meth:`Context.api_in
+    <capstan_guest.Context.api_in>`) reads in that cluster: :meth:`get`,
+    :meth:`get_opt` and :meth:`list` work, and every write raises
+    :class:`~capstan_guest.Denied` without calling the host (a fleet
+    controller writes in its members through :meth:`Outcome.child_in
+    <capstan_guest.Outcome.child_in>`).
     """
 
-    def __init__(self, api_version: str, kind: str, namespace: Optional[str] = None) -> None:
-        """Prefer :meth:`Context.api <capstan_guest.Context.api>`."""
+    def __init__(
+        self, api_version: str, kind: str, namespace: Optional[str] = None, *, cluster: Optional[str] = None
+    ) -> None:
+        """Prefer :meth:`Context.api <capstan_guest.Context.api>` and
+        :meth:`Context.api_in <capstan_guest.Context.api_in>`."""
         self.api_version: str = api_version
         """The kind's ``apiVersion``, e.g. ``apps/v1``."""
         self.kind: str = kind
         """The kind, e.g. ``Deployment``."""
         self.namespace: Optional[str] = namespace
         """The namespace calls address, if any."""
+        self.cluster: Optional[str] = cluster
+        """The cluster reads address (``kube.get-in``, ``kube.list-in``),
+        writes refused; ``None``: the request's own cluster, read and
+        written with ``kube.get``, ``kube.create``, ..."""
         self._gvk = gvk(api_version, kind)
 
     def __repr__(self) -> str:
-        return f"Api({self.api_version!r}, {self.kind!r}, {self.namespace!r})"
+        cluster = "" if self.cluster is None else f", cluster={self.cluster!r}"
+        return f"Api({self.api_version!r}, {self.kind!r}, {self.namespace!r}{cluster})"
+
+    def _writable(self, method: str) -> None:
+        """Raises :class:`~capstan_guest.Denied` for a write through an Api
+        of another cluster: the contract has no writes there."""
+        if self.cluster is not None:
+            raise errors.Denied(
+                f"Api.{method} of {self.kind} in cluster {self.cluster!r}: an Api from ctx.api_in only reads; "
+                "a fleet controller writes in member clusters through Outcome.child_in"
+            )
 
     def _ref(self, name: str) -> _wit.ObjectRef:
         return _wit.ObjectRef(kind=self._gvk, namespace=self.namespace, name=name)
@@ -142,7 +168,10 @@ class Api:
         """Reads one object.
 
         Raises :class:`~capstan_guest.NotFound` if it does not exist; any
-        other :class:`~capstan_guest.ApiError`."""
+        other :class:`~capstan_guest.ApiError` (:class:`~capstan_guest.Denied`
+        for a cluster the request may not read in)."""
+        if self.cluster is not None:
+            return _decode(call(_kube.get_in, self.cluster, self._ref(name)))
         return _decode(call(_kube.get, self._ref(name)))
 
     def get_opt(self, name: str) -> Optional[Dict[str, Any]]:
@@ -161,6 +190,8 @@ class Api:
 
         Raises any :class:`~capstan_guest.ApiError`."""
         params = _kube.ListParams(label_selector=label_selector, field_selector=field_selector)
+        if self.cluster is not None:
+            return [_decode(item) for item in call(_kube.list_in, self.cluster, self._gvk, self.namespace, params)]
         return [_decode(item) for item in call(_kube.list, self._gvk, self.namespace, params)]
 
     def create(self, obj: Mapping[str, Any]) -> Dict[str, Any]:
@@ -168,6 +199,7 @@ class Api:
 
         Raises :class:`~capstan_guest.AlreadyExists`; any other
         :class:`~capstan_guest.ApiError`."""
+        self._writable("create")
         return _decode(call(_kube.create, self._object(obj)))
 
     def replace(self, obj: Mapping[str, Any]) -> Dict[str, Any]:
@@ -176,6 +208,7 @@ class Api:
 
         Raises :class:`~capstan_guest.Conflict` on a stale resourceVersion;
         any other :class:`~capstan_guest.ApiError`."""
+        self._writable("replace")
         return _decode(call(_kube.replace, self._object(obj)))
 
     def patch(self, name: str, patch: Any, patch_type: PatchType = PatchType.MERGE) -> Dict[str, Any]:
@@ -183,6 +216,7 @@ class Api:
         otherwise).
 
         Raises any :class:`~capstan_guest.ApiError`."""
+        self._writable("patch")
         return _decode(call(_kube.patch, self._ref(name), patch_type._into_wit(), _encode(patch)))
 
     def apply(self, obj: Mapping[str, Any], force: bool = False) -> Dict[str, Any]:
@@ -190,6 +224,7 @@ class Api:
 
         Raises :class:`~capstan_guest.Conflict` if another manager owns a
         field (unless ``force``); any other :class:`~capstan_guest.ApiError`."""
+        self._writable("apply")
         return _decode(call(_kube.apply, self._object(obj), force))
 
     def delete(self, name: str, propagation: Propagation = Propagation.DEFAULT) -> None:
@@ -197,22 +232,26 @@ class Api:
 
         Raises :class:`~capstan_guest.NotFound`; any other
         :class:`~capstan_guest.ApiError`."""
+        self._writable("delete")
         call(_kube.delete, self._ref(name), propagation._into_wit())
 
     def replace_status(self, obj: Mapping[str, Any]) -> Dict[str, Any]:
         """Replaces the status subresource.
 
         Raises any :class:`~capstan_guest.ApiError`."""
+        self._writable("replace_status")
         return _decode(call(_kube.replace_status, self._object(obj)))
 
     def patch_status(self, name: str, patch: Any, patch_type: PatchType = PatchType.MERGE) -> Dict[str, Any]:
         """Patches the status subresource.
 
         Raises any :class:`~capstan_guest.ApiError`."""
+        self._writable("patch_status")
         return _decode(call(_kube.patch_status, self._ref(name), patch_type._into_wit(), _encode(patch)))
 
     def apply_status(self, obj: Mapping[str, Any], force: bool = False) -> Dict[str, Any]:
         """Server-side apply of the status subresource.
 
         Raises any :class:`~capstan_guest.ApiError`."""
+        self._writable("apply_status")
         return _decode(call(_kube.apply_status, self._object(obj), force))

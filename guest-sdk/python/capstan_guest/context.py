@@ -55,6 +55,10 @@ class FailedChild:
     """Machine-readable reason, e.g. ``Invalid`` or ``Forbidden``."""
     message: str
     """What the API server said."""
+    cluster: Optional[str] = None
+    """The member cluster of a fleet controller's child placed there with
+    :meth:`Outcome.child_in <capstan_guest.Outcome.child_in>`; ``None`` for
+    a child in the reconciled object's own cluster."""
 
     @staticmethod
     def _from_wit(failure: _wit.ChildFailure) -> "FailedChild":
@@ -67,13 +71,15 @@ class FailedChild:
             code=failure.code,
             reason=failure.reason,
             message=failure.message,
+            cluster=failure.cluster,
         )
 
 
 class Context:
     """Handed to every callback: the event kind, the reconciled object's
-    cluster, namespace and name, the children refused last time, the
-    Kubernetes client, events and logging."""
+    cluster, namespace and name, the children refused last time, the member
+    clusters of a fleet controller, the Kubernetes client, events and
+    logging."""
 
     def __init__(
         self,
@@ -82,6 +88,7 @@ class Context:
         name: str,
         failed_children: Iterable[FailedChild] = (),
         cluster: str = "default",
+        members: Iterable[str] = (),
     ) -> None:
         """Made by the SDK for each call."""
         self.event: EventKind = event
@@ -107,6 +114,17 @@ class Context:
 
             owner = f"{ctx.cluster}/{ctx.namespace}/{ctx.name}"
         """
+        self.members: List[str] = list(members)
+        """The member clusters of a fleet controller engaged now, in order
+        (see :meth:`Manifest.fleet <capstan_guest.Manifest.fleet>`): where
+        :meth:`Outcome.child_in <capstan_guest.Outcome.child_in>` may place
+        children and :meth:`api_in` may read. Empty for a uniform
+        controller::
+
+            outcome = capstan.Outcome()
+            for member in ctx.members:
+                outcome.child_in(member, configmap)
+        """
         self.log: Log = log
         """Structured logging under this reconcile's span."""
 
@@ -122,8 +140,10 @@ class Context:
     def __repr__(self) -> str:
         failed = f", failed_children={len(self.failed_children)}" if self.failed_children else ""
         cluster = f", cluster={self.cluster!r}" if self.cluster != "default" else ""
+        members = f", members={self.members!r}" if self.members else ""
         return (
-            f"Context(event={self.event.value}, namespace={self.namespace!r}, name={self.name!r}{cluster}{failed})"
+            f"Context(event={self.event.value}, namespace={self.namespace!r}, name={self.name!r}"
+            f"{cluster}{members}{failed})"
         )
 
     def api(self, api_version: str, kind: str, namespace: Optional[str] = None) -> Api:
@@ -136,6 +156,23 @@ class Context:
             settings = cms.get_opt("settings")
         """
         return Api(api_version, kind, namespace)
+
+    def api_in(self, cluster: str, api_version: str, kind: str, namespace: Optional[str] = None) -> Api:
+        """A client that reads ``kind`` in ``namespace`` of the cluster
+        named ``cluster``: the request's own (:attr:`cluster`), or for a
+        fleet controller its home or one of :attr:`members`; the host
+        refuses any other with :class:`~capstan_guest.Denied`. ``get``,
+        ``get_opt`` and ``list`` work as on :meth:`api` (the grants are
+        the same); writes raise :class:`~capstan_guest.Denied` without
+        calling the host: a fleet controller writes in its members through
+        :meth:`Outcome.child_in <capstan_guest.Outcome.child_in>`::
+
+            for member in ctx.members:
+                copy = ctx.api_in(member, "v1", "ConfigMap", ctx.namespace).get_opt(f"{ctx.name}-greeting")
+        """
+        if not isinstance(cluster, str):
+            raise TypeError(f"cluster must be a cluster name (str), not {type(cluster).__name__}")
+        return Api(api_version, kind, namespace, cluster=cluster)
 
     def record(self, event: Event) -> None:
         """Records an Event right away (an :class:`~capstan_guest.Outcome`

@@ -109,7 +109,14 @@ def run_reconcile(controller: Type[Controller], request: _wit.ReconcileRequest) 
     meta = obj.get("metadata") or {}
     namespace: Optional[str] = meta.get("namespace")
     failed = [FailedChild._from_wit(c) for c in request.failed_children]
-    ctx = Context(EventKind._from_wit(request.event), namespace, meta.get("name") or "", failed, request.cluster)
+    ctx = Context(
+        EventKind._from_wit(request.event),
+        namespace,
+        meta.get("name") or "",
+        failed,
+        request.cluster,
+        list(request.members),
+    )
     callback = callback_for(controller(), ctx.event)
     try:
         outcome = callback(ctx, obj)

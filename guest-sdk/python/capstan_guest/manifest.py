@@ -13,6 +13,10 @@ Example::
         .resync(600)
         .max_concurrency(4)
         .egress("https://api.example.com")
+
+A fleet controller (primary objects in one cluster, children in others)::
+
+    Manifest("spreader").primary("example.com/v1", "Spread").owns("v1", "ConfigMap").fleet(home="default")
 """
 
 from __future__ import annotations
@@ -251,6 +255,20 @@ class Watch:
         return self
 
 
+def _names(what: str, names: Iterable[Union[str, Iterable[str]]]) -> list[str]:
+    """Cluster names given as arguments or lists, flattened; raises
+    ``TypeError`` for anything but strings."""
+    flat: list[str] = []
+    for n in names:
+        if not isinstance(n, str) and not hasattr(n, "__iter__"):
+            raise TypeError(f"{what} are cluster names (str), not {type(n).__name__}")
+        for name in [n] if isinstance(n, str) else n:
+            if not isinstance(name, str):
+                raise TypeError(f"{what} are cluster names (str), not {type(name).__name__}")
+            flat.append(name)
+    return flat
+
+
 def _seconds(value: Union[float, timedelta]) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
@@ -267,6 +285,8 @@ class Manifest:
         unique in one host). Set the primary kind with :meth:`primary`."""
         self._roles = _wit.Roles(reconcile=False, admission=[], conversion=[], scheduler=None)
         self._egress: list[str] = []
+        self._clusters: list[str] = []
+        self._fleet: Optional[_wit.Fleet] = None
         self._wit = _wit.ControllerManifest(
             name=name,
             primary=_wit.GroupVersionKind(group="", version="", kind=""),
@@ -397,6 +417,37 @@ class Manifest:
                 self._egress.extend(o)
         return self
 
+    def clusters(self, *names: Union[str, Iterable[str]]) -> "Manifest":
+        """The clusters a uniform controller runs in, by the names the host
+        engaged them by (``default`` for the host's own), given as
+        arguments or as one list; adds to those declared before. None
+        declared (the default): every cluster the host serves. A fleet
+        controller (:meth:`fleet`) runs in its home only, and the host
+        ignores these::
+
+            .clusters("default", "eu-west")
+        """
+        self._clusters.extend(_names("clusters", names))
+        return self
+
+    def fleet(self, home: str = "default", members: Union[str, Iterable[str], None] = None) -> "Manifest":
+        """Makes the component a fleet controller: it reconciles the primary
+        objects of the cluster ``home`` (``default``: the host's own) and
+        no other's, places children in the ``members`` with
+        :meth:`Outcome.child_in <capstan_guest.Outcome.child_in>` and
+        reads there with :meth:`Context.api_in
+        <capstan_guest.Context.api_in>`. ``members`` empty or left out:
+        every cluster the host serves but ``home``. The members engaged at
+        a call are :attr:`Context.members <capstan_guest.Context.members>`.
+        The host checks the names when it loads the component::
+
+            .fleet(home="default", members=["eu-west", "us-east"])
+        """
+        if not isinstance(home, str):
+            raise TypeError(f"fleet home must be a cluster name (str), not {type(home).__name__}")
+        self._fleet = _wit.Fleet(home=home, members=_names("fleet members", () if members is None else (members,)))
+        return self
+
     def _into_wit(self) -> _wit.ControllerManifest:
         return self._wit
 
@@ -415,7 +466,13 @@ class Manifest:
                 gk = self._roles.conversion[0]
                 version = self._crd_version(gk.kind)
                 self._wit.primary = _wit.GroupVersionKind(group=gk.group, version=version, kind=gk.kind)
-        return _wit.ComponentManifest(controller=self._wit, roles=self._roles, egress=list(self._egress))
+        return _wit.ComponentManifest(
+            controller=self._wit,
+            roles=self._roles,
+            egress=list(self._egress),
+            clusters=list(self._clusters),
+            fleet=None if self._fleet is None else _wit.Fleet(home=self._fleet.home, members=list(self._fleet.members)),
+        )
 
     def _crd_version(self, kind: str) -> str:
         """The first version of the declared CRD of ``kind``, or ``""``."""

@@ -78,6 +78,7 @@ class Outcome:
             events=[],
             requeue_after_ms=None,
             children_policy=_wit.ChildrenPolicy.PRUNE,
+            member_children=[],
         )
 
     def child(self, child: Mapping[str, Any]) -> "Outcome":
@@ -89,6 +90,25 @@ class Outcome:
         Its kind must be declared with
         :meth:`Manifest.owns <capstan_guest.Manifest.owns>`."""
         self._wit.children.append(_json(child))
+        return self
+
+    def child_in(self, cluster: str, child: Mapping[str, Any]) -> "Outcome":
+        """A desired child object in the member cluster ``cluster`` of a
+        fleet controller (see :meth:`Manifest.fleet
+        <capstan_guest.Manifest.fleet>`), one of :attr:`Context.members
+        <capstan_guest.Context.members>`. The host applies it there by
+        server-side apply, marks it with labels and annotations naming its
+        owner (a member has no ownerReference to an object of another
+        cluster), defaults its namespace to the owner's, and prunes
+        children of owned kinds a later outcome no longer lists in that
+        member, as for :meth:`child`::
+
+            for member in ctx.members:
+                outcome.child_in(member, configmap)
+        """
+        if not isinstance(cluster, str):
+            raise TypeError(f"cluster must be a cluster name (str), not {type(cluster).__name__}")
+        self._wit.member_children.append(_wit.MemberChild(cluster=cluster, object=_json(child)))
         return self
 
     def status(self, status: Mapping[str, Any]) -> "Outcome":

@@ -61,6 +61,21 @@ request in ``host.requests``::
         host = FakeHost([alert]).http("https://hooks.example.com", HttpError("connection-refused", ""))
         with pytest.raises(HttpError):
             reconcile(Notifier, alert, host=host)
+
+A fleet controller (:meth:`Manifest.fleet <capstan_guest.Manifest.fleet>`)
+is given its members with ``members=``; the fake holds the objects of each
+other cluster under its name (``clusters=`` or ``put(obj, cluster=...)``),
+answers :meth:`Context.api_in <capstan_guest.Context.api_in>` reads from
+the cluster named, and refuses a read in a cluster that is neither the
+request's own nor a member with :class:`~capstan_guest.Denied`, as the
+host does; the children the outcome places in members are in
+``member_children``::
+
+    def test_spreads_to_every_member():
+        host = FakeHost([spread], clusters={"eu": [copy_in_eu]})
+        done = reconcile(Spreader, spread, host=host, members=["eu", "us"])
+        assert [c.cluster for c in done.member_children] == ["eu", "us"]
+        assert done.children_in("us")[0]["data"] == {"message": "hello"}
 """
 
 from __future__ import annotations
@@ -68,7 +83,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple, Type, Union
 
 from componentize_py_types import Err
 from wit_world.imports import events as _events
@@ -89,7 +104,20 @@ Answer = Union[_http.Response, BaseException, Callable[[_http.Request], Union[_h
 (e.g. :class:`~capstan_guest.http.HttpError`), or a function of the
 request returning either."""
 
-_KUBE = ["get", "list", "create", "replace", "patch", "apply", "delete", "replace_status", "patch_status", "apply_status"]
+_KUBE = [
+    "get",
+    "list",
+    "create",
+    "replace",
+    "patch",
+    "apply",
+    "delete",
+    "replace_status",
+    "patch_status",
+    "apply_status",
+    "get_in",
+    "list_in",
+]
 
 
 def _api_version(gvk: Any) -> str:
@@ -148,10 +176,30 @@ class FakeHost:
     :func:`reconcile` install it; outside, the imports are the generated
     ones again."""
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
-        """A fake holding ``objects`` (each with apiVersion, kind and metadata.name)."""
+    def __init__(
+        self,
+        objects: Iterable[Mapping[str, Any]] = (),
+        *,
+        clusters: Optional[Mapping[str, Iterable[Mapping[str, Any]]]] = None,
+    ) -> None:
+        """A fake holding ``objects`` (each with apiVersion, kind and
+        metadata.name) in the request's own cluster, and ``clusters``: the
+        objects of other clusters (a fleet controller's members), by
+        cluster name."""
         self.objects: Dict[Key, Dict[str, Any]] = {}
-        """What the fake API server stores."""
+        """What the fake API server of the request's own cluster stores."""
+        self.clusters: Dict[str, Dict[Key, Dict[str, Any]]] = {}
+        """What the other clusters store, by cluster name: read with
+        :meth:`Context.api_in <capstan_guest.Context.api_in>` (which never
+        writes). A name equal to the request's own cluster adds to
+        :attr:`objects` for those reads."""
+        self.cluster: str = "default"
+        """The request's own cluster, whose objects are :attr:`objects`;
+        :func:`reconcile` sets it from its ``cluster``."""
+        self.members: List[str] = []
+        """The member clusters engaged now, which ``api_in`` may read
+        besides :attr:`cluster`; :func:`reconcile` sets it from its
+        ``members``."""
         self.calls: List[Tuple[Any, ...]] = []
         """Every import called, as ``("kube.get", args...)``, in order."""
         self.events: List[Dict[str, Any]] = []
@@ -172,19 +220,42 @@ class FakeHost:
         self._version = 0
         for obj in objects:
             self.put(obj)
+        for name, held in (clusters or {}).items():
+            self.clusters.setdefault(name, {})
+            for obj in held:
+                self.put(obj, cluster=name)
 
-    def put(self, obj: Mapping[str, Any]) -> Dict[str, Any]:
+    def put(self, obj: Mapping[str, Any], cluster: Optional[str] = None) -> Dict[str, Any]:
         """Stores ``obj`` as the API server would after a write (a copy, with
-        a fresh ``resourceVersion``) and returns the stored copy."""
+        a fresh ``resourceVersion``) and returns the stored copy; in the
+        request's own cluster, or with ``cluster`` in that other cluster
+        (:attr:`clusters`)."""
         stored = copy.deepcopy(dict(obj))
         self._version += 1
         stored.setdefault("metadata", {})["resourceVersion"] = str(self._version)
-        self.objects[_key(stored)] = stored
+        store = self.objects if cluster is None else self.clusters.setdefault(cluster, {})
+        store[_key(stored)] = stored
         return stored
 
-    def get(self, api_version: str, kind: str, namespace: Optional[str], name: str) -> Optional[Dict[str, Any]]:
-        """The stored object, or ``None``."""
-        return self.objects.get((api_version, kind, namespace, name))
+    def get(
+        self, api_version: str, kind: str, namespace: Optional[str], name: str, cluster: Optional[str] = None
+    ) -> Optional[Dict[str, Any]]:
+        """The stored object, or ``None``; with ``cluster``, in that other
+        cluster."""
+        store = self.objects if cluster is None else self.clusters.get(cluster, {})
+        return store.get((api_version, kind, namespace, name))
+
+    def _readable(self, cluster: str) -> Dict[Key, Dict[str, Any]]:
+        """The objects ``kube.get-in`` and ``kube.list-in`` see in
+        ``cluster``; ``error.denied`` for a cluster that is neither the
+        request's own nor one of its members, as on the host."""
+        if cluster == self.cluster:
+            return {**self.clusters.get(cluster, {}), **self.objects}
+        if cluster in self.members:
+            return self.clusters.get(cluster, {})
+        members = ", ".join(repr(m) for m in self.members) or "none"
+        why = f"cluster {cluster!r} is neither this request's own ({self.cluster!r}) nor one of its members ({members})"
+        raise Err(_kube.Error_Denied(why))
 
     def http(self, origin: str, answer: Answer) -> "FakeHost":
         """Answers HTTP requests to ``origin`` (``scheme://host[:port]``;
@@ -225,12 +296,21 @@ class FakeHost:
             raise _error(_kube.Error_NotFound, 404, "NotFound", f'{ref.kind.kind} "{ref.name}" not found')
         return json.dumps(found).encode()
 
-    def _kube_list(self, gvk: Any, namespace: Optional[str], params: Any) -> List[bytes]:
+    def _kube_get_in(self, cluster: str, ref: Any) -> bytes:
+        found = self._readable(cluster).get(_ref_key(ref))
+        if found is None:
+            raise _error(_kube.Error_NotFound, 404, "NotFound", f'{ref.kind.kind} "{ref.name}" not found')
+        return json.dumps(found).encode()
+
+    def _kube_list(
+        self, gvk: Any, namespace: Optional[str], params: Any, objects: Optional[Dict[Key, Dict[str, Any]]] = None
+    ) -> List[bytes]:
         if params.field_selector:
             raise Err(_kube.Error_BadRequest("the fake host does not evaluate field selectors"))
+        held = self.objects if objects is None else objects
         return [
             json.dumps(obj).encode()
-            for (api_version, kind, ns, _), obj in sorted(self.objects.items(), key=lambda kv: str(kv[0]))
+            for (api_version, kind, ns, _), obj in sorted(held.items(), key=lambda kv: str(kv[0]))
             if (api_version, kind) == (_api_version(gvk), gvk.kind)
             and (namespace is None or ns == namespace)
             and _selected((obj.get("metadata") or {}).get("labels") or {}, params.label_selector)
@@ -314,6 +394,8 @@ class FakeHost:
             "replace_status": lambda data: self._applied(data, True),
             "patch_status": lambda ref, t, p: self._patched(ref, t, p, True),
             "apply_status": lambda data, force: self._applied(data, True),
+            "get_in": self._kube_get_in,
+            "list_in": lambda cluster, gvk, ns, params: self._kube_list(gvk, ns, params, self._readable(cluster)),
         }
         return [(_kube, name, self._recorded(f"kube.{name}", fakes[name])) for name in _KUBE] + [
             (_events, "record", self._recorded("events.record", self._record)),
@@ -362,6 +444,17 @@ def _event(event: Any) -> Dict[str, Any]:
     return out
 
 
+class MemberChild(NamedTuple):
+    """A child the outcome places in a member cluster
+    (:meth:`Outcome.child_in <capstan_guest.Outcome.child_in>`): a
+    ``(cluster, object)`` pair."""
+
+    cluster: str
+    """The member cluster it goes to."""
+    object: Dict[str, Any]
+    """The object, as the controller wrote it."""
+
+
 @dataclass
 class Reconciled:
     """What a reconcile asked the host to do, as plain data."""
@@ -376,6 +469,12 @@ class Reconciled:
     """Seconds until the host reconciles again unasked, or ``None``."""
     keep_children: bool = False
     """Whether children the outcome does not list are kept (not pruned)."""
+    member_children: List[MemberChild] = field(default_factory=list)
+    """The desired children in member clusters, in the order given."""
+
+    def children_in(self, cluster: str) -> List[Dict[str, Any]]:
+        """The desired children in the member cluster ``cluster``."""
+        return [child.object for child in self.member_children if child.cluster == cluster]
 
     @staticmethod
     def of(outcome: Outcome) -> "Reconciled":
@@ -387,6 +486,7 @@ class Reconciled:
             events=[_event(event) for event in wit.events],
             requeue_after=None if wit.requeue_after_ms is None else wit.requeue_after_ms / 1000,
             keep_children=outcome.keeps_children,
+            member_children=[MemberChild(c.cluster, json.loads(c.object)) for c in wit.member_children],
         )
 
 
@@ -398,12 +498,17 @@ def reconcile(
     host: Optional[FakeHost] = None,
     failed_children: Iterable[FailedChild] = (),
     cluster: str = "default",
+    members: Iterable[str] = (),
 ) -> Reconciled:
     """Calls ``controller``'s callback for ``event`` (``add`` for
     ``"added"``, ``modify``, ``delete``, ``reconcile`` for ``"resync"``) on
     a copy of ``obj``, as the host would, with ``host`` (default: a fresh
-    :class:`FakeHost` holding ``obj``) answering its API calls, and
-    ``cluster`` as :attr:`Context.cluster <capstan_guest.Context.cluster>`.
+    :class:`FakeHost` holding ``obj``) answering its API calls,
+    ``cluster`` as :attr:`Context.cluster <capstan_guest.Context.cluster>`
+    and ``members`` (a fleet controller's member clusters engaged now) as
+    :attr:`Context.members <capstan_guest.Context.members>`; the host's
+    :attr:`~FakeHost.cluster` and :attr:`~FakeHost.members` are set to
+    them, so ``api_in`` reads there and nowhere else.
     Returns the
     outcome as :class:`Reconciled`; what the callback raises
     (:class:`~capstan_guest.Terminal`, :class:`~capstan_guest.Transient`,
@@ -412,7 +517,10 @@ def reconcile(
     obj = copy.deepcopy(dict(obj))
     meta = obj.get("metadata") or {}
     fake = host if host is not None else FakeHost([obj])
-    ctx = Context(kind, meta.get("namespace"), meta.get("name") or "", failed_children, cluster)
+    members = [members] if isinstance(members, str) else list(members)
+    ctx = Context(kind, meta.get("namespace"), meta.get("name") or "", failed_children, cluster, members)
+    fake.cluster = cluster
+    fake.members = list(members)
     callback = callback_for(controller(), kind)
     with fake:
         outcome = callback(ctx, obj)

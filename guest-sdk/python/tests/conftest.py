@@ -66,7 +66,8 @@ def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHost]:
     from wit_world.imports import events, kube, log
 
     fake = FakeHost()
-    for name in ["get", "list", "create", "replace", "patch", "apply", "delete", "replace_status", "patch_status", "apply_status"]:
+    writes = ["create", "replace", "patch", "apply", "delete", "replace_status", "patch_status", "apply_status"]
+    for name in ["get", "list", *writes, "get_in", "list_in"]:
         monkeypatch.setattr(kube, name, fake.function(f"kube.{name}"))
     monkeypatch.setattr(events, "record", fake.function("events.record"))
     monkeypatch.setattr(log, "log", fake.function("log.log"))

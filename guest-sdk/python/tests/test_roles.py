@@ -113,7 +113,9 @@ def test_a_component_without_a_controller_takes_its_manifest_from_the_first_role
     assert webhook.webhook_type == types.WebhookType.VALIDATING
     assert webhook.operations == [types.Operation.CREATE, types.Operation.UPDATE]
     assert webhook.failure_policy == types.FailurePolicy.FAIL
-    request = types.ReconcileRequest(event=types.EventKind.ADDED, object=b"{}", failed_children=[], cluster="default")
+    request = types.ReconcileRequest(
+        event=types.EventKind.ADDED, object=b"{}", failed_children=[], cluster="default", members=[]
+    )
     with pytest.raises(Err) as failed:
         exports.Controller().reconcile(request)
     assert failed.value.value.kind == types.FailureKind.TERMINAL

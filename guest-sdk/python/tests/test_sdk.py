@@ -161,12 +161,16 @@ def _probe() -> Any:
     return capstan.export(Probe).Controller()
 
 
-def _request(event: str, obj: Any, failed: Any = (), cluster: str = "default") -> Any:
+def _request(event: str, obj: Any, failed: Any = (), cluster: str = "default", members: Any = ()) -> Any:
     from wit_world.imports import capstan_operator_types as types
 
     data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
     return types.ReconcileRequest(
-        event=types.EventKind[event.upper()], object=data, failed_children=list(failed), cluster=cluster
+        event=types.EventKind[event.upper()],
+        object=data,
+        failed_children=list(failed),
+        cluster=cluster,
+        members=list(members),
     )
 
 
@@ -304,21 +308,24 @@ def test_failed_children_are_on_the_context(host: Any) -> None:
             code=422,
             reason="Invalid",
             message="spec.schedule: Invalid value",
+            cluster=None,
         ),
         types.ChildFailure(
             child=types.ObjectRef(kind=types.GroupVersionKind("", "v1", "Namespace"), namespace=None, name="team-a"),
             code=403,
             reason="Forbidden",
             message="no",
+            cluster="eu-west",
         ),
     ]
     capstan.export(Watcher).Controller().reconcile(_request("resync", GREETING, refused))
     capstan.export(Watcher).Controller().reconcile(_request("resync", GREETING))
     assert seen[0] == [
         capstan.FailedChild("batch/v1", "CronJob", "demo", "nightly", 422, "Invalid", "spec.schedule: Invalid value"),
-        capstan.FailedChild("v1", "Namespace", None, "team-a", 403, "Forbidden", "no"),
+        capstan.FailedChild("v1", "Namespace", None, "team-a", 403, "Forbidden", "no", "eu-west"),
     ]
     assert seen[0][0].kind == "CronJob" and seen[0][1].namespace is None
+    assert seen[0][0].cluster is None and seen[0][1].cluster == "eu-west"
     assert seen[1] == []
     assert capstan.Context(capstan.EventKind.ADDED, "demo", "hi").failed_children == []
 

@@ -88,10 +88,15 @@ pub struct KubeCluster {
     client: kube::Client,
     kinds: Arc<Mutex<HashMap<Gvk, Resolved>>>,
     caches: Arc<RwLock<HashMap<GroupKind, Cache>>>,
+    /// Caches of the children fleet controllers placed here, each of the
+    /// objects its label selector (a controller's marks) picks.
+    marked: Arc<RwLock<HashMap<GroupKind, MarkedCaches>>>,
     recorders: Arc<Mutex<HashMap<String, Arc<Recorder>>>>,
     instance: Option<String>,
     /// Whom the API server authenticates `client` as, once learned.
     user: Arc<tokio::sync::OnceCell<String>>,
+    /// The cluster's identity, once learned (see [`Cluster::id`]).
+    id: Arc<tokio::sync::OnceCell<String>>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -108,9 +113,11 @@ impl KubeCluster {
             client,
             kinds: Arc::default(),
             caches: Arc::default(),
+            marked: Arc::default(),
             recorders: Arc::default(),
             instance,
             user: Arc::default(),
+            id: Arc::default(),
         }
     }
 
@@ -162,6 +169,38 @@ impl KubeCluster {
         self.caches.write().unwrap_or_else(PoisonError::into_inner).remove(&(group.to_owned(), kind.to_owned()));
     }
 
+    /// Looks up fleet controllers' children of `group`/`kind` in `cache`
+    /// (of a watch of the objects `selector` picks) from now on:
+    /// [`Cluster::list_marked`] finds an owner's there, and a read of an
+    /// object it holds is answered from it.
+    pub fn use_marked_cache(&self, group: &str, kind: &str, selector: &str, cache: Cache) {
+        let mut marked = self.marked.write().unwrap_or_else(PoisonError::into_inner);
+        let caches = marked.entry((group.to_owned(), kind.to_owned())).or_default();
+        caches.retain(|(s, _)| s != selector);
+        caches.push((selector.to_owned(), cache));
+    }
+
+    /// Stops looking up children in the cache of `selector`'s watch.
+    pub fn forget_marked_cache(&self, group: &str, kind: &str, selector: &str) {
+        let mut marked = self.marked.write().unwrap_or_else(PoisonError::into_inner);
+        let key = (group.to_owned(), kind.to_owned());
+        if let Some(caches) = marked.get_mut(&key) {
+            caches.retain(|(s, _)| s != selector);
+            if caches.is_empty() {
+                marked.remove(&key);
+            }
+        }
+    }
+
+    /// The caches of fleet controllers' children of `gvk`'s kind.
+    fn marked_caches(&self, gvk: &Gvk) -> Vec<Cache> {
+        let marked = self.marked.read().unwrap_or_else(PoisonError::into_inner);
+        marked
+            .get(&(gvk.group.clone(), gvk.kind.clone()))
+            .map(|c| c.iter().map(|(_, c)| c.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// The cache of `gvk`'s kind, if there is one and it covers reads in
     /// `namespace`.
     fn cache(&self, gvk: &Gvk, namespace: Option<&str>) -> Option<Cache> {
@@ -190,6 +229,10 @@ impl KubeCluster {
 
 /// A kind's group and name, without version: the key of the watch caches.
 type GroupKind = (String, String);
+
+/// The caches of fleet controllers' children of one kind, each with the
+/// label selector of its watch.
+type MarkedCaches = Vec<(String, Cache)>;
 
 /// The JSON of a cached or fetched object, with `apiVersion` and `kind` as
 /// requested (watch caches may hold objects without them).
@@ -271,9 +314,52 @@ impl Cluster for KubeCluster {
                 None => Err(Error::NotFound(Status::new(404, "NotFound", format!("{object} not found")))),
             };
         }
+        // A child a fleet controller placed here, as its watch last saw it.
+        if let Some(o) = self
+            .marked_caches(&object.gvk)
+            .iter()
+            .find_map(|cache| cache.get(object.namespace.as_deref(), &object.name))
+        {
+            return Ok(to_value(&o, &object.gvk));
+        }
         let api = self.api_for(object).await?;
         let found = api.get(&object.name).await.map_err(map_error)?;
         Ok(to_value(&found, &object.gvk))
+    }
+
+    async fn list_marked(&self, kind: &Gvk, namespace: Option<&str>, owner_uid: &str) -> Result<Vec<Value>> {
+        let caches = self.marked_caches(kind);
+        if caches.is_empty() {
+            if owner_uid.is_empty() || !super::mock::meta::is_label_value(owner_uid) {
+                return Ok(Vec::new());
+            }
+            let selector = format!("{}={owner_uid}", crate::object::mark::OWNER_UID);
+            let params = ListParams { label_selector: Some(selector), field_selector: None };
+            return self.list(kind, namespace, &params).await;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        Ok(caches
+            .iter()
+            .flat_map(|cache| cache.owned_by(namespace, owner_uid))
+            .filter(|o| seen.insert((o.metadata.namespace.clone(), o.metadata.name.clone())))
+            .map(|o| to_value(&o, kind))
+            .collect())
+    }
+
+    /// Reads the `kube-system` Namespace once (`get` on it is what the
+    /// host's RBAC grants for this).
+    async fn id(&self) -> Result<String> {
+        let id = self
+            .id
+            .get_or_try_init(|| async {
+                let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+                let system = namespaces.get("kube-system").await.map_err(map_error)?;
+                system.metadata.uid.filter(|u| !u.is_empty()).ok_or_else(|| {
+                    Error::Unavailable("the kube-system Namespace has no uid: the cluster has no identity".into())
+                })
+            })
+            .await?;
+        Ok(id.clone())
     }
 
     async fn list(&self, kind: &Gvk, namespace: Option<&str>, params: &ListParams) -> Result<Vec<Value>> {

@@ -161,7 +161,7 @@ mod apply;
 mod catalog;
 pub mod http;
 mod kinds;
-mod meta;
+pub(crate) mod meta;
 mod schema;
 pub(crate) mod selector;
 mod strategic;
@@ -192,6 +192,8 @@ const DEFAULT_NOW_SECS: u64 = 1_704_067_200;
 /// assert_eq!(cluster.last_seq(), 0);
 /// ```
 pub struct MockCluster {
+    /// Its identity ([`Cluster::id`]): unique in the process.
+    id: String,
     state: Mutex<State>,
     /// The outside world: answers to outbound HTTP requests.
     http: Arc<HttpStubs>,
@@ -232,11 +234,17 @@ pub enum ChangeKind {
     Deleted,
 }
 
+/// A uid-shaped identity no other mock cluster of this process has.
+fn next_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 40);
+    meta::uid(NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 impl MockCluster {
     /// An empty cluster serving the built-in kinds, its clock at
     /// 2024-01-01T00:00:00Z.
     pub fn new() -> Self {
-        Self { state: Mutex::new(State::new()), http: Arc::default(), network: AtomicBool::new(false) }
+        Self { id: next_id(), state: Mutex::new(State::new()), http: Arc::default(), network: AtomicBool::new(false) }
     }
 
     /// An empty cluster like [`new`](Self::new) that shares `other`'s
@@ -244,10 +252,16 @@ impl MockCluster {
     /// whether requests go to the network.
     pub fn beside(other: &MockCluster) -> Self {
         Self {
+            id: next_id(),
             state: Mutex::new(State::new()),
             http: Arc::clone(&other.http),
             network: AtomicBool::new(other.network.load(Ordering::Relaxed)),
         }
+    }
+
+    /// Its identity, as [`Cluster::id`] gives it.
+    pub fn identity(&self) -> &str {
+        &self.id
     }
 
     /// The state, even if a test panicked while holding the lock: every
@@ -435,6 +449,10 @@ impl Default for MockCluster {
 impl Cluster for MockCluster {
     fn http_stubs(&self) -> Option<Arc<HttpStubs>> {
         (!self.network.load(Ordering::Relaxed)).then(|| Arc::clone(&self.http))
+    }
+
+    async fn id(&self) -> Result<String> {
+        Ok(self.id.clone())
     }
 
     async fn get(&self, object: &ObjectRef) -> Result<Value> {

@@ -15,6 +15,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::cluster::{self, kube::KubeCluster};
+use crate::control::clusters::Clusters;
 use crate::control::informer::{Change, Informer, Informers};
 use crate::control::mapping;
 use crate::control::queue::Queue;
@@ -23,6 +24,8 @@ use crate::manifest::Manifest;
 use crate::metrics::{Owner, metrics};
 use crate::object::{Gvk, ObjectRef};
 use crate::sync::lock;
+
+mod members;
 
 /// Retry timing after failures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,19 +70,24 @@ pub enum State {
     Standby,
     /// Watching and reconciling.
     Running,
+    /// Not reconciling in this cluster: the component runs in others (a
+    /// fleet controller's home, or the clusters its manifest names).
+    Elsewhere,
     /// Stopped.
     Stopped,
 }
 
 impl State {
     /// The state as a word: `waiting_for_kinds`, `syncing`, `standby`,
-    /// `running` or `stopped` (the `state` label of `capstan_controllers`).
+    /// `running`, `elsewhere` or `stopped` (the `state` label of
+    /// `capstan_controllers`).
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::WaitingForKinds(_) => "waiting_for_kinds",
             Self::Syncing => "syncing",
             Self::Standby => "standby",
             Self::Running => "running",
+            Self::Elsewhere => "elsewhere",
             Self::Stopped => "stopped",
         }
     }
@@ -92,11 +100,14 @@ pub struct Settings {
     pub backoff: Backoff,
     /// How often to look again for kinds that are not served yet.
     pub rediscovery: Duration,
+    /// The clusters of the host process, where a fleet controller watches
+    /// its children in its members. Default: none (a host of one cluster).
+    pub clusters: Option<Arc<Clusters>>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Self { backoff: Backoff::default(), rediscovery: Duration::from_secs(5) }
+        Self { backoff: Backoff::default(), rediscovery: Duration::from_secs(5), clusters: None }
     }
 }
 
@@ -299,6 +310,14 @@ impl Drop for Controller {
 
 async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
     let manifest = Arc::clone(&parts.reconciler.component().manifest);
+    if !manifest.runs_in(parts.reconciler.cluster_name()) {
+        parts.set_state(State::Elsewhere);
+        tracing::info!(
+            home = manifest.fleet.as_ref().map(|f| f.home.as_str()),
+            "runs in other clusters: no reconcile loop here"
+        );
+        return;
+    }
     if !manifest.roles.reconcile {
         // Loaded only for its other roles (a scheduler, webhooks): no
         // watches, no reconcile loop; they follow the version in use
@@ -398,6 +417,11 @@ async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
         routers.spawn(async move {
             route(manifest, namespaced, kind, receiver, informer, primary, reconciler, queue).await;
         });
+    }
+    if let (Some(_), Some(clusters)) = (&manifest.fleet, &settings.clusters) {
+        let (parts, manifest, clusters) = (Arc::clone(&parts), Arc::clone(&manifest), Arc::clone(clusters));
+        let primary = Arc::clone(&primary_informer);
+        routers.spawn(async move { members::follow(parts, manifest, clusters, primary).await });
     }
     let worker =
         Arc::new(Worker { parts: Arc::clone(&parts), failures: Mutex::default(), span: tracing::Span::current() });

@@ -184,8 +184,9 @@ impl Informers {
             running.iter().filter(|(_, i)| Arc::strong_count(i) == 1).map(|(k, _)| k.clone()).collect();
         for key in &unused {
             running.remove(key);
-            if key.2.is_none() {
-                self.cluster.forget_cache(&key.0, &key.1);
+            match &key.2 {
+                None => self.cluster.forget_cache(&key.0, &key.1),
+                Some(selector) => self.cluster.forget_marked_cache(&key.0, &key.1, selector),
             }
             tracing::info!(group = %key.0, kind = %key.1, selector = key.2.as_deref().unwrap_or_default(), "watch stopped: no controller uses it");
         }
@@ -205,6 +206,21 @@ impl Informers {
     /// [`cluster::Error::NotFound`] if the server does not serve the kind.
     pub async fn get(&self, gvk: &Gvk) -> Result<Arc<Informer>, cluster::Error> {
         self.get_selected(gvk, None).await
+    }
+
+    /// The informer of a fleet controller's children of `gvk` in this
+    /// cluster: the objects `selector` (its marks, see
+    /// [`Owner::selector`](crate::object::mark::Owner::selector)) picks.
+    /// Its cache also answers the cluster backend's reads of them and
+    /// [`list_marked`](crate::cluster::Cluster::list_marked).
+    ///
+    /// # Errors
+    ///
+    /// [`cluster::Error::NotFound`] if the server does not serve the kind.
+    pub async fn get_marked(&self, gvk: &Gvk, selector: &str) -> Result<Arc<Informer>, cluster::Error> {
+        let informer = self.get_selected(gvk, Some(selector)).await?;
+        self.cluster.use_marked_cache(&gvk.group, &gvk.kind, selector, informer.cache.clone());
+        Ok(informer)
     }
 
     /// The informer of the objects of `gvk` that match `label_selector`

@@ -132,6 +132,8 @@ mod tests {
             max_concurrency: 1,
             roles: crate::manifest::Roles::reconcile_only(),
             egress: Default::default(),
+            clusters: vec![],
+            fleet: None,
         }
     }
 

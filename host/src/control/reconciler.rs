@@ -107,6 +107,8 @@ use crate::runtime::imports::{Caller, Journal};
 use crate::runtime::invocation::{self as runtime, Runtime};
 use crate::sync::lock;
 
+mod members;
+
 pub use crate::runtime::invocation::EventKind;
 
 /// The type of the condition the host writes into a primary object's
@@ -139,11 +141,19 @@ pub struct ChildFailure {
     pub reason: String,
     /// What was said.
     pub message: String,
+    /// The member cluster of a fleet controller's child there; `None` for
+    /// a child in the object's own cluster.
+    pub cluster: Option<String>,
 }
 
 impl fmt::Display for ChildFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({} {}): {}", self.child, self.code, self.reason, self.message)
+        match &self.cluster {
+            Some(cluster) => {
+                write!(f, "{} in cluster {cluster} ({} {}): {}", self.child, self.code, self.reason, self.message)
+            }
+            None => write!(f, "{} ({} {}): {}", self.child, self.code, self.reason, self.message),
+        }
     }
 }
 
@@ -162,6 +172,7 @@ impl From<&ChildFailure> for wit::ChildFailure {
             code: c.code,
             reason: c.reason.clone(),
             message: c.message.clone(),
+            cluster: c.cluster.clone(),
         }
     }
 }
@@ -196,6 +207,11 @@ pub enum Error {
     /// like after a conflict.
     #[error("the cache is behind the host's last write to the object")]
     CacheBehind,
+    /// Member clusters of a fleet controller could not be reached: the
+    /// rest of the outcome is applied, their children wait. Retried with
+    /// backoff.
+    #[error("member clusters not reached: {}", .0.join("; "))]
+    Unreachable(Vec<String>),
 }
 
 fn plural(n: usize) -> String {
@@ -493,6 +509,15 @@ pub struct Reconciler {
     /// refuses a status carrying them, so the host writes its condition
     /// into the status of no object of these kinds (warned once each).
     without_conditions: Mutex<HashSet<Gvk>>,
+    /// The clusters the host serves, which a fleet controller reaches (see
+    /// [`Reconciler::with_members`]).
+    members: Option<Arc<dyn cluster::Members>>,
+    /// This cluster's identity, once learned: a fleet controller's marks
+    /// on its children elsewhere carry it.
+    home_id: tokio::sync::OnceCell<String>,
+    /// The host's last apply of each child in a member cluster, as
+    /// `applied` for children here.
+    member_applied: Mutex<HashMap<(String, WriteKey), LastApply>>,
 }
 
 impl fmt::Debug for Reconciler {
@@ -527,7 +552,19 @@ impl Reconciler {
             answered: tokio::sync::Notify::new(),
             applied: Mutex::new(HashMap::new()),
             without_conditions: Mutex::new(HashSet::new()),
+            members: None,
+            home_id: tokio::sync::OnceCell::new(),
+            member_applied: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Lets a fleet controller reach the clusters of `members` (the host's
+    /// engaged clusters): it places children in its members, reads there,
+    /// and is told which are engaged. A uniform controller ignores them.
+    #[must_use]
+    pub fn with_members(mut self, members: Arc<dyn cluster::Members>) -> Self {
+        self.members = Some(members);
+        self
     }
 
     /// Names the cluster this reconciler's objects are in, as guests see it
@@ -579,9 +616,10 @@ impl Reconciler {
             controller: component.manifest.name.as_str().into(),
             cluster_name: Arc::clone(&self.cluster_name),
             field_manager: component.manifest.field_manager().into(),
-            grants,
             cluster: Arc::clone(&self.cluster),
             reconciling: None,
+            reach: self.reach(&component.manifest),
+            grants,
         };
         (component, caller)
     }
@@ -943,7 +981,13 @@ impl Reconciler {
             Ok(o) => o,
             Err(e) if e.is_not_found() => {
                 // Gone. Without a finalizer, deliver `deleted` once if we saw it.
-                let last = lock(&self.handled).remove(r).and_then(|h| h.last);
+                let handled = lock(&self.handled).remove(r);
+                if let Some(uid) = handled.as_ref().and_then(|h| h.uid.as_deref()) {
+                    // A fleet controller's children elsewhere follow it;
+                    // a member out of reach catches up by its sweep.
+                    self.delete_in_members(manifest, r, uid).await;
+                }
+                let last = handled.and_then(|h| h.last);
                 lock(&self.finalized).remove(r);
                 lock(&self.adding).remove(r);
                 lock(&self.refused).remove(r);
@@ -985,7 +1029,11 @@ impl Reconciler {
             }
             report.event = Some(EventKind::Deleted);
             match self.call_guest(&component, r, EventKind::Deleted, object.clone(), report).await? {
-                Ok(outcome) => self.finish_deleted(&component, r, &object, outcome, report).await?,
+                Ok(outcome) => {
+                    let policy = outcome.children_policy;
+                    self.finish_deleted(&component, r, &object, outcome, report).await?;
+                    self.finish_deleted_in_members(manifest, r, uid, policy).await?;
+                }
                 Err(failure) => return Err(self.fail(&component, r, &object, failure).await),
             }
             if let Some(finalizer) = &manifest.finalizer {
@@ -1021,7 +1069,7 @@ impl Reconciler {
             Err(failure) => return Err(self.fail(&component, r, &object, failure).await),
         };
         let requeue = outcome.requeue_after_ms.map(Duration::from_millis);
-        let (latest, refused) = match self.apply(&component, r, &object, outcome, report).await {
+        let (latest, refused, unreachable) = match self.apply(&component, r, &object, outcome, report).await {
             Ok(applied) => applied,
             Err(Error::InvalidOutcome(m)) => {
                 let e = Error::InvalidOutcome(cluster::bounded(&m, cluster::MAX_MESSAGE));
@@ -1033,6 +1081,11 @@ impl Reconciler {
         if !refused.is_empty() {
             lock(&self.refused).insert(r.clone(), refused.clone());
             return Err(Error::ChildrenRefused(refused));
+        }
+        if !unreachable.is_empty() {
+            // The rest is applied; the pass is tried again for these.
+            lock(&self.refused).remove(r);
+            return Err(Error::Unreachable(unreachable));
         }
         lock(&self.refused).remove(r);
         lock(&self.adding).remove(r);
@@ -1052,6 +1105,7 @@ impl Reconciler {
             grants: self.grants_for(component),
             cluster: Arc::clone(&self.cluster),
             reconciling: Some((r.clone(), object::meta_str(object, "uid").map(str::to_owned))),
+            reach: self.reach(&component.manifest),
         }
     }
 
@@ -1085,6 +1139,7 @@ impl Reconciler {
             object: serde_json::to_vec(&object).expect("a JSON value always serializes"),
             failed_children,
             cluster: self.cluster_name.to_string(),
+            members: self.engaged_members(&component.manifest),
         };
         let invocation = component.traced("reconcile", self.runtime.reconcile(&component.pre, caller, request)).await;
         report.journal = invocation.journal;
@@ -1290,9 +1345,11 @@ impl Reconciler {
         }
     }
 
-    /// Applies children, prunes, writes status, records events. Returns the
-    /// primary object as it is after the host's own writes, and the
-    /// children that were refused.
+    /// Applies children (here and, for a fleet controller, in its
+    /// members), prunes, writes status, records events. Returns the
+    /// primary object as it is after the host's own writes, the children
+    /// that were refused, and the member clusters that could not be
+    /// reached (whose children wait for the next pass).
     async fn apply(
         &self,
         component: &Loaded,
@@ -1300,7 +1357,7 @@ impl Reconciler {
         object: &Value,
         outcome: wit::Outcome,
         report: &mut Report,
-    ) -> Result<(Value, Vec<ChildFailure>), Error> {
+    ) -> Result<(Value, Vec<ChildFailure>, Vec<String>), Error> {
         let manifest = &component.manifest;
         let field_manager = manifest.field_manager();
         let uid = object::meta_str(object, "uid").unwrap_or_default().to_owned();
@@ -1318,6 +1375,7 @@ impl Reconciler {
         let status = guest_status(outcome.status.as_deref())?;
         let children =
             prepare_children(&component.manifest, &self.grants_for(component), r, &owner_ref, &outcome.children)?;
+        let placed = self.prepare_member_children(component, r, &uid, &outcome.member_children).await?;
 
         let mut refused = Vec::new();
         let mut desired = BTreeSet::new();
@@ -1332,6 +1390,7 @@ impl Reconciler {
                         code: 409,
                         reason: "AlreadyOwned".into(),
                         message: format!("controlled by {other}; the host does not take it over"),
+                        cluster: None,
                     });
                     continue;
                 }
@@ -1366,15 +1425,18 @@ impl Reconciler {
                 Err(e) => match refusal(&e) {
                     Some((code, reason, message)) => {
                         let message = cluster::bounded(&message, cluster::MAX_MESSAGE);
-                        refused.push(ChildFailure { child: child_ref, code, reason, message });
+                        refused.push(ChildFailure { child: child_ref, code, reason, message, cluster: None });
                     }
                     None => return Err(e.into()),
                 },
             }
         }
 
+        let mut members = self.apply_in_members(r, &uid, placed, report).await;
+        refused.append(&mut members.refused);
         if refused.is_empty() && outcome.children_policy == wit::ChildrenPolicy::Prune {
             self.prune(manifest, r, &uid, &desired, report).await?;
+            self.prune_in_members(manifest, r, &uid, &mut members, report).await;
         }
 
         let condition = self.report_refused(component, r, object, &refused).await;
@@ -1389,7 +1451,7 @@ impl Reconciler {
             None => {}
         }
         self.record_events(component, r, object, outcome.events).await;
-        Ok((latest, refused))
+        Ok((latest, refused, members.unreachable))
     }
 
     /// Reports children refused: one Warning Event `ChildRefused` each, and
@@ -1481,7 +1543,7 @@ impl Reconciler {
                     Err(e) => match refusal(&e) {
                         Some((code, reason, message)) => {
                             let message = cluster::bounded(&message, cluster::MAX_MESSAGE);
-                            refused.push(ChildFailure { child: child_ref, code, reason, message });
+                            refused.push(ChildFailure { child: child_ref, code, reason, message, cluster: None });
                         }
                         None => return Err(e.into()),
                     },
@@ -2205,7 +2267,8 @@ mod tests {
         assert!(c.message.len() <= cluster::MAX_MESSAGE && c.message.ends_with(" bytes cut)"), "{}", c.message.len());
         assert!(c.to_value(&json!({}))["message"].as_str().is_some_and(|m| m.len() <= cluster::MAX_MESSAGE));
         let child = ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("ns"), "c");
-        let refused = vec![ChildFailure { child, code: 422, reason: "Invalid".into(), message: huge.clone() }; 3];
+        let refused =
+            vec![ChildFailure { child, code: 422, reason: "Invalid".into(), message: huge.clone(), cluster: None }; 3];
         let text = Error::ChildrenRefused(refused).to_string();
         assert!(text.starts_with("3 children refused: ") && text.len() < 2 * cluster::MAX_MESSAGE, "{}", text.len());
     }

@@ -321,7 +321,13 @@ mod tests {
     }
 
     fn parse(crds: Vec<Vec<u8>>, roles: wit::Roles) -> Result<Manifest, Error> {
-        Manifest::try_from(wit::ComponentManifest { controller: controller(crds), roles, egress: vec![] })
+        Manifest::try_from(wit::ComponentManifest {
+            controller: controller(crds),
+            roles,
+            egress: vec![],
+            clusters: vec![],
+            fleet: None,
+        })
     }
 
     fn crd(versions: &[&str]) -> Vec<u8> {
@@ -425,6 +431,8 @@ mod tests {
                 controller,
                 roles: wit::Roles { admission: vec![on_secrets(mutating)], ..roles() },
                 egress: vec![],
+                clusters: vec![],
+                fleet: None,
             })
         };
         // No grant on Secrets: seeing them through admission is refused.
@@ -484,6 +492,8 @@ mod tests {
                     ..roles()
                 },
                 egress: vec![],
+                clusters: vec![],
+                fleet: None,
             };
             let err = Manifest::try_from(only_webhooks).expect_err("mutating its unreconciled primary kind");
             assert!(err.to_string().contains("grants no read of it"), "{err}");

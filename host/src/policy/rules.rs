@@ -217,6 +217,11 @@ pub(crate) fn component_rules(
     for watch in &manifest.watches {
         out.cluster.add(&watch.kind.group, &resources.plural(&watch.kind.group, &watch.kind.kind)?, Verb::READ);
     }
+    if manifest.fleet.is_some() {
+        // The home cluster's identity, which the marks on children in
+        // members carry (`Cluster::id`).
+        out.cluster.add_named("", "namespaces", &["kube-system".to_owned()], [Verb::Get]);
+    }
     if install_crds && !manifest.crds.is_empty() {
         let names: Vec<String> =
             manifest.crds.iter().filter_map(|c| crate::object::meta_str(c, "name").map(str::to_owned)).collect();
@@ -256,6 +261,8 @@ mod tests {
             max_concurrency: 1,
             roles: crate::manifest::Roles::reconcile_only(),
             egress: Default::default(),
+            clusters: vec![],
+            fleet: None,
         }
     }
 

@@ -110,6 +110,7 @@ impl From<old::Outcome> for current::Outcome {
             events: o.events.into_iter().map(Into::into).collect(),
             requeue_after_ms: o.requeue_after_ms,
             children_policy: current::ChildrenPolicy::Prune,
+            member_children: Vec::new(),
         }
     }
 }

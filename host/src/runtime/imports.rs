@@ -77,6 +77,45 @@ pub struct Caller {
     pub cluster: Arc<dyn Cluster>,
     /// The object being reconciled and its uid, if in a reconcile.
     pub reconciling: Option<(ObjectRef, Option<String>)>,
+    /// Where a fleet controller reaches beyond `cluster`; `None` for a
+    /// uniform one.
+    pub reach: Option<Reach>,
+}
+
+/// The clusters a fleet controller's calls may name besides its own: its
+/// home and its members ([`Fleet`](crate::manifest::Fleet)), as engaged
+/// now.
+#[derive(Clone)]
+pub struct Reach {
+    /// The engaged clusters.
+    pub members: Arc<dyn cluster::Members>,
+    /// The home and members the manifest declares.
+    pub fleet: crate::manifest::Fleet,
+}
+
+impl Caller {
+    /// The backend of the cluster named `name`: this caller's own, or a
+    /// fleet controller's home or engaged member.
+    ///
+    /// # Errors
+    ///
+    /// Why the caller may not reach it: not declared, or not engaged now.
+    pub fn cluster_named(&self, name: &str) -> Result<Arc<dyn Cluster>, String> {
+        if name == &*self.cluster_name {
+            return Ok(Arc::clone(&self.cluster));
+        }
+        let name = cluster::bounded(name, 64);
+        let Some(reach) = &self.reach else {
+            return Err(format!(
+                "cluster {name}: a uniform controller reaches its own cluster ({}) only",
+                self.cluster_name
+            ));
+        };
+        if name != reach.fleet.home && !reach.fleet.has_member(&name) {
+            return Err(format!("cluster {name} is not a member of the fleet the manifest declares"));
+        }
+        reach.members.get(&name).ok_or_else(|| format!("cluster {name} is not engaged now"))
+    }
 }
 
 impl std::fmt::Debug for Caller {

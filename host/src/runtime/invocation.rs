@@ -586,6 +586,8 @@ impl Runtime {
                     controller: m.into(),
                     roles: wit::Roles::reconcile_only(),
                     egress: Vec::new(),
+                    clusters: Vec::new(),
+                    fleet: None,
                 })
             }
             Instance::V0_1(op) => {
@@ -594,6 +596,8 @@ impl Runtime {
                     controller: m.into(),
                     roles: wit::Roles::reconcile_only(),
                     egress: Vec::new(),
+                    clusters: Vec::new(),
+                    fleet: None,
                 })
             }
         })
@@ -860,6 +864,7 @@ mod tests {
             grants: Arc::clone(grants),
             cluster: Arc::clone(cluster),
             reconciling: None,
+            reach: None,
         };
         let a = caller("a", &grants, &cluster);
         assert!(same_controller(Some(&a), Some(&caller("a", &grants, &cluster))));

@@ -37,6 +37,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 
+use crate::control::clusters::{Clusters, Engaged};
 use crate::serve::host::{Host, HostBuilder};
 use crate::sync::lock;
 
@@ -56,6 +57,9 @@ type Builder = dyn Fn(kube::Client) -> HostBuilder + Send + Sync;
 pub struct Fleet {
     builder: Arc<Builder>,
     members: Mutex<BTreeMap<String, Member>>,
+    /// The hosts that run, by cluster: where fleet controllers reach their
+    /// members.
+    clusters: Arc<Clusters>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -105,7 +109,12 @@ pub type Started = oneshot::Receiver<anyhow::Result<()>>;
 impl Fleet {
     /// A fleet with no cluster yet, whose hosts `builder` makes.
     pub fn new(builder: impl Fn(kube::Client) -> HostBuilder + Send + Sync + 'static) -> Self {
-        Self { builder: Arc::new(builder), members: Mutex::new(BTreeMap::new()) }
+        Self { builder: Arc::new(builder), members: Mutex::new(BTreeMap::new()), clusters: Clusters::new() }
+    }
+
+    /// The clusters whose hosts run now, by name.
+    pub fn clusters(&self) -> &Arc<Clusters> {
+        &self.clusters
     }
 
     /// Engages cluster `name`: `connect` gives a client once its API server
@@ -129,6 +138,7 @@ impl Fleet {
             name.to_owned(),
             connect,
             Arc::clone(&self.builder),
+            Arc::clone(&self.clusters),
             Arc::clone(&state),
             cancelled,
             first_tx,
@@ -280,6 +290,7 @@ async fn run_member(
     name: String,
     connect: impl Future<Output = anyhow::Result<kube::Client>> + Send,
     builder: Arc<Builder>,
+    clusters: Arc<Clusters>,
     state: Arc<Mutex<Engagement>>,
     mut cancelled: watch::Receiver<bool>,
     first: oneshot::Sender<anyhow::Result<()>>,
@@ -303,7 +314,7 @@ async fn run_member(
     let host = loop {
         // A start runs to its end: cancelling it half-way would leave what
         // it started running.
-        match builder(client.clone()).cluster_name(name.as_str()).start().await {
+        match builder(client.clone()).cluster_name(name.as_str()).clusters(Some(Arc::clone(&clusters))).start().await {
             Ok(host) => break Arc::new(host),
             Err(e) if e.is_transient() => {
                 tracing::warn!(cluster = %name, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot start yet, retrying");
@@ -324,7 +335,11 @@ async fn run_member(
     };
     tracing::info!(cluster = %name, "cluster engaged");
     set(Engagement::Running(Arc::clone(&host)));
+    let backend = host.backend();
+    clusters.engage(&name, Engaged { backend: Arc::clone(&backend), informers: Some(host.informers()) });
     let _ = first.send(Ok(()));
     let _ = cancelled.wait_for(|c| *c).await;
+    // Fleet controllers elsewhere stop watching it before its watches end.
+    clusters.disengage_exact(&name, &backend);
     host.shutdown().await;
 }

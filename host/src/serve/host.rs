@@ -467,6 +467,14 @@ impl HostBuilder {
         self
     }
 
+    /// The clusters of the host process (its [`Fleet`](crate::serve::fleet::Fleet)),
+    /// which a fleet controller that runs here reaches its members
+    /// through. Default: none, a host of one cluster.
+    pub fn clusters(mut self, clusters: Option<Arc<crate::control::clusters::Clusters>>) -> Self {
+        self.settings.clusters = clusters;
+        self
+    }
+
     /// Compile cache directory.
     pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.cache_dir = dir;
@@ -739,7 +747,9 @@ pub struct ComponentStatus {
     pub tier: Option<&'static str>,
     /// `running`, `standby` (another replica leads), `syncing`,
     /// `waiting-for-kinds`, `stopped`, `serving` (no reconcile loop:
-    /// webhooks or a scheduler only), `pending` (a reference whose first
+    /// webhooks or a scheduler only), `elsewhere` (the component runs in
+    /// other clusters of the host: a fleet controller's home, or those its
+    /// manifest names), `pending` (a reference whose first
     /// pull has not arrived yet), or `rejected` (nothing runs from this
     /// file).
     pub state: &'static str,
@@ -971,7 +981,10 @@ impl Shared {
             .and_then(|s| s.controller.as_ref())
             .map(|c| Arc::clone(&c.reconciler().component().manifest));
         let declared_before = running.as_ref().is_some_and(|m| **m == *loaded.manifest);
-        if !declared_before {
+        // A component that runs in other clusters only asks nothing of
+        // this one.
+        let here = loaded.manifest.runs_in(&self.cluster_name);
+        if !declared_before && here {
             self.prepare_cluster(path, &loaded.manifest, running.as_deref()).await?;
         }
         tracing::info!(
@@ -1144,8 +1157,9 @@ impl Shared {
             other => {
                 // Joined before the old controller stops: if it fails, the
                 // old one keeps serving.
+                let here = loaded.manifest.runs_in(&self.cluster_name);
                 let leadership = match &self.elections {
-                    Some(e) if loaded.manifest.roles.reconcile => Some(e.join(&lease_name(&name))?),
+                    Some(e) if loaded.manifest.roles.reconcile && here => Some(e.join(&lease_name(&name))?),
                     _ => None,
                 };
                 if let Some(old) = other {
@@ -1153,11 +1167,16 @@ impl Shared {
                     old.stop().await;
                     self.resign(path).await;
                 }
-                self.publish(&loaded);
-                let reconciler = Arc::new(
+                if here {
+                    self.publish(&loaded);
+                }
+                let mut reconciler =
                     Reconciler::within(self.runtime.clone(), loaded, Arc::clone(&self.backend), &self.namespaces)
-                        .in_cluster(Arc::clone(&self.cluster_name)),
-                );
+                        .in_cluster(Arc::clone(&self.cluster_name));
+                if let Some(clusters) = &self.settings.clusters {
+                    reconciler = reconciler.with_members(Arc::clone(clusters) as Arc<dyn cluster::Members>);
+                }
+                let reconciler = Arc::new(reconciler);
                 let controller = Controller::start(
                     reconciler,
                     self.cluster.clone(),
@@ -1224,7 +1243,8 @@ impl Shared {
         controller: &Arc<Controller>,
         old: Option<Arc<Scheduler>>,
     ) -> Result<Option<Arc<Scheduler>>, Error> {
-        let wanted = controller.reconciler().component().manifest.roles.scheduler.clone();
+        let manifest = Arc::clone(&controller.reconciler().component().manifest);
+        let wanted = manifest.roles.scheduler.clone().filter(|_| manifest.runs_in(&self.cluster_name));
         if let Some(old) = old {
             if wanted.as_deref() == Some(old.name()) && Arc::ptr_eq(old.reconciler(), controller.reconciler()) {
                 return Ok(Some(old));
@@ -1412,6 +1432,7 @@ impl Shared {
                 let counts = controller.map(|c| c.counts()).unwrap_or_default();
                 let reconciles = controller.is_none_or(|c| c.reconciler().component().manifest.roles.reconcile);
                 let (state, waiting_for) = match controller.map(|c| c.state()) {
+                    Some(State::Elsewhere) => ("elsewhere", Vec::new()),
                     None if slot.version.is_some() => ("serving", Vec::new()),
                     // No reconcile loop: nothing to wait for or sync.
                     Some(state) if !reconciles && state != State::Stopped => ("serving", Vec::new()),
@@ -1561,6 +1582,16 @@ impl std::fmt::Debug for Host {
 }
 
 impl Host {
+    /// Where this host's API calls go.
+    pub fn backend(&self) -> Arc<dyn Cluster> {
+        Arc::clone(&self.shared.backend)
+    }
+
+    /// This host's shared watches.
+    pub fn informers(&self) -> Arc<Informers> {
+        Arc::clone(&self.shared.informers)
+    }
+
     /// The running controllers, in the order their files were loaded.
     pub fn controllers(&self) -> Vec<Arc<Controller>> {
         self.shared.controllers()
@@ -1689,7 +1720,7 @@ impl Host {
             .into_iter()
             .chain(blocked)
             .chain(self.shared.controllers().iter().filter_map(|c| match c.state() {
-                State::Running | State::Standby => None,
+                State::Running | State::Standby | State::Elsewhere => None,
                 State::Syncing => Some(format!("{}: caches not synced yet", c.name())),
                 State::Stopped => Some(format!("{}: stopped", c.name())),
                 State::WaitingForKinds(kinds) => {

@@ -524,6 +524,8 @@ impl Registry {
             grants,
             cluster,
             reconciling: None,
+            // Webhooks run with `--cluster` refused: no fleet to reach.
+            reach: None,
         };
         let name = manifest.name.clone();
         tracing::info!(component = %name, digest = %component.digest, "webhooks served");

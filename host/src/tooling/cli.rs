@@ -509,16 +509,25 @@ impl RegistryArgs {
 /// `dev.capstan.grants-digest` annotation of a pushed component): its
 /// grants, its admission webhooks (what they see, change and may refuse,
 /// with their selectors and failure policy), the CRDs it converts, its
-/// scheduler name and its egress. Equal digests, equal reach.
+/// scheduler name, its egress, and the clusters it runs in and reaches (a
+/// fleet's home and members). Equal digests, equal reach.
 pub fn grants_digest(manifest: &Manifest) -> String {
     let doc = manifest_document(manifest, "", "");
-    let reach = json!({
+    let mut reach = json!({
         "grants": doc["grants"],
         "admission": doc["roles"]["admission"],
         "conversion": doc["roles"]["conversion"],
         "scheduler": doc["roles"]["scheduler"],
         "egress": doc["egress"],
     });
+    // Added only when declared, so that the digests of components that
+    // declare neither stay what they were.
+    if !manifest.clusters.is_empty() {
+        reach["clusters"] = doc["clusters"].clone();
+    }
+    if manifest.fleet.is_some() {
+        reach["fleet"] = doc["fleet"].clone();
+    }
     crate::serve::oci::sha256(&serde_json::to_vec(&reach).expect("a JSON value serialises"))
 }
 
@@ -771,6 +780,12 @@ pub fn manifest_document(manifest: &Manifest, digest: &str, contract: &str) -> V
             "resourceNames": r.resource_names,
         })).collect::<Vec<_>>(),
         "egress": manifest.egress.origins().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "clusters": manifest.clusters,
+        "fleet": manifest.fleet.as_ref().map(|f| json!({
+            "home": f.home,
+            // None named: every cluster the host serves but the home.
+            "members": if f.members.is_empty() { json!("all") } else { json!(f.members) },
+        })),
         "warnings": wildcards.iter().map(|w| format!("wildcard permission {w}: the host refuses it unless run with --allow-wildcard-permissions"))
             .chain(manifest.egress.wildcard().map(|o| format!("egress to any host ({o}): the host refuses it unless run with --allow-wildcard-egress")))
             .collect::<Vec<_>>(),

@@ -54,9 +54,11 @@ use serde_json::Value;
 
 use crate::cluster::mock::{ChangeKind, MockCluster};
 use crate::cluster::{self, Cluster, EventRecord, ListParams};
+use crate::control::clusters::{Clusters, Engaged as Registered};
 use crate::control::mapping;
 use crate::control::reconciler::{Action, EventKind, Reconciler, Report};
 use crate::manifest::Manifest;
+use crate::object::mark::Owner;
 use crate::object::{self, ObjectRef};
 use crate::runtime::component::{self, Loaded, Loader};
 use crate::runtime::engine::{self, Engine, EngineConfig};
@@ -366,6 +368,12 @@ pub struct MockHost {
     loader: Loader,
     /// `default` first.
     clusters: Vec<Engaged>,
+    /// The same clusters by name, which fleet controllers reach their
+    /// members through.
+    registry: Arc<Clusters>,
+    /// Children in member clusters whose owner may be gone, to sweep:
+    /// the controller, the member, the child, its owner.
+    sweeps: Vec<(usize, String, ObjectRef, Owner)>,
     /// The components loaded, in order, to serve clusters added later.
     loaded: Vec<Loaded>,
     controllers: Vec<Controller>,
@@ -409,13 +417,14 @@ impl MockHost {
     /// A mock host that loads components with `loader`: its engine
     /// (e.g. one with the baseline compiler), limits and compile cache.
     pub fn with_loader(loader: Loader) -> Self {
+        let default = Arc::new(MockCluster::new());
+        let registry = Clusters::new();
+        registry.engage(cluster::DEFAULT_CLUSTER, Registered { backend: default.clone(), informers: None });
         Self {
             loader,
-            clusters: vec![Engaged {
-                name: cluster::DEFAULT_CLUSTER.into(),
-                cluster: Arc::new(MockCluster::new()),
-                cursor: 0,
-            }],
+            clusters: vec![Engaged { name: cluster::DEFAULT_CLUSTER.into(), cluster: default, cursor: 0 }],
+            registry,
+            sweeps: Vec::new(),
             loaded: Vec::new(),
             controllers: Vec::new(),
             queue: VecDeque::new(),
@@ -465,9 +474,11 @@ impl MockHost {
             engaged.cluster.register_crd(crd)?;
         }
         let backend: Arc<dyn Cluster> = engaged.cluster.clone();
-        let reconciler =
-            Reconciler::new(self.loader.runtime().clone(), loaded, backend).in_cluster(Arc::clone(&engaged.name));
+        let reconciler = Reconciler::new(self.loader.runtime().clone(), loaded, backend)
+            .in_cluster(Arc::clone(&engaged.name))
+            .with_members(Arc::clone(&self.registry) as Arc<dyn cluster::Members>);
         let objects = engaged.cluster.list(&manifest.primary, None, &ListParams::default()).await?;
+        let here = manifest.runs_in(&engaged.name);
         self.controllers.push(Controller {
             reconciler,
             manifest: Arc::clone(&manifest),
@@ -475,7 +486,7 @@ impl MockHost {
             cluster,
         });
         let index = self.controllers.len() - 1;
-        if !manifest.roles.reconcile {
+        if !manifest.roles.reconcile || !here {
             return Ok(());
         }
         for object in objects {
@@ -502,10 +513,19 @@ impl MockHost {
         }
         let cluster = Arc::new(MockCluster::beside(&self.clusters[0].cluster));
         cluster.advance(self.now);
+        self.registry.engage(name, Registered { backend: cluster.clone(), informers: None });
         self.clusters.push(Engaged { name: name.into(), cluster, cursor: 0 });
         let index = self.clusters.len() - 1;
         for loaded in self.loaded.clone() {
             self.serve(loaded, index).await?;
+        }
+        // A fleet controller with a new member looks at every object again.
+        for controller in 0..self.controllers.len() {
+            let c = &self.controllers[controller];
+            let home = &self.clusters[c.cluster].name;
+            if c.manifest.runs_in(home) && c.manifest.fleet.as_ref().is_some_and(|f| f.has_member(name)) {
+                self.enqueue_all(controller).await?;
+            }
         }
         Ok(&self.clusters[index].cluster)
     }
@@ -574,6 +594,18 @@ impl MockHost {
         Ok(())
     }
 
+    /// Queues every primary object of `controller`'s cluster.
+    async fn enqueue_all(&mut self, controller: usize) -> Result<(), Error> {
+        let primary = self.controllers[controller].manifest.primary.clone();
+        let cluster = Arc::clone(&self.clusters[self.controllers[controller].cluster].cluster);
+        for object in cluster.list(&primary, None, &ListParams::default()).await? {
+            if let Some(r) = ObjectRef::of(&object) {
+                self.enqueue(controller, ObjectRef { gvk: primary.clone(), ..r });
+            }
+        }
+        Ok(())
+    }
+
     fn enqueue(&mut self, controller: usize, r: ObjectRef) {
         if self.queued.insert((controller, r.clone())) {
             self.queue.push_back((controller, r));
@@ -601,7 +633,14 @@ impl MockHost {
             let deleted = change.kind == ChangeKind::Deleted;
             for index in 0..self.controllers.len() {
                 let manifest = Arc::clone(&self.controllers[index].manifest);
-                if !manifest.roles.reconcile || self.controllers[index].cluster != cluster_index {
+                let home = self.controllers[index].cluster;
+                if !manifest.roles.reconcile || !manifest.runs_in(&self.clusters[home].name) {
+                    continue;
+                }
+                if home != cluster_index {
+                    // A fleet controller's child in a member: its owner is
+                    // queued, or the child swept if the owner is gone.
+                    self.route_member_change(index, cluster_index, &change);
                     continue;
                 }
                 let own = self.controllers[index].reconciler.written_for(gvk, &meta, deleted);
@@ -623,6 +662,35 @@ impl MockHost {
         }
     }
 
+    /// Routes the change of a child that fleet controller `controller`
+    /// placed in the member cluster `member` (number): its owner in the
+    /// home cluster is queued, or, when that is gone, the child swept.
+    fn route_member_change(&mut self, controller: usize, member: usize, change: &cluster::mock::Change) {
+        let manifest = Arc::clone(&self.controllers[controller].manifest);
+        let home = &self.clusters[self.controllers[controller].cluster];
+        let member_name = self.clusters[member].name.to_string();
+        if !manifest.fleet.as_ref().is_some_and(|f| f.has_member(&member_name))
+            || manifest.owned(&change.object_ref.gvk).is_none()
+        {
+            return;
+        }
+        let Some(owner) = Owner::of_value(&change.object) else { return };
+        if !owner.same_controller(&manifest.name, home.cluster.identity()) || *owner.home != *home.name {
+            return;
+        }
+        let owner_ref = ObjectRef { gvk: manifest.primary.clone(), ..owner.object.clone() };
+        let current = home.cluster.objects(&manifest.primary).into_iter().find(|o| {
+            object::meta_str(o, "namespace") == owner_ref.namespace.as_deref()
+                && object::meta_str(o, "name") == Some(owner_ref.name.as_str())
+        });
+        if current.as_ref().and_then(|o| object::meta_str(o, "uid")) == Some(owner.uid.as_str()) {
+            self.enqueue(controller, owner_ref);
+        } else if change.kind != ChangeKind::Deleted {
+            let child = ObjectRef { gvk: change.object_ref.gvk.clone(), ..change.object_ref.clone() };
+            self.sweeps.push((controller, member_name, child, owner));
+        }
+    }
+
     /// Reconciles until nothing is due now; returns what happened.
     ///
     /// # Errors
@@ -636,6 +704,11 @@ impl MockHost {
         let mut scheduled = false;
         loop {
             self.collect_changes();
+            for (controller, member, child, owner) in std::mem::take(&mut self.sweeps) {
+                if let Err(e) = self.controllers[controller].reconciler.sweep(&member, &child, &owner).await {
+                    tracing::warn!(cluster = %member, child = %child, error = %e, "sweep failed");
+                }
+            }
             let Some((index, r)) = self.queue.pop_front() else {
                 // Settled: one scheduling round, then what it changed.
                 if scheduled {

@@ -11,3 +11,5 @@ export { del as delete };
 export const replaceStatus = fn("kube.replaceStatus");
 export const patchStatus = fn("kube.patchStatus");
 export const applyStatus = fn("kube.applyStatus");
+export const getIn = fn("kube.getIn");
+export const listIn = fn("kube.listIn");

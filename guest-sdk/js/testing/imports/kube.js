@@ -12,3 +12,5 @@ export { del as delete };
 export const replaceStatus = (...args) => current().call("kube.replaceStatus", args);
 export const patchStatus = (...args) => current().call("kube.patchStatus", args);
 export const applyStatus = (...args) => current().call("kube.applyStatus", args);
+export const getIn = (...args) => current().call("kube.getIn", args);
+export const listIn = (...args) => current().call("kube.listIn", args);

@@ -113,7 +113,7 @@ impl Cache {
     /// in the owner index where the store has one (the cost grows with the
     /// owner's children, not with the namespace), else found by a scan.
     pub fn owned_by(&self, namespace: Option<&str>, owner_uid: &str) -> Vec<Arc<DynamicObject>> {
-        let owns = |o: &DynamicObject| o.metadata.owner_references.iter().flatten().any(|r| r.uid == owner_uid);
+        let owns = |o: &DynamicObject| owner_uids_of(o).any(|uid| uid == owner_uid);
         self.stores
             .iter()
             .filter(|(ns, _, _)| ns.is_none() || namespace.is_none() || ns.as_deref() == namespace)
@@ -141,6 +141,15 @@ impl Cache {
 /// Namespace and name of an object in a store.
 type Key = (Option<String>, String);
 
+/// The uids of the owners `object` names: in its ownerReferences, and in
+/// the marks a fleet controller puts on a child in another cluster than
+/// its owner's ([`OWNER_UID`](crate::object::mark::OWNER_UID)).
+fn owner_uids_of(object: &DynamicObject) -> impl Iterator<Item = &str> {
+    let referenced = object.metadata.owner_references.iter().flatten().map(|r| r.uid.as_str());
+    let marked = object.metadata.labels.as_ref().and_then(|l| l.get(crate::object::mark::OWNER_UID));
+    referenced.chain(marked.map(String::as_str))
+}
+
 /// One generation of an owner index.
 #[derive(Default)]
 struct Owners {
@@ -155,7 +164,7 @@ impl Owners {
         let Some(name) = object.metadata.name.clone() else { return };
         let key = (object.metadata.namespace.clone(), name);
         self.remove(&key);
-        let uids: Vec<String> = object.metadata.owner_references.iter().flatten().map(|r| r.uid.clone()).collect();
+        let uids: Vec<String> = owner_uids_of(object).map(str::to_owned).collect();
         if uids.is_empty() {
             return;
         }

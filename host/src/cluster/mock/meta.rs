@@ -116,7 +116,7 @@ pub(super) fn is_qualified_name(s: &str) -> bool {
 }
 
 /// True for a label value: empty, or a qualified name part.
-pub(super) fn is_label_value(s: &str) -> bool {
+pub(crate) fn is_label_value(s: &str) -> bool {
     s.is_empty() || is_qualified_name_part(s)
 }
 

@@ -1,10 +1,12 @@
-//! `capstan:operator@0.3.0`: one component, several roles, no HTTP. Its
-//! types have the shape of the current ones but for four records
-//! (`component-manifest` has no `egress`, `admission-request` no
-//! `request-kind`, `reconcile-request` and `schedule-request` no
-//! `cluster`), so they are generated apart and converted at the boundary
-//! by the `From` impls below: requests down (the new fields dropped),
-//! everything a guest returns up (a manifest with `egress` empty).
+//! `capstan:operator@0.3.0`: one component, several roles, no HTTP, one
+//! cluster. Its types have the shape of the current ones but for five
+//! records (`component-manifest` has no `egress`, `clusters` or `fleet`,
+//! `admission-request` no `request-kind`, `reconcile-request` no `cluster`
+//! or `members`, `schedule-request` no `cluster`, `outcome` no
+//! `member-children`), so they are generated apart and converted at the
+//! boundary by the `From` impls below: requests down (the new fields
+//! dropped), everything a guest returns up (a manifest with `egress` empty
+//! that runs in every cluster, an outcome with no member children).
 
 wasmtime::component::bindgen!({
     path: "../wit/v0.3.0",
@@ -133,9 +135,7 @@ records! {
     Unschedulable { reasons }
     SchedulerManifest { name }
     Event { event_type, reason, action, note, regarding }
-    Outcome { children, status, events, requeue_after_ms, children_policy }
     Failure { kind, message, status, events }
-    ChildFailure { child, code, reason, message }
 }
 
 variants! {
@@ -153,17 +153,46 @@ variants! {
     FailureKind { Transient, Terminal }
 }
 
-/// A 0.3.0 component calls no origin: its `egress` is empty.
+/// A 0.3.0 component calls no origin (its `egress` is empty) and is a
+/// uniform controller of every cluster.
 impl From<old::ComponentManifest> for current::ComponentManifest {
     fn from(m: old::ComponentManifest) -> Self {
-        Self { controller: m.controller.into(), roles: m.roles.into(), egress: Vec::new() }
+        Self {
+            controller: m.controller.into(),
+            roles: m.roles.into(),
+            egress: Vec::new(),
+            clusters: Vec::new(),
+            fleet: None,
+        }
     }
 }
 
-/// A 0.3.0 component does not see the cluster's name.
+/// A 0.3.0 component does not see the cluster's name or members.
 impl From<current::ReconcileRequest> for old::ReconcileRequest {
     fn from(r: current::ReconcileRequest) -> Self {
         Self { event: r.event.into(), object: r.object, failed_children: r.failed_children.twin() }
+    }
+}
+
+/// A 0.3.0 component hears of refused children in its own cluster only:
+/// it places none elsewhere.
+impl Twin<old::ChildFailure> for current::ChildFailure {
+    fn twin(self) -> old::ChildFailure {
+        old::ChildFailure { child: self.child.into(), code: self.code, reason: self.reason, message: self.message }
+    }
+}
+
+/// A 0.3.0 outcome places no children in other clusters.
+impl From<old::Outcome> for current::Outcome {
+    fn from(o: old::Outcome) -> Self {
+        Self {
+            children: o.children,
+            status: o.status,
+            events: o.events.twin(),
+            requeue_after_ms: o.requeue_after_ms,
+            children_policy: o.children_policy.into(),
+            member_children: Vec::new(),
+        }
     }
 }
 
@@ -209,12 +238,14 @@ mod tests {
             code: 422,
             reason: "Invalid".into(),
             message: "no".into(),
+            cluster: None,
         };
         let request = current::ReconcileRequest {
             event: current::EventKind::Deleted,
             object: b"{}".to_vec(),
             failed_children: vec![child],
             cluster: "east".into(),
+            members: vec!["west".into()],
         };
         let old: old::ReconcileRequest = request.into();
         assert_eq!(old.event, old::EventKind::Deleted);
@@ -259,7 +290,7 @@ mod tests {
             },
         };
         let m: current::ComponentManifest = manifest.into();
-        assert!(m.egress.is_empty());
+        assert!(m.egress.is_empty() && m.clusters.is_empty() && m.fleet.is_none());
         assert_eq!(m.controller.name, "greeter");
         assert!(matches!(
             &m.controller.watches[0].mapping,

@@ -59,11 +59,25 @@ struct Access {
     namespace: Option<String>,
     status: bool,
     name: Option<String>,
+    /// Another cluster than the caller's own (`get-in`, `list-in`).
+    cluster: Option<String>,
 }
 
 impl Access {
     fn to(verb: Verb, r: &ObjectRef, status: bool) -> Self {
-        Self { verb, kind: r.gvk.clone(), namespace: r.namespace.clone(), status, name: Some(r.name.clone()) }
+        Self {
+            verb,
+            kind: r.gvk.clone(),
+            namespace: r.namespace.clone(),
+            status,
+            name: Some(r.name.clone()),
+            cluster: None,
+        }
+    }
+
+    /// The same access in the cluster named `cluster`.
+    fn in_cluster(self, cluster: String) -> Self {
+        Self { cluster: Some(cluster), ..self }
     }
 }
 
@@ -150,7 +164,21 @@ impl HostState {
             self.journal_call(function, target, CallResult::Denied(msg.clone()), start.elapsed());
             return Err(wit::Error::Denied(msg));
         }
-        let cluster = Arc::clone(&caller.cluster);
+        let cluster = match &access.cluster {
+            None => Arc::clone(&caller.cluster),
+            Some(name) => match caller.cluster_named(name) {
+                Ok(cluster) => cluster,
+                Err(msg) => {
+                    metrics().grant_denied(&controller, access.verb, &kind);
+                    metrics().host_call(&controller, access.verb, &kind, "denied");
+                    if self.may_log() {
+                        tracing::warn!(function, target = %target, reason = %msg, "host call denied: cluster out of reach");
+                    }
+                    self.journal_call(function, target, CallResult::Denied(msg.clone()), start.elapsed());
+                    return Err(wit::Error::Denied(msg));
+                }
+            },
+        };
         // What was asked and the answer's code: never an object's contents.
         let span = tracing::info_span!(
             parent: &self.spans.parent(),
@@ -160,6 +188,7 @@ impl HostState {
             kind = %access.kind,
             namespace = access.namespace.as_deref(),
             name = access.name.as_deref(),
+            cluster = access.cluster.as_deref(),
             status_code = tracing::field::Empty,
             "otel.status_code" = tracing::field::Empty,
             "otel.status_message" = tracing::field::Empty,
@@ -224,13 +253,66 @@ impl HostState {
     }
 }
 
-impl wit::Host for HostState {
-    async fn get(&mut self, object: wit_types::ObjectRef) -> Result<Vec<u8>, wit::Error> {
+impl HostState {
+    /// `get`, in the caller's own cluster or (`get-in`) the one named.
+    async fn get_object(
+        &mut self,
+        function: &'static str,
+        cluster: Option<String>,
+        object: wit_types::ObjectRef,
+    ) -> Result<Vec<u8>, wit::Error> {
         let r = ObjectRef::from(object);
         let valid = validate::object_ref(&r, "");
-        let access = Access::to(Verb::Get, &r, false);
-        self.run("kube.get", r.to_string(), valid, access, move |c| async move { c.get(&r).await.map(|v| to_json(&v)) })
-            .await
+        let mut access = Access::to(Verb::Get, &r, false);
+        let mut target = r.to_string();
+        if let Some(cluster) = cluster {
+            target = format!("{target} in cluster {}", cluster::bounded(&cluster, 64));
+            access = access.in_cluster(cluster);
+        }
+        self.run(function, target, valid, access, move |c| async move { c.get(&r).await.map(|v| to_json(&v)) }).await
+    }
+
+    /// `list`, in the caller's own cluster or (`list-in`) the one named.
+    async fn list_objects(
+        &mut self,
+        function: &'static str,
+        cluster: Option<String>,
+        kind: wit_types::GroupVersionKind,
+        namespace: Option<String>,
+        params: wit::ListParams,
+    ) -> Result<Vec<Vec<u8>>, wit::Error> {
+        let kind = Gvk::from(kind);
+        let mut target = match &namespace {
+            Some(ns) => format!("{kind} in {ns}"),
+            None => format!("{kind} in all namespaces"),
+        };
+        if let Some(cluster) = &cluster {
+            target = format!("{target} in cluster {}", cluster::bounded(cluster, 64));
+        }
+        let valid = validate::gvk(&kind, "").and_then(|()| match &namespace {
+            Some(ns) => validate::namespace(ns, ""),
+            None => Ok(()),
+        });
+        let access = Access {
+            verb: Verb::List,
+            kind: kind.clone(),
+            namespace: namespace.clone(),
+            status: false,
+            name: None,
+            cluster,
+        };
+        let params = ListParams { label_selector: params.label_selector, field_selector: params.field_selector };
+        self.run(function, target, valid, access, move |c| async move {
+            let items = c.list(&kind, namespace.as_deref(), &params).await?;
+            Ok(items.iter().map(to_json).collect())
+        })
+        .await
+    }
+}
+
+impl wit::Host for HostState {
+    async fn get(&mut self, object: wit_types::ObjectRef) -> Result<Vec<u8>, wit::Error> {
+        self.get_object("kube.get", None, object).await
     }
 
     async fn list(
@@ -239,23 +321,21 @@ impl wit::Host for HostState {
         namespace: Option<String>,
         params: wit::ListParams,
     ) -> Result<Vec<Vec<u8>>, wit::Error> {
-        let kind = Gvk::from(kind);
-        let target = match &namespace {
-            Some(ns) => format!("{kind} in {ns}"),
-            None => format!("{kind} in all namespaces"),
-        };
-        let valid = validate::gvk(&kind, "").and_then(|()| match &namespace {
-            Some(ns) => validate::namespace(ns, ""),
-            None => Ok(()),
-        });
-        let access =
-            Access { verb: Verb::List, kind: kind.clone(), namespace: namespace.clone(), status: false, name: None };
-        let params = ListParams { label_selector: params.label_selector, field_selector: params.field_selector };
-        self.run("kube.list", target, valid, access, move |c| async move {
-            let items = c.list(&kind, namespace.as_deref(), &params).await?;
-            Ok(items.iter().map(to_json).collect())
-        })
-        .await
+        self.list_objects("kube.list", None, kind, namespace, params).await
+    }
+
+    async fn get_in(&mut self, cluster: String, object: wit_types::ObjectRef) -> Result<Vec<u8>, wit::Error> {
+        self.get_object("kube.get-in", Some(cluster), object).await
+    }
+
+    async fn list_in(
+        &mut self,
+        cluster: String,
+        kind: wit_types::GroupVersionKind,
+        namespace: Option<String>,
+        params: wit::ListParams,
+    ) -> Result<Vec<Vec<u8>>, wit::Error> {
+        self.list_objects("kube.list-in", Some(cluster), kind, namespace, params).await
     }
 
     async fn create(&mut self, object: Vec<u8>) -> Result<Vec<u8>, wit::Error> {
