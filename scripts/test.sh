@@ -3,8 +3,22 @@
 # wasm32-wasip2 target, rustfmt, clippy), builds the guest components and the
 # control plane (cached outside the clone, keyed by version), starts the
 # control plane unless one is running, and runs fmt, clippy and every test.
+#
+#   scripts/test.sh          everything (CI runs this)
+#   scripts/test.sh --fast   the contributor's loop: fmt, the guests, the
+#                            Python and JavaScript SDK tests, and every test
+#                            that needs no cluster (unit, mock host,
+#                            scenarios, polyglot); no clippy, no control
+#                            plane, no e2e
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+fast=
+case "${1:-}" in
+  --fast) fast=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--fast]" >&2; exit 2 ;;
+esac
 
 export CAPSTAN_CACHE=${CAPSTAN_CACHE:-$HOME/.cache/capstan}
 # One target directory for every clone on this machine: builds are slow on
@@ -42,12 +56,14 @@ guests=(-p capstan-guest -p greeter -p tenant -p silences -p fleet -p zone-sched
 step "format"
 cargo fmt --all --check
 
-step "lint: host and tests"
-cargo clippy --all-targets -- -D warnings
-cargo clippy -p greeter -p tenant -p silences -p fleet -p zone-scheduler --tests -- -D warnings
+if [[ -z $fast ]]; then
+  step "lint: host and tests"
+  cargo clippy --all-targets -- -D warnings
+  cargo clippy -p greeter -p tenant -p silences -p fleet -p zone-scheduler --tests -- -D warnings
 
-step "lint: guests (wasm32-wasip2)"
-cargo clippy --target wasm32-wasip2 "${guests[@]}" -- -D warnings
+  step "lint: guests (wasm32-wasip2)"
+  cargo clippy --target wasm32-wasip2 "${guests[@]}" -- -D warnings
+fi
 
 step "build: guest components"
 CAPSTAN_GUESTS=$(tests/build-guests.sh)
@@ -59,6 +75,27 @@ tests/build-polyglot-guests.sh >/dev/null
 step "test: Python and JavaScript guest libraries"
 python3 -m pytest -q guest-sdk/python/tests
 (cd guest-sdk/js && npm test --silent)
+
+# Runs `cargo test` on the packages given, every suite even after a
+# failing one (--no-fail-fast: one does not hide the ones after it), then
+# prints one closing line over every suite (cargo prints one per test
+# binary), and exits with cargo's status.
+run_tests() {
+  local results status=0
+  results=$(mktemp)
+  cargo test --no-fail-fast "$@" 2>&1 | tee "$results" || status=$?
+  step "done"
+  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+       END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
+  rm -f "$results"
+  exit "$status"
+}
+examples=(-p greeter -p tenant -p silences -p fleet -p zone-scheduler -p capstan-guest)
+
+if [[ -n $fast ]]; then
+  step "test: unit, mock host, scenarios (no cluster)"
+  run_tests -p capstan-host "${examples[@]}"
+fi
 
 step "control plane: build (cached) and start (capstan cluster)"
 cargo build --quiet -p capstan-host --bin capstan
@@ -77,13 +114,4 @@ KUBECONFIG=$("$capstan" cluster kubeconfig)
 export KUBECONFIG CAPSTAN_E2E_KUBECONFIG=$KUBECONFIG
 
 step "test"
-results=$(mktemp)
-status=0
-cargo test --no-fail-fast -p capstan-host -p capstan-tests -p greeter -p tenant -p silences -p fleet -p zone-scheduler -p capstan-guest 2>&1 | tee "$results" || status=$?
-step "done"
-# One closing line over every suite (cargo prints one per test binary);
-# --no-fail-fast: a failing suite does not hide the ones after it.
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
-     END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
-rm -f "$results"
-exit "$status"
+run_tests -p capstan-host -p capstan-tests "${examples[@]}"

@@ -215,6 +215,7 @@ impl Controller for FleetGreeter {
     }
 }
 
+#[cfg(target_arch = "wasm32")]
 capstan_guest::export!(FleetGreeter);
 
 #[cfg(test)]
