@@ -53,6 +53,10 @@ build fixture-future-contract
 cp "$release/fixture_future_contract.wasm" "$out/future-contract.wasm"
 build fixture-noop
 cp "$release/fixture_noop.wasm" "$out/noop.wasm"
+build fixture-strict-webhooks --features audit,broken
+cp "$release/fixture_strict_webhooks.wasm" "$out/strict-webhooks-audit-broken.wasm"
+build fixture-strict-webhooks --features audit
+cp "$release/fixture_strict_webhooks.wasm" "$out/strict-webhooks-audit.wasm"
 build fixture-strict-webhooks
 cp "$release/fixture_strict_webhooks.wasm" "$out/strict-webhooks.wasm"
 build capstan-fixture-guests --features loud

@@ -75,6 +75,10 @@
 //!   work done.
 //!   A change anyone else makes to the object or a child is a trigger as
 //!   before, and so is every object after a relist.
+//! - A fleet controller's children in its member clusters are checked,
+//!   applied, pruned and deleted with the same care, marked instead of
+//!   owned (see the `members` module: `reconciler/members.rs`); a member
+//!   that does not answer holds up only its own children.
 //! - A reconcile whose guest logged more lines than the per-invocation
 //!   cap records one `LogsDropped` Warning Event on the primary object,
 //!   with the counts (lines over the controller's log budget alone are
@@ -698,6 +702,11 @@ impl Reconciler {
             pending: t.pending.len(),
             failure: t.failure.clone(),
         })
+    }
+
+    /// The version on trial, if any.
+    pub fn trial_component(&self) -> Option<Arc<Loaded>> {
+        lock(&self.trial).as_ref().map(|t| Arc::clone(&t.component))
     }
 
     /// Ends the trial: with `promote`, its version replaces the one in use

@@ -934,15 +934,32 @@ impl Shared {
             }
             return Ok(Change::Unchanged(name));
         }
-        let loaded = match self.admit(path, bytes, digest.clone()).await {
-            Ok(loaded) => loaded,
+        let (loaded, trial) = match self.admit(path, bytes, digest.clone()).await {
+            Ok(admitted) => admitted,
             Err(e) => return Err(self.reject(path, Some(&digest), e)),
         };
-        self.install(path, loaded, artifact).await.map_err(|e| self.reject(path, Some(&digest), e))
+        self.install(path, loaded, artifact, trial).await.map_err(|e| self.reject(path, Some(&digest), e))
+    }
+
+    /// Whether a new version declaring `manifest` of the component that
+    /// runs from `path` goes on trial for a share of the objects first (a
+    /// canary, see [`HostBuilder::canary`]): a canary is set, and the
+    /// running controller has the same name and shape and reconciles.
+    fn goes_on_trial(&self, path: &Path, manifest: &Manifest) -> bool {
+        let current = lock(&self.slots).iter().find(|s| s.path == path).and_then(|s| s.controller.clone());
+        current.is_some_and(|old| {
+            old.name() == manifest.name
+                && self.canary.is_some_and(|p| p < 100)
+                && shape(&old.reconciler().component().manifest) == shape(manifest)
+                && matches!(old.state(), State::Running | State::Standby)
+        })
     }
 
     /// Compiles and checks a component: everything that can reject it.
-    async fn admit(&self, path: &Path, bytes: Vec<u8>, digest: String) -> Result<Loaded, Error> {
+    /// Returns it, and whether it goes on trial first (then its webhook
+    /// configurations wait for its promotion: until then the version in
+    /// use answers every review).
+    async fn admit(&self, path: &Path, bytes: Vec<u8>, digest: String) -> Result<(Loaded, bool), Error> {
         let started = Instant::now();
         let loaded = self.loader.load_digested(path, bytes, digest).await?;
         let name = loaded.manifest.name.clone();
@@ -984,8 +1001,9 @@ impl Shared {
         // A component that runs in other clusters only asks nothing of
         // this one.
         let here = loaded.manifest.runs_in(&self.cluster_name);
+        let trial = self.goes_on_trial(path, &loaded.manifest);
         if !declared_before && here {
-            self.prepare_cluster(path, &loaded.manifest, running.as_deref()).await?;
+            self.prepare_cluster(path, &loaded.manifest, running.as_deref(), !trial).await?;
         }
         tracing::info!(
             controller = %name,
@@ -997,14 +1015,20 @@ impl Shared {
             declared_before,
             "component loaded"
         );
-        Ok(loaded)
+        Ok((loaded, trial))
     }
 
     /// Checks the host's access for what `manifest` declares and installs
-    /// its CRDs and webhook configurations, as configured; `running` is
-    /// the manifest of the version it replaces, whose configurations of a
-    /// type `manifest` no longer declares are withdrawn.
-    async fn prepare_cluster(&self, path: &Path, manifest: &Manifest, running: Option<&Manifest>) -> Result<(), Error> {
+    /// its CRDs and, with `webhooks`, its webhook configurations, as
+    /// configured (see [`install_webhooks`](Self::install_webhooks));
+    /// `running` is the manifest of the version it replaces.
+    async fn prepare_cluster(
+        &self,
+        path: &Path,
+        manifest: &Manifest,
+        running: Option<&Manifest>,
+        webhooks: bool,
+    ) -> Result<(), Error> {
         // The operator's failure policies name what this version declares:
         // checked before anything is applied.
         if let Some(install) = self.webhooks.as_ref().and_then(|w| w.install_settings()) {
@@ -1023,25 +1047,39 @@ impl Shared {
                 install_crd(&self.cluster, crd, &manifest.name, &self.adopt_crds).await?;
             }
         }
-        if let Some(webhooks) = &self.webhooks
-            && let Some(install) = webhooks.install_settings()
+        if webhooks {
+            self.install_webhooks(path, manifest, running).await?;
+        }
+        Ok(())
+    }
+
+    /// Installs the webhook configurations (and conversion) `manifest`
+    /// declares, if the host installs webhooks; `running` is the manifest
+    /// of the version it replaces, whose configurations of a type
+    /// `manifest` no longer declares are withdrawn.
+    async fn install_webhooks(
+        &self,
+        path: &Path,
+        manifest: &Manifest,
+        running: Option<&Manifest>,
+    ) -> Result<(), Error> {
+        let Some(webhooks) = &self.webhooks else { return Ok(()) };
+        let Some(install) = webhooks.install_settings() else { return Ok(()) };
+        crate::serve::webhook::install::install(
+            &self.cluster,
+            manifest,
+            install,
+            &self.namespaces,
+            webhooks.takes_over(),
+            &self.adopt_crds,
+        )
+        .await
+        .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
+        if let Some(running) = running
+            && let Err(e) =
+                crate::serve::webhook::install::withdraw_dropped(&self.cluster, running, manifest, install).await
         {
-            crate::serve::webhook::install::install(
-                &self.cluster,
-                manifest,
-                install,
-                &self.namespaces,
-                webhooks.takes_over(),
-                &self.adopt_crds,
-            )
-            .await
-            .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
-            if let Some(running) = running
-                && let Err(e) =
-                    crate::serve::webhook::install::withdraw_dropped(&self.cluster, running, manifest, install).await
-            {
-                tracing::warn!(component = %manifest.name, error = %e, "cannot remove a webhook configuration the new version no longer needs");
-            }
+            tracing::warn!(component = %manifest.name, error = %e, "cannot remove a webhook configuration the new version no longer needs");
         }
         Ok(())
     }
@@ -1082,6 +1120,7 @@ impl Shared {
         path: &Path,
         loaded: Loaded,
         artifact: Option<Artifact>,
+        trial: bool,
     ) -> Result<Change, Error> {
         let version = Version {
             artifact,
@@ -1121,12 +1160,7 @@ impl Shared {
             tracing::info!(controller = %old.name(), "canary abandoned: a newer version landed");
         }
         let (controller, change) = match current {
-            Some(old)
-                if old.name() == name
-                    && self.canary.is_some_and(|p| p < 100)
-                    && shape(&old.reconciler().component().manifest) == shape(&loaded.manifest)
-                    && matches!(old.state(), State::Running | State::Standby) =>
-            {
+            Some(old) if trial && old.name() == name => {
                 // A canary: the new version reconciles its share first; the
                 // judge promotes it, or rejects it at its first failure.
                 let percent = self.canary.unwrap_or(100);
@@ -1315,6 +1349,18 @@ impl Shared {
             if trial.pending == 0 || timed_out {
                 if timed_out {
                     tracing::warn!(controller = %controller.name(), pending = trial.pending, "canary not finished in time, promoted");
+                }
+                // Its webhook configurations, held back while it was on
+                // trial, go in before it answers a review.
+                if let Some(candidate) = reconciler.trial_component() {
+                    let running = reconciler.component();
+                    if let Err(error) = self.install_webhooks(&path, &candidate.manifest, Some(&running.manifest)).await
+                    {
+                        reconciler.end_trial(false);
+                        controller.resync(share);
+                        self.reject(&path, Some(&version.digest), error);
+                        return;
+                    }
                 }
                 reconciler.end_trial(true);
                 self.publish(&reconciler.component());
