@@ -170,11 +170,9 @@ impl Controller for FleetGreeter {
             // the whole pass: the others' copies and the status go on.
             entries.push(match ctx.api_in::<ConfigMap>(member, namespace).get_opt(&name) {
                 Ok(there) => member_status(ctx.failed_children(), member, &name, message, there.as_ref()),
-                Err(e) => MemberStatus {
-                    cluster: member.clone(),
-                    ready: false,
-                    message: Some(format!("unreachable: {e}")),
-                },
+                Err(e) => {
+                    MemberStatus { cluster: member.clone(), ready: false, message: Some(format!("unreachable: {e}")) }
+                }
             });
         }
         let ready = entries.iter().filter(|e| e.ready).count();

@@ -150,6 +150,11 @@ struct Parts {
 }
 
 impl Parts {
+    /// Where the controller is.
+    fn state(&self) -> State {
+        lock(&self.state).clone()
+    }
+
     /// Sets the state and the `capstan_controllers` gauge.
     fn set_state(&self, new: State) {
         metrics().set_controller_state(&self.owner, Some(new.as_str()));
@@ -244,7 +249,7 @@ impl Controller {
 
     /// Where it is.
     pub fn state(&self) -> State {
-        lock(&self.parts.state).clone()
+        self.parts.state()
     }
 
     /// Its counters.

@@ -339,6 +339,22 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_controller_reads_its_home_clusters_identity_and_a_uniform_one_does_not() {
+        let m = greeter();
+        let rules = component_rules(&m, &resources(&m), false).expect("rules").cluster.policy_rules();
+        assert!(!rules.iter().any(|r| r.resources.as_deref() == Some(&["namespaces".to_owned()])));
+        let fleet =
+            Manifest { fleet: Some(crate::manifest::Fleet { home: "default".into(), members: vec![] }), ..greeter() };
+        let rules = component_rules(&fleet, &resources(&fleet), false).expect("rules").cluster.policy_rules();
+        let identity = rules
+            .iter()
+            .find(|r| r.resources.as_deref() == Some(&["namespaces".to_owned()]))
+            .expect("a rule on namespaces");
+        assert_eq!(identity.resource_names.as_deref(), Some(&["kube-system".to_owned()][..]));
+        assert_eq!(identity.verbs, ["get"]);
+    }
+
+    #[test]
     fn install_crds_adds_create_and_patch_limited_to_the_components_crds() {
         let c = greeter();
         let rules = component_rules(&c, &resources(&c), true).expect("known kinds");

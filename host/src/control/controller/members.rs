@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 
-use super::{Informer, Parts};
+use super::{Informer, Parts, State};
 use crate::control::clusters::{Clusters, Engaged};
 use crate::control::informer::Change;
 use crate::manifest::Manifest;
@@ -129,7 +129,9 @@ async fn route(
                 continue;
             }
             let Some(name) = meta.name.clone() else { continue };
-            if deleted {
+            // Only a controller that reconciles sweeps: a standby replica
+            // writes nothing.
+            if deleted || parts.state() != State::Running {
                 continue;
             }
             let child = ObjectRef::new(informer.gvk().clone(), meta.namespace.as_deref(), name);
