@@ -38,7 +38,12 @@ fn metric(series: &str) -> f64 {
     scrape.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
 }
 
-/// A tiny HTTP/1.1 server: `/ok` answers `hello` and closes, `/keep`
+/// The credential the `/auth` path of [`Server`] takes.
+const CREDENTIAL: &str = "s3cr3t-credential";
+
+/// A tiny HTTP/1.1 server: `/ok` answers `hello` and closes, `/auth`
+/// answers `hello` to a request bearing [`CREDENTIAL`] and 401 to any
+/// other, `/keep`
 /// answers `hello` and keeps the connection for the next request,
 /// `/keep-then-close` answers as `/keep` does but closes, `/huge` sends
 /// zeros forever, `/hang` never answers. Counts the connections it
@@ -81,6 +86,7 @@ impl Server {
                                 Ok(n) => request.extend_from_slice(&buf[..n]),
                             }
                         }
+                        let head = String::from_utf8_lossy(&request).to_ascii_lowercase();
                         let target = String::from_utf8_lossy(&request).split(' ').nth(1).unwrap_or("/").to_owned();
                         request.clear();
                         match target.split('?').next().unwrap_or_default() {
@@ -90,6 +96,16 @@ impl Server {
                                         b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello",
                                     )
                                     .await;
+                                return;
+                            }
+                            "/auth" => {
+                                let bearer = format!("authorization: bearer {CREDENTIAL}");
+                                let answer: &[u8] = if head.contains(&bearer) {
+                                    b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello"
+                                } else {
+                                    b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                                };
+                                let _ = stream.write_all(answer).await;
                                 return;
                             }
                             "/keep" => {
@@ -278,6 +294,13 @@ impl<S> tracing_subscriber::Layer<S> for Spans
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        let seen = Seen { name: "event", parent: None, fields };
+        self.0.lock().expect("not poisoned").push((tracing::span::Id::from_u64(u64::MAX), seen));
+    }
+
     fn on_new_span(
         &self,
         attrs: &tracing::span::Attributes<'_>,
@@ -372,4 +395,61 @@ async fn on_the_mock_host_stubs_answer_the_declared_origins_and_nothing_leaves_t
     // What passed the checks is recorded, stubbed or not; the refused one is not.
     let made: Vec<_> = host.cluster().http().requests().into_iter().map(|r| (r.url, r.stubbed)).collect();
     assert_eq!(made, [(server.url("/ok"), true), (server.url("/not-stubbed"), false)]);
+}
+
+// A credential comes from a Secret the component declares by name, reaches
+// the origin in the request, and shows in none of what the host keeps or
+// tells: no span, log line, journal entry or Event. A Secret it did not
+// name is denied, so no other credential can be read.
+#[tokio::test]
+async fn a_credential_from_a_declared_secret_reaches_the_request_and_shows_nowhere_else() {
+    let _serial = SERIAL.lock().await;
+    use base64::Engine as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let server = Server::start(true).await;
+    let seen = Spans::default();
+    let subscriber =
+        tracing_subscriber::registry().with(tracing_subscriber::filter::LevelFilter::TRACE).with(seen.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let mut host = MockHost::new().expect("host");
+    host.cluster().use_network(true);
+    host.load(guest("fetcher")).await.expect("loads");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(CREDENTIAL);
+    for name in ["fetcher-token", "other-token"] {
+        host.seed(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "default"},
+            "data": {"token": encoded},
+        }))
+        .expect("seed");
+    }
+    let fetch_with = |name: &str, secret: Option<&str>| {
+        let mut data = json!({"behaviour": "fetch", "urls": server.url("/auth")});
+        if let Some(secret) = secret {
+            data["secret"] = json!(secret);
+        }
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}, "data": data})
+    };
+    host.seed(fetch_with("with", Some("fetcher-token"))).expect("seed");
+    host.seed(fetch_with("without", None)).expect("seed");
+    host.seed(fetch_with("other", Some("other-token"))).expect("seed");
+    let run = host.run_until_idle().await.expect("runs");
+    let result = |name: &str| {
+        let child = ObjectRef::new(Gvk::new("", "v1", "ConfigMap"), Some("default"), format!("{name}-fetch"));
+        let cm = host.cluster().get_sync(&child).expect("the -fetch child");
+        cm["data"]["results"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(result("with"), "status:200 bytes:5", "the credential was sent");
+    assert_eq!(result("without"), "status:401 bytes:0", "the origin asks for it");
+    let other = result("other");
+    assert!(other.starts_with("secret:") && other.contains("denied"), "{other}");
+
+    let everything = format!(
+        "{:?} {:?} {:?}",
+        run.steps.iter().map(|s| &s.report.journal).collect::<Vec<_>>(),
+        host.events(),
+        seen.0.lock().expect("not poisoned").iter().map(|(_, s)| (s.name, &s.fields)).collect::<Vec<_>>()
+    );
+    assert!(everything.contains("http_request"), "the requests were traced: {everything}");
+    assert!(!everything.contains(CREDENTIAL) && !everything.contains(&encoded), "the credential leaked: {everything}");
 }
