@@ -199,6 +199,22 @@ impl MachineCpu {
     }
 }
 
+/// The median of `values` (the mean of the middle two for an even count;
+/// NaN for none).
+///
+/// ```
+/// assert_eq!(capstan_tests::bench::median(vec![3.0, 1.0, 2.0]), 2.0);
+/// assert_eq!(capstan_tests::bench::median(vec![4.0, 1.0]), 2.5);
+/// ```
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

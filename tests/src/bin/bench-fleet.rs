@@ -43,6 +43,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use capstan_tests::bench::median;
 use capstan_tests::{
     PrivateControlPlane, cpu_seconds, free_port, greeting, greeting_ready, greetings, http_get, peak_rss_mib,
     random_suffix, rss_mib,
@@ -223,15 +224,6 @@ async fn run(args: &Args, capstan: &Path, greeter: &Path, planes: &[PrivateContr
     }
     let total = (args.count * planes.len()) as f64;
     Ok(Run { seconds, per_second: total / seconds, cpu, peak_mib, ready_mib })
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// The memory of one idle host serving the first 1, 2, … of the planes.

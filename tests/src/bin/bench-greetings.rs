@@ -111,7 +111,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use capstan_tests::bench::{MachineCpu, Reconciles, RequestCounts, machine_cpu_seconds, reset_peak_rss};
+use capstan_tests::bench::{MachineCpu, Reconciles, RequestCounts, machine_cpu_seconds, median, reset_peak_rss};
 use capstan_tests::{ControlPlane, cpu_seconds, http_get, peak_rss_mib, random_suffix, rss_mib};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt, stream};
@@ -753,16 +753,6 @@ fn spans_dropped(metrics: &str) -> f64 {
 /// slower than the workers take them.
 fn workers_busy(r: &Reconciles, quiet: &Sample) -> f64 {
     r.seconds / (CONCURRENCY as f64 * quiet.seconds)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// The medians of one peer's figures in one phase.

@@ -39,6 +39,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use capstan_tests::bench::median;
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
@@ -327,13 +328,4 @@ async fn create_node(nodes: &Api<Node>, run: &str, i: usize) -> Result<()> {
     }});
     nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
     Ok(())
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
