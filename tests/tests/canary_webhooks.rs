@@ -119,6 +119,15 @@ async fn a_canary_installs_its_webhooks_only_once_promoted_and_a_rejected_one_le
         .context("the promoted version's webhooks are installed")?;
     assert_eq!(validating(&ns.client()).await?, [AUDIT, VALIDATE]);
 
+    // The Vaults go while the host runs, so that it removes its finalizer:
+    // left behind, they would hold the namespace and the CRD in
+    // `Terminating` for every later test that deletes or installs it.
+    for name in &names {
+        vaults.delete(name, &Default::default()).await?;
+    }
+    wait_for(TIMEOUT, || async { vaults.list(&Default::default()).await.ok().filter(|l| l.items.is_empty()) })
+        .await
+        .context("the Vaults did not go")?;
     host.shutdown().await;
     webhooks.server.shutdown().await;
     for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
