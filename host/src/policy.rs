@@ -22,7 +22,7 @@ mod rules;
 
 pub use resources::PluralOverride;
 pub(crate) use resources::Resources;
-pub(crate) use rules::{Rules, component_rules, host_rules};
+pub(crate) use rules::{Rules, component_rules, host_rules, member_rules};
 
 use names::Rule;
 

@@ -264,6 +264,40 @@ async fn kubeconfig_secrets_engage_rotate_and_disengage_clusters() -> Result<()>
     home.cleanup().await
 }
 
+/// A client of `plane` as a ServiceAccount `capstan-member` of namespace
+/// `ns` holding only what `capstan gen member-rbac` gives the fleet
+/// controllers of `components` (applied there as generated).
+async fn member_client(plane: &ControlPlane, ns: &str, components: &[&Path]) -> Result<kube::Client> {
+    use capstan_host::tooling::generate::{self, Component, Options};
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    let admin = plane.client()?;
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    accounts
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "capstan-member"}}))?)
+        .await?;
+    let loader = capstan_host::testing::tool_loader(capstan_host::testing::default_cache_dir())?;
+    let mut loaded = Vec::new();
+    for path in components {
+        let wasm = std::fs::read(path)?;
+        let l = loader.load_bytes(path, wasm.clone()).await?;
+        loaded.push(Component::new((*l.manifest).clone(), wasm));
+    }
+    let subject: k8s_openapi::api::rbac::v1::Subject =
+        serde_json::from_value(json!({"kind": "ServiceAccount", "name": "capstan-member", "namespace": ns}))?;
+    for object in generate::member_rbac(&loaded, &Options::default(), &subject)? {
+        let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "rbac.authorization.k8s.io",
+            "v1",
+            object["kind"].as_str().context("a kind")?,
+        ));
+        let api: Api<DynamicObject> = Api::all_with(admin.clone(), &resource);
+        let name = object["metadata"]["name"].as_str().context("a name")?.to_owned();
+        api.patch(&name, &PatchParams::apply("capstan-tests"), &Patch::Apply(&object)).await?;
+    }
+    let token = capstan_tests::token_for_service_account(&admin, ns, "capstan-member").await?;
+    plane.client_with_token(&token)
+}
+
 /// The `ConfigMap`s of namespace `ns` in the cluster of `client`.
 fn configmaps(client: &kube::Client, ns: &str) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
     Api::namespaced(client.clone(), ns)
@@ -324,6 +358,9 @@ async fn a_fleet_controller_spreads_to_its_members_survives_one_down_and_cleans_
     namespace(&east_client, home.name()).await?;
     let greeter = find_component("fleet").map_err(anyhow::Error::msg)?;
     let spreader = find_component("spreader").map_err(anyhow::Error::msg)?;
+    // West is reached as a ServiceAccount with only what `capstan gen
+    // member-rbac` gives the two fleet controllers there.
+    let west_as_member = member_client(west.plane(), home.name(), &[&greeter, &spreader]).await?;
     let runtime = HostBuilder::new_runtime(Default::default(), 0, false)?;
     let ns = home.name().to_owned();
     let fleet = Fleet::new(move |client| {
@@ -338,7 +375,7 @@ async fn a_fleet_controller_spreads_to_its_members_survives_one_down_and_cleans_
     let started = [
         fleet.engage("default", async move { Ok(home_client) }),
         fleet.engage("west", {
-            let c = west_client.clone();
+            let c = west_as_member.clone();
             async move { Ok(c) }
         }),
         fleet.engage("east", {

@@ -233,6 +233,33 @@ pub(crate) fn component_rules(
     Ok(out)
 }
 
+/// What a fleet controller's host needs in each of its member clusters:
+/// every verb on its owned kinds (it applies, watches, prunes and deletes
+/// its children there, and sweeps orphans), and the read verbs of each of
+/// its other rules (what `kube.get-in` and `kube.list-in` may read there).
+/// Cluster-wide: the host's children there follow their owners'
+/// namespaces. `None` for a component that is not a fleet controller.
+///
+/// # Errors
+///
+/// [`Error::UnknownKind`] for a kind whose plural is not known.
+pub(crate) fn member_rules(manifest: &Manifest, resources: &Resources) -> Result<Option<Rules>, Error> {
+    if manifest.fleet.is_none() {
+        return Ok(None);
+    }
+    let mut rules = Rules::default();
+    for owned in &manifest.owns {
+        let kind = &owned.kind;
+        rules.add(&kind.group, &resources.plural(&kind.group, &kind.kind)?, Verb::ALL);
+    }
+    for rule in Grants::from_manifest(manifest).rules() {
+        let plural = resources.plural(&rule.group, &rule.kind)?;
+        let reads = rule.verbs.iter().copied().filter(|v| Verb::READ.contains(v)).collect();
+        rules.add_with_status(&rule.group, &plural, &rule.resource_names, &reads, false);
+    }
+    Ok(Some(rules))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -352,6 +379,43 @@ mod tests {
             .expect("a rule on namespaces");
         assert_eq!(identity.resource_names.as_deref(), Some(&["kube-system".to_owned()][..]));
         assert_eq!(identity.verbs, ["get"]);
+    }
+
+    #[test]
+    fn a_fleet_controller_may_do_everything_with_its_children_in_a_member_and_read_what_it_may_read() {
+        assert_eq!(member_rules(&greeter(), &resources(&greeter())).expect("rules"), None, "a uniform controller");
+        let fleet = Manifest {
+            fleet: Some(crate::manifest::Fleet { home: "default".into(), members: vec![] }),
+            permissions: vec![Permission {
+                group: String::new(),
+                kind: "Secret".into(),
+                verbs: [Verb::Get, Verb::Create].into(),
+                scope: Scope::OwnNamespace,
+                status: false,
+                resource_names: vec!["token".into()],
+            }],
+            ..greeter()
+        };
+        let rules = member_rules(&fleet, &resources(&fleet)).expect("rules").expect("a fleet").policy_rules();
+        assert_eq!(verbs(&rules, "", "configmaps"), Verb::ALL.map(|v| v.as_str().to_owned()));
+        assert_eq!(verbs(&rules, "apps", "deployments"), Verb::ALL.map(|v| v.as_str().to_owned()));
+        assert_eq!(verbs(&rules, "", "secrets"), ["get", "list", "watch"], "the watched kind, read only");
+        let named = rules.iter().find(|r| r.resource_names.is_some()).expect("the named Secret");
+        assert_eq!(
+            (named.resource_names.as_deref(), named.verbs.as_slice()),
+            (Some(&["token".to_owned()][..]), &["get".to_owned()][..])
+        );
+        assert_eq!(
+            verbs(&rules, "examples.capstan.dev", "greetings"),
+            ["get", "list", "watch"],
+            "the primary, read only"
+        );
+        assert!(
+            !rules
+                .iter()
+                .any(|r| r.verbs.iter().any(|v| v == "create")
+                    && r.resources.as_deref() == Some(&["secrets".to_owned()]))
+        );
     }
 
     #[test]

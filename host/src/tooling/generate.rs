@@ -189,6 +189,11 @@ pub enum Error {
     /// The image reference is empty or has whitespace.
     #[error("image {0:?} is not a valid image reference")]
     Image(String),
+    /// `gen member-rbac` was given no fleet controller.
+    #[error(
+        "none of the components is a fleet controller: a uniform one needs the RBAC of `capstan gen rbac` in each cluster"
+    )]
+    NoFleet,
     /// An object could not be serialised.
     #[error("cannot serialise {what}: {reason}")]
     Serialise {
@@ -653,6 +658,34 @@ impl Parts {
 pub fn rbac(components: &[Component], options: &Options) -> Result<Vec<Value>> {
     let parts = Parts::new(components, &options.clone().skip_deployment(true))?;
     Ok(std::iter::once(parts.host_rbac).chain(parts.component_rbac).flat_map(|f| f.objects).collect())
+}
+
+/// What the host needs in a member cluster of each fleet controller among
+/// `components`, for `subject` (whom the host's kubeconfig for that member
+/// authenticates as): a ClusterRole `<name>-<controller>-member` with the
+/// rules of [`policy::member_rules`](crate::policy) and a
+/// ClusterRoleBinding of it to `subject`. Components that are not fleet
+/// controllers are left out.
+///
+/// # Errors
+///
+/// [`Error::NoFleet`] when none is a fleet controller; the errors of
+/// [`rbac`].
+pub fn member_rbac(
+    components: &[Component],
+    options: &Options,
+    subject: &k8s_openapi::api::rbac::v1::Subject,
+) -> Result<Vec<Value>> {
+    let crds = check_components(components)?;
+    let resources = Resources::new(crds.values(), &options.plurals);
+    let mut out = Vec::new();
+    for component in components {
+        out.extend(rbac::member_objects(component, &resources, options, subject)?);
+    }
+    if out.is_empty() {
+        return Err(Error::NoFleet);
+    }
+    Ok(out)
 }
 
 /// Every object of an installation, in apply order: Namespace, CRDs, RBAC,

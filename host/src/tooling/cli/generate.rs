@@ -32,6 +32,23 @@ pub enum Command {
         #[command(flatten)]
         rbac: RbacArgs,
     },
+    /// What the host needs in the member clusters of fleet controllers: per
+    /// fleet controller a ClusterRole (every verb on its owned kinds, reads
+    /// of what it may read) bound to whom the host's kubeconfig for the
+    /// member authenticates as. Apply it in each member.
+    MemberRbac {
+        /// Components (.wasm); those that are not fleet controllers are
+        /// left out.
+        #[arg(required = true)]
+        components: Vec<PathBuf>,
+        /// Whom the host authenticates as in the member: `User:NAME`,
+        /// `Group:NAME` or `ServiceAccount:NAMESPACE/NAME`.
+        #[arg(long, value_name = "KIND:NAME", value_parser = member_subject)]
+        subject: k8s_openapi::api::rbac::v1::Subject,
+        /// Prefix of the roles' names (the host's name in `gen rbac`).
+        #[arg(long, default_value = "capstan")]
+        name: String,
+    },
     /// Everything to install the host: Namespace, CRDs, RBAC, the
     /// components ConfigMap and the Deployment. Apply it with `kubectl
     /// apply -f` (or, with `--server-side`, `kubectl apply --server-side
@@ -91,6 +108,35 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
+}
+
+/// A `--subject` of `gen member-rbac`: `User:NAME`, `Group:NAME` or
+/// `ServiceAccount:NAMESPACE/NAME`.
+fn member_subject(s: &str) -> Result<k8s_openapi::api::rbac::v1::Subject, String> {
+    use k8s_openapi::api::rbac::v1::Subject;
+    let (kind, name) = s.split_once(':').ok_or("expected KIND:NAME, e.g. User:capstan")?;
+    if name.is_empty() {
+        return Err("the subject has no name".to_owned());
+    }
+    let rbac = Some("rbac.authorization.k8s.io".to_owned());
+    match kind {
+        "User" | "Group" => {
+            Ok(Subject { kind: kind.to_owned(), name: name.to_owned(), api_group: rbac, namespace: None })
+        }
+        "ServiceAccount" => {
+            let (namespace, name) = name.split_once('/').ok_or("a ServiceAccount is NAMESPACE/NAME")?;
+            if !crate::manifest::is_dns1123_label(namespace) || !crate::manifest::is_dns1123_subdomain(name) {
+                return Err(format!("ServiceAccount {namespace}/{name}: not a namespace and a name"));
+            }
+            Ok(Subject {
+                kind: kind.to_owned(),
+                name: name.to_owned(),
+                api_group: None,
+                namespace: Some(namespace.to_owned()),
+            })
+        }
+        other => Err(format!("subject kind {other:?}: User, Group or ServiceAccount")),
+    }
 }
 
 /// Options of the RBAC.
@@ -379,6 +425,12 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             let components = load(&components, &super::RegistryArgs::default()).await?;
             let header = generate::header("capstan gen rbac", &components);
             out!("{}", generate::to_yaml(&generate::rbac(&components, &rbac.options())?, &header)?);
+        }
+        Command::MemberRbac { components, subject, name } => {
+            let components = load(&components, &super::RegistryArgs::default()).await?;
+            let header = generate::header("capstan gen member-rbac", &components);
+            let options = Options::default().name(&name);
+            out!("{}", generate::to_yaml(&generate::member_rbac(&components, &options, &subject)?, &header)?);
         }
         Command::Manifest { components, install, output } => {
             let components = load(&components, &install.registry).await?;

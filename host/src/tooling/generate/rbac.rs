@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use super::{Component, Error, Options, to_value};
-use crate::policy::{Resources, Rules, component_rules, host_rules};
+use crate::policy::{Resources, Rules, component_rules, host_rules, member_rules};
 
 fn meta(name: &str, namespace: Option<&str>, labels: &BTreeMap<String, String>) -> ObjectMeta {
     ObjectMeta {
@@ -136,6 +136,31 @@ pub(crate) fn component_objects(
         out.extend(role(&name, namespace, rules, options, &labels)?);
     }
     Ok(out)
+}
+
+/// The ClusterRole `<name>-<controller>-member` and its binding to
+/// `subject` of a fleet controller's member clusters (see
+/// [`member_rules`]); none for a uniform controller.
+pub(crate) fn member_objects(
+    component: &Component,
+    resources: &Resources,
+    options: &Options,
+    subject: &Subject,
+) -> Result<Vec<Value>, Error> {
+    let Some(rules) = member_rules(&component.manifest, resources)? else { return Ok(Vec::new()) };
+    let name = format!("{}-member", options.component_object_name(&component.manifest.name)?);
+    let labels = options.labels(Some(&component.manifest.name));
+    let role = ClusterRole {
+        metadata: meta(&name, None, &labels),
+        rules: Some(rules.policy_rules()),
+        ..ClusterRole::default()
+    };
+    let binding = ClusterRoleBinding {
+        metadata: meta(&name, None, &labels),
+        role_ref: role_ref("ClusterRole", &name),
+        subjects: Some(vec![subject.clone()]),
+    };
+    Ok(vec![to_value(&role)?, to_value(&binding)?])
 }
 
 /// The annotation on a component's ClusterRole that says what its
