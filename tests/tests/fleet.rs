@@ -284,7 +284,7 @@ async fn member_client(plane: &ControlPlane, ns: &str, components: &[&Path]) -> 
     }
     let subject: k8s_openapi::api::rbac::v1::Subject =
         serde_json::from_value(json!({"kind": "ServiceAccount", "name": "capstan-member", "namespace": ns}))?;
-    for object in generate::member_rbac(&loaded, &Options::default(), &subject)? {
+    for object in generate::member_rbac(&loaded, &Options::default().install_crds(true), &subject)? {
         let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
             "rbac.authorization.k8s.io",
             "v1",
@@ -484,6 +484,32 @@ async fn a_fleet_controller_spreads_to_its_members_survives_one_down_and_cleans_
         assert!(configmaps(&east_client, home.name()).get_opt(name).await?.is_none(), "{name} reached east");
     }
 
+    // A child of a custom kind: the host installed its CRD in the member
+    // (the spreader's only, west), marked as the spreader's, with no more
+    // than `gen member-rbac --install-crds` gives there.
+    cms.create(&PostParams::default(), &probe("beacon", "beacon", "")?).await?;
+    let beacons = |client: &kube::Client| {
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("fixtures.capstan.dev", "v1", "Beacon"),
+            "beacons",
+        );
+        Api::<kube::api::DynamicObject>::namespaced_with(client.clone(), home.name(), &resource)
+    };
+    let beacon = wait_for(TIMEOUT, || async { beacons(&west_client).get_opt("beacon-beacon").await.ok().flatten() })
+        .await
+        .context("the Beacon reaches west, its CRD installed there")?;
+    assert_eq!(beacon.data["spec"]["from"], "default");
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(west_client.clone());
+    let crd = crds.get("beacons.fixtures.capstan.dev").await?;
+    assert_eq!(
+        crd.metadata.annotations.unwrap_or_default().get(capstan_host::serve::host::INSTALLED_BY).map(String::as_str),
+        Some("spreader")
+    );
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(east_client.clone());
+    assert!(crds.get_opt("beacons.fixtures.capstan.dev").await?.is_none(), "east is no member of the spreader");
+
     // A ConfigMap another home marked (same controller name) is never swept.
     let mut foreign: ConfigMap = configmaps(&west_client, home.name()).get("hello-greeting").await?;
     foreign.metadata = kube::api::ObjectMeta {
@@ -527,5 +553,8 @@ async fn a_fleet_controller_spreads_to_its_members_survives_one_down_and_cleans_
     assert!(configmaps(&west_client, home.name()).get_opt("foreign").await?.is_some(), "another home's child stays");
 
     fleet.shutdown().await;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(home.client());
+    let _ = crds.delete("beacons.fixtures.capstan.dev", &Default::default()).await;
     home.cleanup().await
 }

@@ -238,12 +238,18 @@ pub(crate) fn component_rules(
 /// its children there, and sweeps orphans), and the read verbs of each of
 /// its other rules (what `kube.get-in` and `kube.list-in` may read there).
 /// Cluster-wide: the host's children there follow their owners'
-/// namespaces. `None` for a component that is not a fleet controller.
+/// namespaces. With `install_crds`, the rights to install there the CRDs
+/// of its owned kinds it declares (create, and get and patch of those by
+/// name). `None` for a component that is not a fleet controller.
 ///
 /// # Errors
 ///
 /// [`Error::UnknownKind`] for a kind whose plural is not known.
-pub(crate) fn member_rules(manifest: &Manifest, resources: &Resources) -> Result<Option<Rules>, Error> {
+pub(crate) fn member_rules(
+    manifest: &Manifest,
+    resources: &Resources,
+    install_crds: bool,
+) -> Result<Option<Rules>, Error> {
     if manifest.fleet.is_none() {
         return Ok(None);
     }
@@ -256,6 +262,16 @@ pub(crate) fn member_rules(manifest: &Manifest, resources: &Resources) -> Result
         let plural = resources.plural(&rule.group, &rule.kind)?;
         let reads = rule.verbs.iter().copied().filter(|v| Verb::READ.contains(v)).collect();
         rules.add_with_status(&rule.group, &plural, &rule.resource_names, &reads, false);
+    }
+    let owned_crds: Vec<String> = manifest
+        .owns
+        .iter()
+        .filter_map(|o| manifest.crd_for(&o.kind))
+        .filter_map(|c| crate::object::meta_str(c, "name").map(str::to_owned))
+        .collect();
+    if install_crds && !owned_crds.is_empty() {
+        rules.add("apiextensions.k8s.io", "customresourcedefinitions", [Verb::Create]);
+        rules.add_named("apiextensions.k8s.io", "customresourcedefinitions", &owned_crds, [Verb::Get, Verb::Patch]);
     }
     Ok(Some(rules))
 }
@@ -383,7 +399,11 @@ mod tests {
 
     #[test]
     fn a_fleet_controller_may_do_everything_with_its_children_in_a_member_and_read_what_it_may_read() {
-        assert_eq!(member_rules(&greeter(), &resources(&greeter())).expect("rules"), None, "a uniform controller");
+        assert_eq!(
+            member_rules(&greeter(), &resources(&greeter()), false).expect("rules"),
+            None,
+            "a uniform controller"
+        );
         let fleet = Manifest {
             fleet: Some(crate::manifest::Fleet { home: "default".into(), members: vec![] }),
             permissions: vec![Permission {
@@ -396,7 +416,7 @@ mod tests {
             }],
             ..greeter()
         };
-        let rules = member_rules(&fleet, &resources(&fleet)).expect("rules").expect("a fleet").policy_rules();
+        let rules = member_rules(&fleet, &resources(&fleet), true).expect("rules").expect("a fleet").policy_rules();
         assert_eq!(verbs(&rules, "", "configmaps"), Verb::ALL.map(|v| v.as_str().to_owned()));
         assert_eq!(verbs(&rules, "apps", "deployments"), Verb::ALL.map(|v| v.as_str().to_owned()));
         assert_eq!(verbs(&rules, "", "secrets"), ["get", "list", "watch"], "the watched kind, read only");
@@ -415,6 +435,32 @@ mod tests {
                 .iter()
                 .any(|r| r.verbs.iter().any(|v| v == "create")
                     && r.resources.as_deref() == Some(&["secrets".to_owned()]))
+        );
+    }
+
+    #[test]
+    fn a_fleet_controller_may_install_in_a_member_the_crds_of_the_kinds_it_owns_only() {
+        // A fleet of Greetings whose children are Greetings too: their CRD
+        // is needed in the members.
+        let mut fleet =
+            Manifest { fleet: Some(crate::manifest::Fleet { home: "default".into(), members: vec![] }), ..greeter() };
+        let crd_rules = |m: &Manifest, install| {
+            let rules = member_rules(m, &resources(m), install).expect("rules").expect("a fleet").policy_rules();
+            rules
+                .into_iter()
+                .filter(|r| r.resources.as_deref() == Some(&["customresourcedefinitions".to_owned()]))
+                .map(|r| (r.resource_names.unwrap_or_default(), r.verbs))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(crd_rules(&fleet, true), [], "its CRD is its primary's: the home's only");
+        fleet.owns.push(Owned::kind(fleet.primary.clone()));
+        assert_eq!(crd_rules(&fleet, false), [], "without --install-crds");
+        let name = "greetings.examples.capstan.dev".to_owned();
+        let mut got = crd_rules(&fleet, true);
+        got.sort();
+        assert_eq!(
+            got,
+            [(vec![], vec!["create".to_owned()]), (vec![name], vec!["get".to_owned(), "patch".to_owned()])]
         );
     }
 

@@ -1004,6 +1004,8 @@ impl Shared {
         let trial = self.goes_on_trial(path, &loaded.manifest);
         if !declared_before && here {
             self.prepare_cluster(path, &loaded.manifest, running.as_deref(), !trial).await?;
+        } else if !declared_before && self.install_crds {
+            self.prepare_member(&loaded.manifest).await?;
         }
         tracing::info!(
             controller = %name,
@@ -1049,6 +1051,24 @@ impl Shared {
         }
         if webhooks {
             self.install_webhooks(path, manifest, running).await?;
+        }
+        Ok(())
+    }
+
+    /// Installs, in a member cluster of `manifest`'s fleet, the CRDs it
+    /// declares of the kinds it owns: its children there need them, and
+    /// the host that reconciles in the home has no other way to put them
+    /// there. The same rules as in the home: a CRD someone else installed
+    /// is left alone unless adopted. Nothing for a component this cluster
+    /// is not a member of.
+    async fn prepare_member(&self, manifest: &Manifest) -> Result<(), Error> {
+        if !manifest.fleet.as_ref().is_some_and(|f| f.has_member(&self.cluster_name)) {
+            return Ok(());
+        }
+        for owned in &manifest.owns {
+            if let Some(crd) = manifest.crd_for(&owned.kind) {
+                install_crd(&self.cluster, crd, &manifest.name, &self.adopt_crds).await?;
+            }
         }
         Ok(())
     }

@@ -21,6 +21,10 @@ use crate::manifest::Manifest;
 use crate::object::ObjectRef;
 use crate::object::mark::Owner;
 
+/// How often a watch of children that a member cannot serve yet is tried
+/// again.
+const RETRY_WATCH: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Follows the members of `manifest`'s fleet as they are engaged, until
 /// the controller stops (the task is aborted).
 pub(super) async fn follow(
@@ -68,17 +72,33 @@ pub(super) async fn follow(
                     Some(own) => format!("{marks},{own}"),
                     None => marks.clone(),
                 };
-                match informers.get_marked(&owned.kind, &selector).await {
-                    Ok(informer) => {
-                        let (parts, manifest, primary) =
-                            (Arc::clone(&parts), Arc::clone(&manifest), Arc::clone(&primary));
-                        let (name, home_id) = (name.clone(), home_id.clone());
-                        tasks.spawn(async move { route(parts, manifest, primary, name, home_id, informer).await });
+                let (parts, manifest, primary) = (Arc::clone(&parts), Arc::clone(&manifest), Arc::clone(&primary));
+                let (name, home_id, informers, kind) =
+                    (name.clone(), home_id.clone(), Arc::clone(informers), owned.kind.clone());
+                tasks.spawn(async move {
+                    // A kind the member does not serve yet (its CRD not
+                    // installed there) is tried again until it is.
+                    let mut warned = false;
+                    let informer = loop {
+                        match informers.get_marked(&kind, &selector).await {
+                            Ok(informer) => break informer,
+                            Err(e) => {
+                                if !std::mem::replace(&mut warned, true) {
+                                    tracing::warn!(cluster = %name, kind = %kind, error = %e, "cannot watch children in a member cluster: tried again every {}s", RETRY_WATCH.as_secs());
+                                }
+                                tokio::time::sleep(RETRY_WATCH).await;
+                            }
+                        }
+                    };
+                    if warned {
+                        tracing::info!(cluster = %name, kind = %kind, "children in a member cluster watched");
+                        // What changed there meanwhile.
+                        for r in parts.primary_objects() {
+                            parts.queue.add(r);
+                        }
                     }
-                    Err(e) => {
-                        tracing::warn!(cluster = %name, kind = %owned.kind, error = %e, "cannot watch children in a member cluster");
-                    }
-                }
+                    route(parts, manifest, primary, name, home_id, informer).await;
+                });
             }
             tracing::info!(cluster = %name, "member cluster engaged: its children watched");
             followed.insert(name.clone(), (Arc::clone(informers), tasks));

@@ -48,6 +48,10 @@ pub enum Command {
         /// Prefix of the roles' names (the host's name in `gen rbac`).
         #[arg(long, default_value = "capstan")]
         name: String,
+        /// Also let the host install in the member the CRDs of the kinds a
+        /// fleet controller owns (for `capstan run --install-crds`).
+        #[arg(long)]
+        install_crds: bool,
     },
     /// Everything to install the host: Namespace, CRDs, RBAC, the
     /// components ConfigMap and the Deployment. Apply it with `kubectl
@@ -426,10 +430,10 @@ pub async fn run(command: Command) -> anyhow::Result<i32> {
             let header = generate::header("capstan gen rbac", &components);
             out!("{}", generate::to_yaml(&generate::rbac(&components, &rbac.options())?, &header)?);
         }
-        Command::MemberRbac { components, subject, name } => {
+        Command::MemberRbac { components, subject, name, install_crds } => {
             let components = load(&components, &super::RegistryArgs::default()).await?;
             let header = generate::header("capstan gen member-rbac", &components);
-            let options = Options::default().name(&name);
+            let options = Options::default().name(&name).install_crds(install_crds);
             out!("{}", generate::to_yaml(&generate::member_rbac(&components, &options, &subject)?, &header)?);
         }
         Command::Manifest { components, install, output } => {

@@ -147,7 +147,9 @@ pub(crate) fn member_objects(
     options: &Options,
     subject: &Subject,
 ) -> Result<Vec<Value>, Error> {
-    let Some(rules) = member_rules(&component.manifest, resources)? else { return Ok(Vec::new()) };
+    let Some(rules) = member_rules(&component.manifest, resources, options.install_crds)? else {
+        return Ok(Vec::new());
+    };
     let name = format!("{}-member", options.component_object_name(&component.manifest.name)?);
     let labels = options.labels(Some(&component.manifest.name));
     let role = ClusterRole {
