@@ -3,7 +3,8 @@
 //! children in its member only, is told the members engaged, reads there
 //! and nowhere else, is re-triggered by a change of a child there, and a
 //! child whose owner is gone is swept, while one another home marked is
-//! left alone.
+//! left alone; a watched object in the member triggers what its mapping
+//! names in the home.
 //!
 //! Needs `spreader.wasm` from `tests/build-guests.sh`.
 
@@ -142,4 +143,33 @@ async fn a_child_whose_owner_is_gone_is_swept_and_another_homes_is_left_alone() 
         .filter_map(|c| c["metadata"]["name"].as_str())
         .collect();
     assert_eq!(owned, ["kept-forged-marks", "kept-spread"], "the live owner's children stay");
+}
+
+fn secret(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "team", "labels": labels}})
+}
+
+#[tokio::test]
+async fn a_watched_object_in_a_member_triggers_what_its_mapping_names_in_the_home() {
+    let mut host = host().await;
+    host.seed(configmap("w", json!({"behaviour": "secrets-in"}))).expect("seed");
+    host.run_until_idle().await.expect("settles");
+    let seen =
+        |host: &MockHost| host.cluster().get_sync(&cm("w-secrets-in")).expect("the child")["data"]["seen"].clone();
+    assert_eq!(seen(&host), "");
+
+    // Watched there (the label selector matches): `w` sees it at once.
+    let labels = json!({"capstan.dev/watched": "yes", "capstan.dev/configmap": "w"});
+    host.cluster_named("west").expect("west").seed(secret("s1", labels.clone())).expect("seed");
+    let run = host.run_until_idle().await.expect("settles");
+    assert!(run.steps.iter().any(|s| s.report.object.name == "w" && s.cluster == "default"), "{:?}", run.steps);
+    assert_eq!(seen(&host), "west/s1");
+
+    // Not selected by the watch, or in a cluster the fleet does not name:
+    // nothing is triggered.
+    let unwatched = json!({"capstan.dev/configmap": "w"});
+    host.cluster_named("west").expect("west").seed(secret("s2", unwatched)).expect("seed");
+    host.cluster_named("east").expect("east").seed(secret("s3", labels)).expect("seed");
+    let run = host.run_until_idle().await.expect("settles");
+    assert!(run.steps.is_empty(), "{:?}", run.steps);
 }

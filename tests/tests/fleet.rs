@@ -510,6 +510,22 @@ async fn a_fleet_controller_spreads_to_its_members_survives_one_down_and_cleans_
         Api::all(east_client.clone());
     assert!(crds.get_opt("beacons.fixtures.capstan.dev").await?.is_none(), "east is no member of the spreader");
 
+    // A watched kind is watched in the member too: a Secret there that the
+    // watch selects triggers the ConfigMap its label names in the home.
+    cms.create(&PostParams::default(), &probe("watcher", "secrets-in", "")?).await?;
+    let seen = || async {
+        let child = cms.get_opt("watcher-secrets-in").await.ok().flatten()?;
+        child.data.unwrap_or_default().get("seen").cloned()
+    };
+    assert_eq!(wait_for(TIMEOUT, seen).await?, "");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({"metadata": {
+        "name": "s1", "labels": {"capstan.dev/watched": "yes", "capstan.dev/configmap": "watcher"},
+    }}))?;
+    Api::namespaced(west_client.clone(), home.name()).create(&PostParams::default(), &secret).await?;
+    wait_for(TIMEOUT, || async { seen().await.filter(|s| s == "west/s1") })
+        .await
+        .context("the Secret in west triggers its ConfigMap in the home")?;
+
     // A ConfigMap another home marked (same controller name) is never swept.
     let mut foreign: ConfigMap = configmaps(&west_client, home.name()).get("hello-greeting").await?;
     foreign.metadata = kube::api::ObjectMeta {

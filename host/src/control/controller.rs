@@ -426,7 +426,7 @@ async fn run(parts: Arc<Parts>, leading: Option<watch::Receiver<bool>>) {
     if let (Some(_), Some(clusters)) = (&manifest.fleet, &settings.clusters) {
         let (parts, manifest, clusters) = (Arc::clone(&parts), Arc::clone(&manifest), Arc::clone(clusters));
         let primary = Arc::clone(&primary_informer);
-        routers.spawn(async move { members::follow(parts, manifest, clusters, primary).await });
+        routers.spawn(async move { members::follow(parts, manifest, clusters, primary, namespaced).await });
     }
     let worker =
         Arc::new(Worker { parts: Arc::clone(&parts), failures: Mutex::default(), span: tracing::Span::current() });

@@ -32,16 +32,7 @@ pub fn targets(
     meta: &ObjectMeta,
     primaries: &dyn Fn(Option<&str>) -> Vec<ObjectRef>,
 ) -> Vec<ObjectRef> {
-    let primary = |namespace: Option<&str>, name: &str| -> Option<ObjectRef> {
-        if !is_object_name(name) {
-            return None;
-        }
-        match (namespaced, namespace) {
-            (true, Some(ns)) if !ns.is_empty() => Some(ObjectRef::new(manifest.primary.clone(), Some(ns), name)),
-            (true, _) => None,
-            (false, _) => Some(ObjectRef::new(manifest.primary.clone(), None, name)),
-        }
-    };
+    let primary = |namespace: Option<&str>, name: &str| primary_in(manifest, namespaced, namespace, name);
     let own_ns = meta.namespace.as_deref();
     let labels = meta.labels.as_ref().and_then(|l| serde_json::to_value(l).ok());
     let mut out = Vec::new();
@@ -58,6 +49,27 @@ pub fn targets(
             }
         }
     }
+    out.extend(watch_targets(manifest, namespaced, kind, meta, primaries));
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The primary objects a change to `meta` (an object of `kind`) triggers
+/// through the manifest's watches alone: what a fleet controller's watch
+/// in a member cluster triggers in its home (see [`targets`]; ownership
+/// does not cross clusters).
+pub fn watch_targets(
+    manifest: &Manifest,
+    namespaced: bool,
+    kind: &Gvk,
+    meta: &ObjectMeta,
+    primaries: &dyn Fn(Option<&str>) -> Vec<ObjectRef>,
+) -> Vec<ObjectRef> {
+    let primary = |namespace: Option<&str>, name: &str| primary_in(manifest, namespaced, namespace, name);
+    let own_ns = meta.namespace.as_deref();
+    let labels = meta.labels.as_ref().and_then(|l| serde_json::to_value(l).ok());
+    let mut out = Vec::new();
     for watch in manifest.watches.iter().filter(|w| w.kind.same_group_kind(kind) && w.selects(labels.as_ref())) {
         match &watch.mapping {
             Mapping::None => {}
@@ -86,6 +98,20 @@ pub fn targets(
     out.sort();
     out.dedup();
     out
+}
+
+/// The primary object `name` in `namespace` (the namespace ignored for a
+/// cluster-scoped primary), if `name` is an object's name and a namespaced
+/// primary has a namespace.
+fn primary_in(manifest: &Manifest, namespaced: bool, namespace: Option<&str>, name: &str) -> Option<ObjectRef> {
+    if !is_object_name(name) {
+        return None;
+    }
+    match (namespaced, namespace) {
+        (true, Some(ns)) if !ns.is_empty() => Some(ObjectRef::new(manifest.primary.clone(), Some(ns), name)),
+        (true, _) => None,
+        (false, _) => Some(ObjectRef::new(manifest.primary.clone(), None, name)),
+    }
 }
 
 /// The value a [`FieldRef`] reads on an object, if it has one.

@@ -669,9 +669,26 @@ impl MockHost {
         let manifest = Arc::clone(&self.controllers[controller].manifest);
         let home = &self.clusters[self.controllers[controller].cluster];
         let member_name = self.clusters[member].name.to_string();
-        if !manifest.fleet.as_ref().is_some_and(|f| f.has_member(&member_name))
-            || manifest.owned(&change.object_ref.gvk).is_none()
-        {
+        if !manifest.fleet.as_ref().is_some_and(|f| f.has_member(&member_name)) {
+            return;
+        }
+        // A watched kind: what its mapping names in the home.
+        let gvk = &change.object_ref.gvk;
+        let namespaced = home.cluster.kind_info(&manifest.primary).is_none_or(|k| k.namespaced);
+        let primaries = |namespace: Option<&str>| -> Vec<ObjectRef> {
+            home.cluster
+                .objects(&manifest.primary)
+                .iter()
+                .filter(|o| namespace.is_none() || object::meta_str(o, "namespace") == namespace)
+                .filter_map(|o| ObjectRef::of(o).map(|r| ObjectRef { gvk: manifest.primary.clone(), ..r }))
+                .collect()
+        };
+        let watched = mapping::watch_targets(&manifest, namespaced, gvk, &mapping::meta_of(&change.object), &primaries);
+        for r in watched {
+            self.enqueue(controller, r);
+        }
+        let home = &self.clusters[self.controllers[controller].cluster];
+        if manifest.owned(gvk).is_none() {
             return;
         }
         let Some(owner) = Owner::of_value(&change.object) else { return };

@@ -1,7 +1,9 @@
-//! A fleet controller's watches of its children in its member clusters:
-//! one watch per owned kind and member, of exactly the objects its marks
-//! select ([`Owner::selector`]). A change of a child queues its owner; a
-//! child whose owner is gone is swept
+//! A fleet controller's watches in its member clusters: one watch per
+//! owned kind and member, of exactly the objects its marks select
+//! ([`Owner::selector`]), and one per watched kind and member. A change of
+//! a child queues its owner; a change of a watched object queues what the
+//! watch's mapping names in the home; a child whose owner is gone is
+//! swept
 //! ([`Reconciler::sweep`](crate::control::reconciler::Reconciler::sweep)).
 //! A member engaged starts its watches (whose first list brings every
 //! child, so a member that was away catches up), and queues every primary
@@ -16,10 +18,11 @@ use tokio::task::JoinSet;
 
 use super::{Informer, Parts, State};
 use crate::control::clusters::{Clusters, Engaged};
-use crate::control::informer::Change;
+use crate::control::informer::{Change, Informers};
+use crate::control::mapping;
 use crate::manifest::Manifest;
-use crate::object::ObjectRef;
 use crate::object::mark::Owner;
+use crate::object::{Gvk, ObjectRef};
 
 /// How often a watch of children that a member cannot serve yet is tried
 /// again.
@@ -32,6 +35,7 @@ pub(super) async fn follow(
     manifest: Arc<Manifest>,
     clusters: Arc<Clusters>,
     primary: Arc<Informer>,
+    namespaced: bool,
 ) {
     let Some(fleet) = manifest.fleet.clone() else { return };
     let home_id = loop {
@@ -47,7 +51,7 @@ pub(super) async fn follow(
     let mut changes = clusters.subscribe();
     // The members followed, each with the informers it was followed on
     // (a member engaged again has new ones) and its watch tasks.
-    let mut followed: BTreeMap<String, (Arc<crate::control::informer::Informers>, JoinSet<()>)> = BTreeMap::new();
+    let mut followed: BTreeMap<String, (Arc<Informers>, JoinSet<()>)> = BTreeMap::new();
     loop {
         let engaged: BTreeMap<String, Engaged> =
             clusters.all().into_iter().filter(|(name, _)| fleet.has_member(name)).collect();
@@ -76,28 +80,17 @@ pub(super) async fn follow(
                 let (name, home_id, informers, kind) =
                     (name.clone(), home_id.clone(), Arc::clone(informers), owned.kind.clone());
                 tasks.spawn(async move {
-                    // A kind the member does not serve yet (its CRD not
-                    // installed there) is tried again until it is.
-                    let mut warned = false;
-                    let informer = loop {
-                        match informers.get_marked(&kind, &selector).await {
-                            Ok(informer) => break informer,
-                            Err(e) => {
-                                if !std::mem::replace(&mut warned, true) {
-                                    tracing::warn!(cluster = %name, kind = %kind, error = %e, "cannot watch children in a member cluster: tried again every {}s", RETRY_WATCH.as_secs());
-                                }
-                                tokio::time::sleep(RETRY_WATCH).await;
-                            }
-                        }
-                    };
-                    if warned {
-                        tracing::info!(cluster = %name, kind = %kind, "children in a member cluster watched");
-                        // What changed there meanwhile.
-                        for r in parts.primary_objects() {
-                            parts.queue.add(r);
-                        }
-                    }
+                    let informer = watch(&parts, &informers, &name, &kind, Some(&selector), true).await;
                     route(parts, manifest, primary, name, home_id, informer).await;
+                });
+            }
+            for watched in &manifest.watches {
+                let (parts, manifest, primary) = (Arc::clone(&parts), Arc::clone(&manifest), Arc::clone(&primary));
+                let (name, informers, watched) = (name.clone(), Arc::clone(informers), watched.clone());
+                tasks.spawn(async move {
+                    let informer =
+                        watch(&parts, &informers, &name, &watched.kind, watched.label_selector.as_deref(), false).await;
+                    route_watched(parts, manifest, namespaced, primary, name, informer).await;
                 });
             }
             tracing::info!(cluster = %name, "member cluster engaged: its children watched");
@@ -113,6 +106,90 @@ pub(super) async fn follow(
         }
         if changes.changed().await.is_err() {
             return;
+        }
+    }
+}
+
+/// The informer of `kind` (of the objects `selector` selects, or of all
+/// with `None`) in the member `member`, whose watch is started
+/// ([`Informers::get_marked`] for the `marked` selector of children). A kind
+/// the member does not serve yet (its CRD not installed there) is tried
+/// again until it is, and every primary object queued then: what changed
+/// there meanwhile.
+async fn watch(
+    parts: &Parts,
+    informers: &Informers,
+    member: &str,
+    kind: &Gvk,
+    selector: Option<&str>,
+    marked: bool,
+) -> Arc<Informer> {
+    let mut warned = false;
+    loop {
+        let got = match (marked, selector) {
+            (true, Some(selector)) => informers.get_marked(kind, selector).await,
+            _ => informers.get_selected(kind, selector).await,
+        };
+        match got {
+            Ok(informer) => {
+                if warned {
+                    tracing::info!(cluster = %member, kind = %kind, "watched in a member cluster");
+                    for r in parts.primary_objects() {
+                        parts.queue.add(r);
+                    }
+                }
+                return informer;
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut warned, true) {
+                    tracing::warn!(cluster = %member, kind = %kind, error = %e, "cannot watch a kind in a member cluster: tried again every {}s", RETRY_WATCH.as_secs());
+                }
+                tokio::time::sleep(RETRY_WATCH).await;
+            }
+        }
+    }
+}
+
+/// Turns the changes of one watched kind in the member `member` into
+/// queue entries of the primary objects in the home that the watch's
+/// mapping names ([`mapping::watch_targets`]): the member's namespace is
+/// the home's, its names the home's names.
+async fn route_watched(
+    parts: Arc<Parts>,
+    manifest: Arc<Manifest>,
+    namespaced: bool,
+    primary: Arc<Informer>,
+    member: String,
+    informer: Arc<Informer>,
+) {
+    let mut receiver = informer.subscribe();
+    let kind = informer.gvk().clone();
+    loop {
+        let changes: Vec<Change> = match receiver.recv().await {
+            Ok(change) => vec![change],
+            Err(RecvError::Lagged(_)) => informer.store().state().iter().map(|o| Change::of(o, false)).collect(),
+            Err(RecvError::Closed) => return,
+        };
+        let primaries = |namespace: Option<&str>| -> Vec<ObjectRef> {
+            primary
+                .store()
+                .state()
+                .iter()
+                .filter(|p| namespace.is_none() || p.metadata.namespace.as_deref() == namespace)
+                .filter_map(|p| {
+                    Some(ObjectRef::new(
+                        manifest.primary.clone(),
+                        p.metadata.namespace.as_deref(),
+                        p.metadata.name.clone()?,
+                    ))
+                })
+                .collect()
+        };
+        for Change { meta, .. } in changes {
+            for r in mapping::watch_targets(&manifest, namespaced, &kind, &meta, &primaries) {
+                tracing::trace!(cluster = %member, from = %kind, object = %r, "a watched object in a member changed: queued");
+                parts.queue.add(r);
+            }
         }
     }
 }
