@@ -4,13 +4,15 @@
 //! restart of the host; (JavaScript) an edit that changes nothing the
 //! component is made of swaps nothing in; an edit that breaks the build is
 //! shown and the last good version serves on; Ctrl-C stops it cleanly.
+//! (JavaScript) `--member` serves a second API server from the same host:
+//! the edited version reconciles there too.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use capstan_tests::{ControlPlane, TestNamespace, capstan_binary, toolchain_path, wait_for};
+use capstan_tests::{ControlPlane, PrivateControlPlane, TestNamespace, capstan_binary, toolchain_path, wait_for};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DynamicObject, PostParams};
 use kube::discovery::ApiResource;
@@ -18,11 +20,28 @@ use tokio::io::AsyncBufReadExt as _;
 
 /// The message the project's ConfigMap holds for `name`, if it exists.
 async fn message(ns: &TestNamespace, name: &str) -> Option<String> {
-    let cm = ns.api::<ConfigMap>().get_opt(&format!("{name}-message")).await.ok()??;
+    message_in(&ns.client(), ns.name(), name).await
+}
+
+/// [`message`] in namespace `ns` of the cluster of `client`.
+async fn message_in(client: &kube::Client, ns: &str, name: &str) -> Option<String> {
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), ns);
+    let cm = api.get_opt(&format!("{name}-message")).await.ok()??;
     cm.data?.get("message").cloned()
 }
 
-async fn create(ns: &TestNamespace, (kind, plural): (&str, &str), name: &str, message: &str) -> Result<()> {
+async fn create(ns: &TestNamespace, kind: (&str, &str), name: &str, message: &str) -> Result<()> {
+    create_in(&ns.client(), ns.name(), kind, name, message).await
+}
+
+/// [`create`] in namespace `ns` of the cluster of `client`.
+async fn create_in(
+    client: &kube::Client,
+    ns: &str,
+    (kind, plural): (&str, &str),
+    name: &str,
+    message: &str,
+) -> Result<()> {
     let resource = ApiResource {
         group: "example.com".into(),
         version: "v1alpha1".into(),
@@ -30,7 +49,7 @@ async fn create(ns: &TestNamespace, (kind, plural): (&str, &str), name: &str, me
         kind: kind.into(),
         plural: plural.into(),
     };
-    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(ns.client(), ns.name(), &resource);
+    let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(client.clone(), ns, &resource);
     let object: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "example.com/v1alpha1",
         "kind": kind,
@@ -95,11 +114,13 @@ struct Dev {
 
 impl Dev {
     /// Starts `capstan dev` in `project` on the shared control plane,
-    /// watching `ns`, with `env` set; its lines are echoed as `label`.
+    /// watching `ns`, with `env` set and more `args`; its lines are echoed
+    /// as `label`.
     async fn start(
         project: &Path,
         ns: &TestNamespace,
         env: &[(&str, &std::ffi::OsStr)],
+        args: &[std::ffi::OsString],
         label: &'static str,
     ) -> Result<Self> {
         let plane = ControlPlane::shared().await?;
@@ -108,6 +129,7 @@ impl Dev {
             .args(["dev", "--kubeconfig"])
             .arg(plane.kubeconfig_path())
             .args(["-n", ns.name()])
+            .args(args)
             .current_dir(project)
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
@@ -172,7 +194,7 @@ async fn capstan_dev_builds_serves_swaps_on_edit_and_keeps_the_last_good_version
     // The workspace's target folder, where the dependencies are built for
     // wasm32-wasip2 already.
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().context("CARGO_TARGET_TMPDIR is <target>/tmp")?;
-    let dev = Dev::start(&project, &ns, &[("CARGO_TARGET_DIR", target.as_os_str())], "capstan dev").await?;
+    let dev = Dev::start(&project, &ns, &[("CARGO_TARGET_DIR", target.as_os_str())], &[], "capstan dev").await?;
     dev.said_after("dev: serving dev_loop", 0, Duration::from_secs(600)).await.context("the first build and start")?;
     // An edit: the new version reconciles every object once.
     let lib = project.join("src/lib.rs");
@@ -202,14 +224,32 @@ async fn capstan_dev_serves_a_javascript_project_and_swaps_only_what_changed() -
     ensure!(out.status.success(), "capstan new: {}", String::from_utf8_lossy(&out.stderr));
     let project = home.join("dev-loop-js");
 
+    // A second API server, served as member `b` by the same host.
+    let member = PrivateControlPlane::start(false).await?;
+    let member_client = member.plane().client()?;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(member_client.clone());
+    let namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns.name()}}))?;
+    namespaces.create(&PostParams::default(), &namespace).await?;
+    let mut also = std::ffi::OsString::from("b=");
+    also.push(member.plane().kubeconfig_path());
+
     let path = toolchain_path()?;
-    let dev = Dev::start(&project, &ns, &[("PATH", std::ffi::OsStr::new(&path))], "capstan dev (js)").await?;
+    let env = [("PATH", std::ffi::OsStr::new(&path))];
+    let dev = Dev::start(&project, &ns, &env, &["--member".into(), also], "capstan dev (js)").await?;
     dev.said_after("dev: serving ", 0, Duration::from_secs(300)).await.context("the first build and start")?;
+    ensure!(dev.count("dev: serving member b") == 1, "the member is served");
     // An edit of the reconcile: the new version reconciles every object once.
     let app = project.join("app.js");
     let edit = ("data: { message },", "data: { message: message.toUpperCase() },");
     let edited =
         reconciled_then_edited(&ns, ("DevLoopJs", "devloopjses"), &app, edit, Duration::from_secs(120)).await?;
+    // The member runs the edited version too, from the same host.
+    create_in(&member_client, ns.name(), ("DevLoopJs", "devloopjses"), "in-member", "hello").await?;
+    wait_for(Duration::from_secs(60), || async {
+        (message_in(&member_client, ns.name(), "in-member").await? == "HELLO").then_some(())
+    })
+    .await
+    .context("the member is served the edited version")?;
 
     // A comment the bundler drops: built again, the same component, nothing swapped.
     let swaps = dev.count("swapping the new version in");

@@ -213,6 +213,109 @@ async fn capstan_run_serves_every_cluster_it_is_given() -> Result<()> {
     home.cleanup().await
 }
 
+/// The webhook configurations `greeter-webhooks` installs.
+const WEBHOOK_CONFIGURATION: &str = "capstan-greeter-webhooks";
+
+/// A `webhooks.examples.capstan.dev` Greeting in `ns` of the cluster of `client`.
+fn webhook_greetings(client: &kube::Client, ns: &str) -> Api<kube::api::DynamicObject> {
+    use kube::api::{ApiResource, GroupVersionKind};
+    let gvk = GroupVersionKind::gvk("webhooks.examples.capstan.dev", "v1alpha1", "Greeting");
+    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, "greetings"))
+}
+
+/// The message of the API server's refusal to create Greeting `name` with
+/// `message`, once the webhooks are called (the configuration's informer
+/// lags its creation): `None` while writes still go through unreviewed.
+async fn webhook_refusal(api: &Api<kube::api::DynamicObject>, name: &str, message: &str) -> Option<String> {
+    let greeting = serde_json::from_value(json!({
+        "apiVersion": "webhooks.examples.capstan.dev/v1alpha1",
+        "kind": "Greeting",
+        "metadata": {"name": name},
+        "spec": {"message": message},
+    }))
+    .ok()?;
+    let dry = PostParams { dry_run: true, ..PostParams::default() };
+    match api.create(&dry, &greeting).await {
+        Err(kube::Error::Api(status)) if status.message.contains("admission webhook") => Some(status.message),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn webhooks_are_served_to_every_cluster_each_under_its_own_path() -> Result<()> {
+    use capstan_host::serve::webhook::{self, Endpoint, Install, Registry, tls::Certs};
+    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+    let home = TestNamespace::new("fleet-webhooks").await?;
+    let member = PrivateControlPlane::start(false).await?;
+    let member_client = member.plane().client()?;
+    namespace(&member_client, home.name()).await?;
+    let port = free_port()?;
+    let certs = std::sync::Arc::new(Certs::self_managed(&["127.0.0.1".to_owned()])?);
+    let install = Install::new(Endpoint::Url(format!("https://127.0.0.1:{port}")), certs.ca_bundle());
+    let registry = std::sync::Arc::new(Registry::new().installing(Some(install)));
+    let server = webhook::serve(([127, 0, 0, 1], port).into(), certs, std::sync::Arc::clone(&registry)).await?;
+    let component = find_component("greeter-webhooks").map_err(anyhow::Error::msg)?;
+    let runtime = HostBuilder::new_runtime(Default::default(), 0, false)?;
+    let (ns, webhooks) = (home.name().to_owned(), std::sync::Arc::clone(&registry));
+    let fleet = Fleet::new(move |client| {
+        HostBuilder::new(client)
+            .runtime(Some(runtime.clone()))
+            .namespace(Some(ns.clone()))
+            .install_crds(true)
+            .webhooks(Some(std::sync::Arc::clone(&webhooks)))
+            .component(&component)
+    });
+    let home_client = home.client();
+    fleet.engage("default", async move { Ok(home_client) }).await?.context("the home cluster starts")?;
+    let client = member_client.clone();
+    fleet.engage("b", async move { Ok(client) }).await?.context("the member starts")?;
+
+    // Each cluster's API server calls the host under a path of its own.
+    for (cluster, client, path) in [
+        ("default", home.client(), "/admission/greeter-webhooks/"),
+        ("b", member_client.clone(), "/clusters/b/admission/greeter-webhooks/"),
+    ] {
+        let installed = Api::<ValidatingWebhookConfiguration>::all(client.clone()).get(WEBHOOK_CONFIGURATION).await?;
+        let url = installed.webhooks.unwrap_or_default().first().and_then(|w| w.client_config.url.clone());
+        let expected = format!("https://127.0.0.1:{port}{path}");
+        assert!(url.as_deref().is_some_and(|u| u.starts_with(&expected)), "{cluster}: {url:?}, not {expected}…");
+        let api = webhook_greetings(&client, home.name());
+        let refused = wait_for(TIMEOUT, || webhook_refusal(&api, "empty", ""))
+            .await
+            .with_context(|| format!("cluster {cluster}'s API server calls the validating webhook"))?;
+        assert!(refused.contains("spec.message must not be empty"), "{cluster}: {refused}");
+        assert!(registry.get_in(cluster, "greeter-webhooks").is_ok(), "{cluster}: served");
+    }
+    // Each cluster's calls are the component's calls in that cluster.
+    let scrape = capstan_host::metrics::metrics().encode();
+    for cluster in ["default", "b"] {
+        let series = format!(r#"capstan_webhook_requests_total{{cluster="{cluster}",controller="greeter-webhooks","#);
+        assert!(scrape.lines().any(|l| l.starts_with(&series)), "{series} missing in\n{scrape}");
+    }
+
+    // A disengaged cluster's webhooks are no longer served (nothing of it
+    // is held); the home's still are.
+    assert!(fleet.disengage("b").await);
+    assert!(registry.get_in("b", "greeter-webhooks").is_err(), "a disengaged cluster's webhooks are withdrawn");
+    let api = webhook_greetings(&home.client(), home.name());
+    let refused = webhook_refusal(&api, "still-empty", "").await.context("the home's webhooks still answer")?;
+    assert!(refused.contains("spec.message must not be empty"), "{refused}");
+
+    fleet.shutdown().await;
+    server.shutdown().await;
+    // A stopped host keeps its configurations for its restart: the test
+    // removes them (and the CRD it installed in the shared cluster).
+    let client = home.client();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(WEBHOOK_CONFIGURATION, &Default::default())
+        .await?;
+    Api::<MutatingWebhookConfiguration>::all(client.clone()).delete(WEBHOOK_CONFIGURATION, &Default::default()).await?;
+    Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(client)
+        .delete("greetings.webhooks.examples.capstan.dev", &Default::default())
+        .await?;
+    home.cleanup().await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kubeconfig_secrets_engage_rotate_and_disengage_clusters() -> Result<()> {
     use capstan_host::serve::fleet::secrets::{self, Source};

@@ -1084,11 +1084,11 @@ impl Shared {
         running: Option<&Manifest>,
     ) -> Result<(), Error> {
         let Some(webhooks) = &self.webhooks else { return Ok(()) };
-        let Some(install) = webhooks.install_settings() else { return Ok(()) };
+        let Some(install) = webhooks.install_for(&self.cluster_name) else { return Ok(()) };
         crate::serve::webhook::install::install(
             &self.cluster,
             manifest,
-            install,
+            &install,
             &self.namespaces,
             webhooks.takes_over(),
             &self.adopt_crds,
@@ -1097,7 +1097,7 @@ impl Shared {
         .map_err(|error| Error::Webhook { path: path.to_owned(), error })?;
         if let Some(running) = running
             && let Err(e) =
-                crate::serve::webhook::install::withdraw_dropped(&self.cluster, running, manifest, install).await
+                crate::serve::webhook::install::withdraw_dropped(&self.cluster, running, manifest, &install).await
         {
             tracing::warn!(component = %manifest.name, error = %e, "cannot remove a webhook configuration the new version no longer needs");
         }
@@ -1163,11 +1163,11 @@ impl Shared {
             // for a component removed (see `unload`).
             let previous = lock(&self.slots).iter().find(|s| s.path == path).and_then(|s| s.version.clone());
             if let Some(previous) = previous.filter(|v| v.name != name) {
-                let served = webhooks.get(&previous.name).ok().map(|s| Arc::clone(&s.component));
-                webhooks.withdraw(&previous.name);
-                if let (Some(install), Some(component)) = (webhooks.install_settings(), served)
+                let served = webhooks.get_in(&self.cluster_name, &previous.name).ok().map(|s| Arc::clone(&s.component));
+                webhooks.withdraw(&self.cluster_name, &previous.name);
+                if let (Some(install), Some(component)) = (webhooks.install_for(&self.cluster_name), served)
                     && let Err(e) =
-                        crate::serve::webhook::install::uninstall(&self.cluster, &component.manifest, install).await
+                        crate::serve::webhook::install::uninstall(&self.cluster, &component.manifest, &install).await
                 {
                     tracing::warn!(component = %previous.name, error = %e, "cannot remove the webhook configurations");
                 }
@@ -1420,14 +1420,14 @@ impl Shared {
             scheduler.stop().await;
         }
         if let (Some(webhooks), Some(version)) = (&self.webhooks, &slot.version) {
-            let manifest = webhooks.get(&version.name).ok().map(|s| Arc::clone(&s.component));
-            webhooks.withdraw(&version.name);
+            let manifest = webhooks.get_in(&self.cluster_name, &version.name).ok().map(|s| Arc::clone(&s.component));
+            webhooks.withdraw(&self.cluster_name, &version.name);
             // Removed for good: the API server must not keep calling for
             // it (a hot swap does not come here, and a stopping host
             // keeps its configurations for its restart).
-            if let (Some(install), Some(component)) = (webhooks.install_settings(), manifest)
+            if let (Some(install), Some(component)) = (webhooks.install_for(&self.cluster_name), manifest)
                 && let Err(e) =
-                    crate::serve::webhook::install::uninstall(&self.cluster, &component.manifest, install).await
+                    crate::serve::webhook::install::uninstall(&self.cluster, &component.manifest, &install).await
             {
                 tracing::warn!(component = %version.name, error = %e, "cannot remove the webhook configurations");
             }
@@ -1484,7 +1484,7 @@ impl Shared {
     /// failure policy each is installed with.
     fn webhook_status(&self, name: Option<&str>) -> Vec<crate::serve::webhook::policy::WebhookStatus> {
         let Some(webhooks) = &self.webhooks else { return Vec::new() };
-        let Some(served) = name.and_then(|n| webhooks.get(n).ok()) else { return Vec::new() };
+        let Some(served) = name.and_then(|n| webhooks.get_in(&self.cluster_name, n).ok()) else { return Vec::new() };
         let declared = crate::serve::webhook::policy::FailurePolicies::default();
         let policies = webhooks.install_settings().map_or(&declared, |i| &i.failure_policies);
         crate::serve::webhook::policy::WebhookStatus::of(&served.component.manifest, policies)
@@ -1741,6 +1741,17 @@ impl Host {
         futures::future::join_all(self.shared.schedulers().iter().map(|s| s.stop())).await;
         for path in self.shared.paths() {
             self.shared.resign(&path).await;
+        }
+        // Its webhooks are served no more: a fleet keeps the registry (and
+        // its server) for the other clusters, and a cluster disengaged must
+        // not be answered by, nor keep alive, a host that stopped. The
+        // configurations stay for a restart, as the host's Leases' objects do.
+        if let Some(webhooks) = &self.shared.webhooks {
+            let names: Vec<String> =
+                lock(&self.shared.slots).iter().filter_map(|s| Some(s.version.as_ref()?.name.clone())).collect();
+            for name in names {
+                webhooks.withdraw(&self.shared.cluster_name, &name);
+            }
         }
     }
 

@@ -7,6 +7,15 @@
 //! |---|---|---|
 //! | `POST /admission/<component>/<webhook>` | `admission.k8s.io/v1` `AdmissionReview` | `admission.review` |
 //! | `POST /convert/<component>` | `apiextensions.k8s.io/v1` `ConversionReview` | `conversion.convert` |
+//! | `POST /clusters/<cluster>/admission/<component>/<webhook>` | as above, from cluster `<cluster>` | `admission.review` |
+//! | `POST /clusters/<cluster>/convert/<component>` | as above, from cluster `<cluster>` | `conversion.convert` |
+//!
+//! A host serving several clusters (`capstan run --cluster`) serves each
+//! cluster's webhooks under a prefix of its own (none for `default`,
+//! [`route_prefix`]): the configurations it installs in a cluster point
+//! there, and a call runs the component as it runs in that cluster (its
+//! grants there, its reads there), so one cluster's API server never
+//! reaches another's objects through a webhook.
 //!
 //! Components are found in a [`Registry`] the host keeps current: a call
 //! uses the version that serves when it starts, so a hot swap fails no
@@ -91,7 +100,8 @@ pub enum Error {
     /// The request body is not a review the host understands.
     #[error("bad review: {0}")]
     BadReview(String),
-    /// No component of that name serves here.
+    /// No component of that name serves here (for that cluster: `NAME in
+    /// cluster CLUSTER`).
     #[error("no component {0} serves webhooks here")]
     NoComponent(String),
     /// The component declares no admission webhook of that name.
@@ -331,13 +341,48 @@ pub struct Install {
     /// The operator's `failurePolicy` choices (`--webhook-failure-policy`)
     /// over what the components declare. Default: none.
     pub failure_policies: policy::FailurePolicies,
+    /// The cluster whose API server makes the calls: its routes carry
+    /// [`route_prefix`] of it. Default: `default` (no prefix).
+    pub cluster: String,
+    /// Where the API servers of clusters other than `default` call, when
+    /// not at `endpoint` (a Service reaches the host from its own cluster
+    /// only). Default: none, `endpoint` for every cluster.
+    pub members_endpoint: Option<Endpoint>,
 }
 
 impl Install {
     /// Calls at `endpoint`, trusting `ca_bundle` (PEM; empty: no
-    /// `caBundle`), with the failure policies the components declare.
+    /// `caBundle`), with the failure policies the components declare,
+    /// from the cluster named `default`.
     pub fn new(endpoint: Endpoint, ca_bundle: Vec<u8>) -> Self {
-        Self { endpoint, ca_bundle, failure_policies: policy::FailurePolicies::default() }
+        Self {
+            endpoint,
+            ca_bundle,
+            failure_policies: policy::FailurePolicies::default(),
+            cluster: crate::cluster::DEFAULT_CLUSTER.to_owned(),
+            members_endpoint: None,
+        }
+    }
+
+    /// The same settings for the configurations installed in cluster
+    /// `name`: routes under that cluster's prefix, at
+    /// [`members_endpoint`](Self::members_endpoint) if the cluster is not
+    /// `default` and one is set, else at the same endpoint (which that
+    /// cluster's API server must reach).
+    #[must_use]
+    pub fn in_cluster(&self, name: &str) -> Self {
+        let member = name != crate::cluster::DEFAULT_CLUSTER;
+        let endpoint = match &self.members_endpoint {
+            Some(endpoint) if member => endpoint.clone(),
+            _ => self.endpoint.clone(),
+        };
+        Self { cluster: name.to_owned(), endpoint, ..self.clone() }
+    }
+
+    /// The path of `route` (`/admission/…`, `/convert/…`) for calls from
+    /// this cluster.
+    pub fn path(&self, route: &str) -> String {
+        format!("{}{route}", route_prefix(&self.cluster))
     }
 
     /// Who installs: the endpoint the API server calls, as written into
@@ -413,18 +458,33 @@ impl std::str::FromStr for ServiceRef {
     }
 }
 
-/// The components that serve webhooks, by name: the host publishes each
-/// version it runs, and withdraws it when the component goes.
+/// The route prefix of the calls from cluster `cluster`: none for
+/// `default` (`/admission/…`, as a single-cluster host serves), else
+/// `/clusters/<cluster>`.
+pub fn route_prefix(cluster: &str) -> String {
+    if cluster == crate::cluster::DEFAULT_CLUSTER { String::new() } else { format!("/clusters/{cluster}") }
+}
+
+/// A component in a cluster: what the registry holds things by.
+type Key = (String, String);
+
+fn key(cluster: &str, name: &str) -> Key {
+    (cluster.to_owned(), name.to_owned())
+}
+
+/// The components that serve webhooks, by cluster and name: the host of
+/// each cluster publishes each version it runs there, and withdraws it
+/// when the component goes.
 #[derive(Debug)]
 pub struct Registry {
-    served: Mutex<HashMap<String, Served>>,
+    served: Mutex<HashMap<Key, Served>>,
     install: Option<Install>,
     take_over: bool,
     /// Calls in flight per component.
     budget: usize,
-    /// The places of each component's budget, by name: kept across
-    /// versions, so a hot swap does not double them.
-    budgets: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// The places of each component's budget, by cluster and name: kept
+    /// across versions, so a hot swap does not double them.
+    budgets: Mutex<HashMap<Key, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Default for Registry {
@@ -458,6 +518,12 @@ impl Registry {
         self.install.as_ref()
     }
 
+    /// What [`installing`](Self::installing) set, for the configurations
+    /// installed in cluster `cluster` ([`Install::in_cluster`]).
+    pub fn install_for(&self, cluster: &str) -> Option<Install> {
+        self.install.as_ref().map(|i| i.in_cluster(cluster))
+    }
+
     /// Replaces webhook configurations and conversion stanzas that another
     /// host installed and that still answers (`--take-over-webhooks`).
     /// Default: such objects are left alone and the component is rejected
@@ -484,16 +550,18 @@ impl Registry {
         self
     }
 
-    /// A place in the budget of component `name`, waiting up to
-    /// [`BUDGET_WAIT`]; given back when dropped.
+    /// A place in the budget of component `name` in cluster `cluster`,
+    /// waiting up to [`BUDGET_WAIT`]; given back when dropped. Each
+    /// cluster's API server has a budget of its own: one flooding the
+    /// webhooks takes no place another's calls need.
     ///
     /// # Errors
     ///
     /// [`Error::Busy`] when none came free.
-    pub async fn enter(&self, name: &str) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
+    pub async fn enter(&self, cluster: &str, name: &str) -> Result<tokio::sync::OwnedSemaphorePermit, Error> {
         let places = Arc::clone(
             lock(&self.budgets)
-                .entry(name.to_owned())
+                .entry(key(cluster, name))
                 .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.budget))),
         );
         match tokio::time::timeout(BUDGET_WAIT, places.acquire_owned()).await {
@@ -502,8 +570,9 @@ impl Registry {
         }
     }
 
-    /// Makes `component` the version that serves its name's webhooks:
-    /// calls that start afterwards use it.
+    /// Makes `component` the version that serves its name's webhooks in
+    /// cluster `cluster_name`: calls from there that start afterwards use
+    /// it.
     pub fn publish(
         &self,
         runtime: Runtime,
@@ -513,8 +582,9 @@ impl Registry {
         cluster_name: Arc<str>,
     ) {
         let manifest = &component.manifest;
+        let key = key(&cluster_name, &manifest.name);
         if manifest.roles.admission.is_empty() && manifest.roles.conversion.is_empty() {
-            lock(&self.served).remove(&manifest.name);
+            lock(&self.served).remove(&key);
             return;
         }
         let caller = Caller {
@@ -524,28 +594,44 @@ impl Registry {
             grants,
             cluster,
             reconciling: None,
-            // Webhooks run with `--cluster` refused: no fleet to reach.
+            // A webhook reads only the cluster whose API server called:
+            // no other cluster is within its reach.
             reach: None,
         };
-        let name = manifest.name.clone();
-        tracing::info!(component = %name, digest = %component.digest, "webhooks served");
-        lock(&self.served).insert(name, Served { component, runtime, caller });
+        tracing::info!(cluster = %key.0, component = %key.1, digest = %component.digest, "webhooks served");
+        lock(&self.served).insert(key, Served { component, runtime, caller });
     }
 
-    /// Stops serving the webhooks of component `name`.
-    pub fn withdraw(&self, name: &str) {
-        if lock(&self.served).remove(name).is_some() {
-            tracing::info!(component = %name, "webhooks withdrawn");
+    /// Stops serving the webhooks of component `name` in cluster `cluster`.
+    pub fn withdraw(&self, cluster: &str, name: &str) {
+        if lock(&self.served).remove(&key(cluster, name)).is_some() {
+            tracing::info!(cluster, component = %name, "webhooks withdrawn");
         }
     }
 
-    /// The version of component `name` that serves now.
+    /// The version of component `name` that serves the cluster named
+    /// `default` now.
     ///
     /// # Errors
     ///
     /// [`Error::NoComponent`] when none does.
     pub fn get(&self, name: &str) -> Result<Served, Error> {
-        lock(&self.served).get(name).cloned().ok_or_else(|| Error::NoComponent(name.to_owned()))
+        self.get_in(crate::cluster::DEFAULT_CLUSTER, name)
+    }
+
+    /// The version of component `name` that serves cluster `cluster` now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NoComponent`] when none does.
+    pub fn get_in(&self, cluster: &str, name: &str) -> Result<Served, Error> {
+        lock(&self.served).get(&key(cluster, name)).cloned().ok_or_else(|| {
+            Error::NoComponent(if cluster == crate::cluster::DEFAULT_CLUSTER {
+                name.to_owned()
+            } else {
+                format!("{name} in cluster {cluster}")
+            })
+        })
     }
 }
 
@@ -554,6 +640,8 @@ pub fn router(registry: Arc<Registry>) -> Router {
     Router::new()
         .route("/admission/{component}/{webhook}", post(review))
         .route("/convert/{component}", post(convert))
+        .route("/clusters/{cluster}/admission/{component}/{webhook}", post(review_in))
+        .route("/clusters/{cluster}/convert/{component}", post(convert_in))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(registry)
 }
@@ -586,28 +674,62 @@ async fn review(
     caller: Option<axum::Extension<tls::Peer>>,
     body: Bytes,
 ) -> Response {
+    reviewed(&registry, crate::cluster::DEFAULT_CLUSTER, &component, &webhook, caller, &body).await
+}
+
+async fn review_in(
+    State(registry): State<Arc<Registry>>,
+    Path((cluster, component, webhook)): Path<(String, String, String)>,
+    caller: Option<axum::Extension<tls::Peer>>,
+    body: Bytes,
+) -> Response {
+    reviewed(&registry, &cluster, &component, &webhook, caller, &body).await
+}
+
+/// Answers an admission call from cluster `cluster`.
+async fn reviewed(
+    registry: &Registry,
+    cluster: &str,
+    component: &str,
+    webhook: &str,
+    caller: Option<axum::Extension<tls::Peer>>,
+    body: &[u8],
+) -> Response {
     let started = std::time::Instant::now();
-    let served = registry.get(&component);
-    let labels = labels(served.as_ref().ok(), Some(&webhook));
+    let served = registry.get_in(cluster, component);
+    let labels = labels(served.as_ref().ok(), Some(webhook));
     let result = async {
         if caller.is_some_and(|axum::Extension(peer)| peer == tls::Peer::Unverified) {
             return Err(Error::Unauthenticated);
         }
         let served = served?;
-        let _place = registry.enter(&component).await?;
-        admission::handle(&served, &webhook, &body).await
+        let _place = registry.enter(cluster, component).await?;
+        admission::handle(&served, webhook, body).await
     };
     answered(result.await, labels, started)
 }
 
 async fn convert(State(registry): State<Arc<Registry>>, Path(component): Path<String>, body: Bytes) -> Response {
+    converted(&registry, crate::cluster::DEFAULT_CLUSTER, &component, &body).await
+}
+
+async fn convert_in(
+    State(registry): State<Arc<Registry>>,
+    Path((cluster, component)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    converted(&registry, &cluster, &component, &body).await
+}
+
+/// Answers a conversion call from cluster `cluster`.
+async fn converted(registry: &Registry, cluster: &str, component: &str, body: &[u8]) -> Response {
     let started = std::time::Instant::now();
-    let served = registry.get(&component);
+    let served = registry.get_in(cluster, component);
     let labels = labels(served.as_ref().ok(), None);
     let result = async {
         let served = served?;
-        let _place = registry.enter(&component).await?;
-        conversion::handle(&served, &body).await
+        let _place = registry.enter(cluster, component).await?;
+        conversion::handle(&served, body).await
     };
     answered(result.await, labels, started)
 }
@@ -691,6 +813,11 @@ mod tests {
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(body["kind"], "Status");
         assert_eq!(body["message"], "no component nobody serves webhooks here");
+        let (status, body) = call("/clusters/west/admission/nobody/v.example.com", b"{}".to_vec()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body["message"], "no component nobody in cluster west serves webhooks here");
+        let (status, body) = call("/clusters/west/convert/nobody", b"{}".to_vec()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
         let (status, _) = call("/convert/nobody", vec![b' '; MAX_BODY + 1]).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
         // Names from the request never become labels.
@@ -722,14 +849,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_component_past_its_budget_waits_then_is_busy_and_others_keep_theirs() {
         let registry = Registry::new().budget(2);
-        let held = [registry.enter("slow").await.expect("a place"), registry.enter("slow").await.expect("a place")];
+        let enter = |name| registry.enter("default", name);
+        let held = [enter("slow").await.expect("a place"), enter("slow").await.expect("a place")];
         let started = tokio::time::Instant::now();
-        let busy = registry.enter("slow").await.expect_err("the budget is taken");
+        let busy = enter("slow").await.expect_err("the budget is taken");
         assert!(matches!(busy, Error::Busy { budget: 2, .. }), "{busy}");
         assert_eq!(started.elapsed(), BUDGET_WAIT, "it waited for a place first");
-        let _other = registry.enter("other").await.expect("another component has its own budget");
+        let _other = enter("other").await.expect("another component has its own budget");
+        let _elsewhere = registry.enter("west", "slow").await.expect("so has the same component in another cluster");
         drop(held);
-        let _again = registry.enter("slow").await.expect("places come back");
+        let _again = enter("slow").await.expect("places come back");
     }
 
     #[test]

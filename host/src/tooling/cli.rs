@@ -211,7 +211,10 @@ pub struct RunArgs {
     #[arg(long = "adopt-crd", value_name = "CRD", value_delimiter = ',', env = "CAPSTAN_ADOPT_CRDS")]
     pub adopt_crds: Vec<String>,
     /// Serve the components' admission and conversion webhooks over HTTPS
-    /// on this address, e.g. `0.0.0.0:9443`. Default: not served.
+    /// on this address, e.g. `0.0.0.0:9443`. Default: not served. With
+    /// `--cluster` or `--clusters-from-secrets`, every cluster's API
+    /// server calls here, each under a path of its own
+    /// (`/clusters/NAME/…`; none for `default`).
     #[arg(long, value_name = "ADDR")]
     pub webhook_listen: Option<std::net::SocketAddr>,
     /// Serve the certificate in this directory (`tls.crt`, `tls.key`, and
@@ -222,14 +225,19 @@ pub struct RunArgs {
     pub webhook_cert_dir: Option<PathBuf>,
     /// The address the API server calls the webhooks at, e.g.
     /// `https://capstan-webhooks.ops.svc:443`. Default:
-    /// `https://127.0.0.1:<port of --webhook-listen>`.
+    /// `https://127.0.0.1:<port of --webhook-listen>`. With
+    /// `--webhook-service`, the address the other clusters' API servers
+    /// (`--cluster`, `--clusters-from-secrets`) call at, while the
+    /// `default` cluster's calls go through the Service.
     #[arg(long, value_name = "URL", requires = "webhook_listen")]
     pub webhook_url: Option<String>,
     /// The Service the API server calls the webhooks through, as
     /// `NAMESPACE/NAME[:PORT]` (port 443 unless given): the host runs in a
     /// Pod behind it. The self-made certificate then names
-    /// `NAME.NAMESPACE.svc`. `capstan gen manifest` sets this.
-    #[arg(long, value_name = "NAMESPACE/NAME[:PORT]", requires = "webhook_listen", conflicts_with = "webhook_url")]
+    /// `NAME.NAMESPACE.svc`. `capstan gen manifest` sets this. A Service
+    /// is reachable from its own cluster only: with `--cluster` or
+    /// `--clusters-from-secrets`, also give `--webhook-url` for the others.
+    #[arg(long, value_name = "NAMESPACE/NAME[:PORT]", requires = "webhook_listen")]
     pub webhook_service: Option<crate::serve::webhook::ServiceRef>,
     /// Accept admission calls only from clients with a certificate of the
     /// CA in this PEM file: the API server, configured to present one
@@ -561,6 +569,15 @@ pub struct ClusterArg {
     pub kubeconfig: PathBuf,
     /// The kubeconfig's context, if not its current one.
     pub context: Option<String>,
+}
+
+/// A member of `capstan dev`: `NAME` (the local cluster of that name) or
+/// `NAME=KUBECONFIG[#CONTEXT]` (as [`cluster_arg`]).
+pub(crate) fn member_arg(s: &str) -> Result<dev::Member, String> {
+    if s.contains('=') {
+        return cluster_arg(s).map(dev::Member::Kubeconfig);
+    }
+    cluster_arg(&format!("{s}=local")).map(|c| dev::Member::Local(c.name))
 }
 
 fn cluster_arg(s: &str) -> Result<ClusterArg, String> {
@@ -1018,11 +1035,7 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     if names.len() < args.clusters.len() {
         anyhow::bail!("--cluster: a cluster name is given twice");
     }
-    if !args.clusters.is_empty() && args.webhook_listen.is_some() {
-        anyhow::bail!(
-            "--webhook-listen serves one cluster; it cannot be combined with --cluster yet (run one host per cluster for webhooks)"
-        );
-    }
+    check_webhook_endpoints(&args)?;
     let runtime = crate::serve::host::HostBuilder::new_runtime(limits, 0, args.baseline_compile)?;
     let webhooks = match serve_webhooks(&args).await {
         Ok(webhooks) => webhooks,
@@ -1140,6 +1153,25 @@ async fn run_host(args: RunArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Checks that every cluster's API server can be given an address of the
+/// webhooks: a Service serves its own (`default`) cluster only, so with
+/// other clusters a URL is needed for them too; without other clusters,
+/// one of the two.
+fn check_webhook_endpoints(args: &RunArgs) -> anyhow::Result<()> {
+    let members = !args.clusters.is_empty() || args.clusters_from_secrets.is_some();
+    match (&args.webhook_service, &args.webhook_url) {
+        (Some(_), None) if members && args.install_webhooks => anyhow::bail!(
+            "--webhook-service: the other clusters' API servers cannot reach a Service of the default cluster; \
+             also pass --webhook-url, the address they call the host at"
+        ),
+        (Some(_), Some(_)) if !members => anyhow::bail!(
+            "--webhook-service and --webhook-url: give one (both only with --cluster or --clusters-from-secrets: \
+             the Service for the default cluster, the URL for the others)"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// The webhook server of `capstan run`, and what it serves.
 struct Webhooks {
     registry: std::sync::Arc<crate::serve::webhook::Registry>,
@@ -1153,22 +1185,23 @@ async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
     use crate::serve::webhook::tls::{Certs, ClientAuth};
     use crate::serve::webhook::{Endpoint, Install, Registry, policy::FailurePolicies};
     let Some(listen) = args.webhook_listen else { return Ok(None) };
-    let endpoint = match (&args.webhook_service, &args.webhook_url) {
-        (Some(service), _) => Endpoint::Service(service.clone()),
-        (None, Some(url)) => Endpoint::Url(url.clone()),
-        (None, None) => Endpoint::Url(format!("https://127.0.0.1:{}", listen.port())),
+    let url = |url: &String| Endpoint::Url(url.clone());
+    let (endpoint, members_endpoint) = match (&args.webhook_service, &args.webhook_url) {
+        (Some(service), members) => (Endpoint::Service(service.clone()), members.as_ref().map(url)),
+        (None, Some(address)) => (url(address), None),
+        (None, None) => (Endpoint::Url(format!("https://127.0.0.1:{}", listen.port())), None),
     };
     let certs = match &args.webhook_cert_dir {
         Some(dir) => Certs::from_dir(dir)?,
         None => {
             let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
-            let extra = match &endpoint {
+            let extra = [&endpoint].into_iter().chain(&members_endpoint).flat_map(|endpoint| match endpoint {
                 Endpoint::Service(service) => service.dns_names(),
                 Endpoint::Url(url) => {
                     let host = url.split("://").nth(1).unwrap_or(url).split(['/', ':']).next().unwrap_or_default();
                     vec![host.to_owned()]
                 }
-            };
+            });
             for name in extra {
                 if !name.is_empty() && !names.contains(&name) {
                     names.push(name);
@@ -1190,8 +1223,11 @@ async fn serve_webhooks(args: &RunArgs) -> anyhow::Result<Option<Webhooks>> {
     let certs = std::sync::Arc::new(certs.verifying(clients));
     let watch = certs.watch()?;
     let failure_policies = FailurePolicies::new(args.webhook_failure_policies.iter().cloned())?;
-    let install =
-        args.install_webhooks.then(|| Install { failure_policies, ..Install::new(endpoint, certs.ca_bundle()) });
+    let install = args.install_webhooks.then(|| Install {
+        failure_policies,
+        members_endpoint,
+        ..Install::new(endpoint, certs.ca_bundle())
+    });
     let registry = std::sync::Arc::new(
         Registry::new().installing(install).taking_over(args.take_over_webhooks).budget(args.webhook_concurrency),
     );
@@ -1448,8 +1484,22 @@ mod tests {
             assert!(err.to_string().contains("--webhook-service"), "{bad}: {err}");
         }
         let both = ["--webhook-listen", "127.0.0.1:0", "--webhook-service", "ops/hooks", "--webhook-url", "https://h"];
-        let err = Cli::try_parse_from(["capstan", "run", "c.wasm"].iter().chain(&both)).expect_err("conflict");
-        assert!(err.to_string().contains("cannot be used with"), "{err}");
+        let err = check_webhook_endpoints(&run_args(&both)).expect_err("one cluster: one endpoint").to_string();
+        assert!(err.contains("give one"), "{err}");
+        // With other clusters: the Service for the default one, the URL for the others.
+        let member = ["--cluster", "west=w.kubeconfig", "--install-webhooks"];
+        let args = run_args(&[&both[..], &member[..]].concat());
+        check_webhook_endpoints(&args).expect("both, with members");
+        let webhooks = serve_webhooks(&args).await.expect("served").expect("asked for");
+        let install = webhooks.registry.install_for("west").expect("installing");
+        assert_eq!(install.endpoint, crate::serve::webhook::Endpoint::Url("https://h".into()));
+        let install = webhooks.registry.install_for("default").expect("installing");
+        assert!(matches!(install.endpoint, crate::serve::webhook::Endpoint::Service(_)), "{install:?}");
+        webhooks.server.shutdown().await;
+        let service_only = run_args(&["--webhook-listen", "127.0.0.1:0", "--webhook-service", "ops/hooks"]);
+        let service_only = RunArgs { clusters: args.clusters.clone(), install_webhooks: true, ..service_only };
+        let err = check_webhook_endpoints(&service_only).expect_err("members cannot reach a Service").to_string();
+        assert!(err.contains("also pass --webhook-url"), "{err}");
     }
 
     #[tokio::test]

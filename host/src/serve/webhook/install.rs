@@ -122,7 +122,7 @@ fn entry(
         .collect();
     let mut entry = json!({
         "name": webhook.name,
-        "clientConfig": client_config(install, &format!("/admission/{}/{}", manifest.name, webhook.name)),
+        "clientConfig": client_config(install, &install.path(&format!("/admission/{}/{}", manifest.name, webhook.name))),
         "rules": rules,
         "failurePolicy": install.failure_policies.of(manifest, webhook).as_str(),
         "sideEffects": webhook.side_effects(),
@@ -228,7 +228,7 @@ pub fn objects(
                 "strategy": "Webhook",
                 "webhook": {
                     "conversionReviewVersions": ["v1"],
-                    "clientConfig": client_config(install, &format!("/convert/{}", manifest.name)),
+                    "clientConfig": client_config(install, &install.path(&format!("/convert/{}", manifest.name))),
                 },
             }},
         }));
@@ -470,7 +470,11 @@ pub fn owner_of(object: &Value) -> Option<String> {
         object.pointer("/webhooks/0/clientConfig")
     }?;
     if let Some(url) = config.get("url").and_then(Value::as_str) {
-        let base = ["/admission/", "/convert/"].iter().filter_map(|route| url.find(route)).min().unwrap_or(url.len());
+        let base = ["/admission/", "/convert/", "/clusters/"]
+            .iter()
+            .filter_map(|route| url.find(route))
+            .min()
+            .unwrap_or(url.len());
         return Some(Endpoint::Url(url[..base].to_owned()).owner());
     }
     let service = config.get("service")?;
@@ -565,6 +569,43 @@ mod tests {
         let conversion = &objects[2]["spec"]["conversion"];
         assert_eq!(conversion["strategy"], "Webhook");
         assert_eq!(conversion["webhook"]["clientConfig"]["url"], "https://127.0.0.1:9443/convert/greeter");
+    }
+
+    #[test]
+    fn another_clusters_configurations_point_under_its_prefix_and_have_the_same_owner() {
+        let install = Install::new(Endpoint::Url("https://127.0.0.1:9443".into()), Vec::new()).in_cluster("west");
+        let plurals = HashMap::from([(Gvk::new("example.com", "v1", "Greeting"), "greetings".to_owned())]);
+        let west = objects(&manifest(), &install, &plurals, &[]);
+        assert_eq!(
+            west[0]["webhooks"][0]["clientConfig"]["url"],
+            "https://127.0.0.1:9443/clusters/west/admission/greeter/validate.example.com"
+        );
+        let conversion = &west[2]["spec"]["conversion"]["webhook"]["clientConfig"];
+        assert_eq!(conversion["url"], "https://127.0.0.1:9443/clusters/west/convert/greeter");
+        let mut old = west[0].clone();
+        old["metadata"]["annotations"] = json!({});
+        assert_eq!(owner_of(&old).as_deref(), Some("https://127.0.0.1:9443"), "the host, not the route");
+        let service = ServiceRef { namespace: "capstan".into(), name: "host".into(), port: 443 };
+        let install = Install::new(Endpoint::Service(service), Vec::new()).in_cluster("west");
+        let through_service = objects(&manifest(), &install, &plurals, &[]);
+        assert_eq!(
+            through_service[0]["webhooks"][0]["clientConfig"]["service"]["path"],
+            "/clusters/west/admission/greeter/validate.example.com"
+        );
+        // A Service for the home, a URL the members reach the host at.
+        let service = ServiceRef { namespace: "capstan".into(), name: "host".into(), port: 443 };
+        let install = Install {
+            members_endpoint: Some(Endpoint::Url("https://hub.example.com:9443".into())),
+            ..Install::new(Endpoint::Service(service), Vec::new())
+        };
+        let home = objects(&manifest(), &install.in_cluster("default"), &plurals, &[]);
+        assert_eq!(home[0]["webhooks"][0]["clientConfig"]["service"]["name"], "host");
+        let member = objects(&manifest(), &install.in_cluster("west"), &plurals, &[]);
+        assert_eq!(
+            member[0]["webhooks"][0]["clientConfig"]["url"],
+            "https://hub.example.com:9443/clusters/west/admission/greeter/validate.example.com"
+        );
+        assert_eq!(owner_of(&member[0]).as_deref(), Some("https://hub.example.com:9443"));
     }
 
     #[test]

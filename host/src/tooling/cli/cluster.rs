@@ -708,8 +708,17 @@ fn controller_manager_args(cluster: &Cluster) -> Vec<String> {
 ///
 /// As `capstan cluster up`.
 pub async fn ensure_up(name: &str) -> anyhow::Result<PathBuf> {
+    ensure_up_in(name, std::env::var_os("CAPSTAN_CP_DIR").map(PathBuf::from)).await
+}
+
+/// [`ensure_up`] with its state in `dir` (default: that of the name).
+///
+/// # Errors
+///
+/// As `capstan cluster up`.
+pub async fn ensure_up_in(name: &str, dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     up(UpArgs {
-        target: Target { name: name.to_owned(), dir: std::env::var_os("CAPSTAN_CP_DIR").map(PathBuf::from) },
+        target: Target { name: name.to_owned(), dir },
         no_controller_manager: false,
         timeout: 120,
         etcd_port: None,
@@ -719,14 +728,14 @@ pub async fn ensure_up(name: &str) -> anyhow::Result<PathBuf> {
     .await
 }
 
-/// Stops the cluster `name`, keeping its data, as `capstan cluster down
-/// --name NAME`.
+/// Stops the cluster `name` whose state is in `dir` (default: that of the
+/// name), keeping its data, as `capstan cluster down --name NAME`.
 ///
 /// # Errors
 ///
 /// As `capstan cluster down`.
-pub async fn stop(name: &str) -> anyhow::Result<()> {
-    let target = Target { name: name.to_owned(), dir: std::env::var_os("CAPSTAN_CP_DIR").map(PathBuf::from) };
+pub async fn stop_in(name: &str, dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let target = Target { name: name.to_owned(), dir };
     let cluster = Cluster::from_target(&target)?;
     let _lock = Lock::acquire(&cluster.dir, Duration::from_secs(120)).await?;
     down(&cluster, false).await

@@ -5,6 +5,9 @@
 //! in (the host's hot loading, through a components folder), print the
 //! host's log lines and the cluster's Events as they happen, stop on
 //! Ctrl-C. A build that fails is shown and the running version serves on.
+//! With `--member`, one host serves more clusters beside it, as `capstan
+//! run --cluster` does: a fleet controller's members, or more clusters a
+//! uniform controller runs in.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,9 +36,36 @@ pub struct Args {
     /// Default: all.
     #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE", value_delimiter = ',', value_parser = super::namespace_name)]
     pub namespaces: Vec<String>,
-    /// Stop the local cluster on exit (it stays up by default).
+    /// Stop the local cluster on exit (it stays up by default; members
+    /// too).
     #[arg(long)]
     pub down: bool,
+    /// Also serve another cluster, as cluster NAME (repeatable): `NAME`,
+    /// the local cluster of that name (`capstan cluster up --name NAME`,
+    /// started if it does not run), or `NAME=KUBECONFIG[#CONTEXT]`. A
+    /// fleet controller places its children there when it names NAME
+    /// among its members; a uniform controller runs there too.
+    #[arg(long = "member", value_name = "NAME[=KUBECONFIG[#CONTEXT]]", value_parser = super::member_arg)]
+    pub members: Vec<Member>,
+}
+
+/// A cluster `capstan dev` serves beside its own (`--member`).
+#[derive(Clone, Debug)]
+pub enum Member {
+    /// The local cluster of this name.
+    Local(String),
+    /// A cluster a kubeconfig reaches.
+    Kubeconfig(super::ClusterArg),
+}
+
+impl Member {
+    /// The name it is served as.
+    pub fn name(&self) -> &str {
+        match self {
+            Member::Local(name) => name,
+            Member::Kubeconfig(c) => &c.name,
+        }
+    }
 }
 
 /// How a project builds.
@@ -182,6 +212,10 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
 
+    let names: std::collections::BTreeSet<&str> = args.members.iter().map(Member::name).collect();
+    if names.len() < args.members.len() {
+        bail!("--member: a cluster name is given twice");
+    }
     let kubeconfig = match &args.kubeconfig {
         Some(path) => path.clone(),
         None => {
@@ -190,6 +224,26 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
         }
     };
     let client = super::client(Some(&kubeconfig), None).await?;
+    // Members are reached before anything is built: one that cannot be is
+    // said at once.
+    let mut members = Vec::new();
+    for member in &args.members {
+        let (kubeconfig, context) = match member {
+            Member::Local(name) => {
+                if args.kubeconfig.is_none() && *name == args.cluster {
+                    bail!("--member {name}: that is the cluster capstan dev runs on");
+                }
+                outln!("dev: member {name} (local cluster {name})");
+                (super::cluster::ensure_up_in(name, None).await?, None)
+            }
+            Member::Kubeconfig(c) => {
+                outln!("dev: member {} (kubeconfig {})", c.name, c.kubeconfig.display());
+                (c.kubeconfig.clone(), c.context.clone())
+            }
+        };
+        let member_client = super::client(Some(&kubeconfig), context).await?;
+        members.push((member.name().to_owned(), member_client));
+    }
 
     outln!("dev: building {} in {}", project.name, project.dir.display());
     let started = Instant::now();
@@ -204,29 +258,58 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     outln!("dev: built in {:.1} s", started.elapsed().as_secs_f64());
 
     let webhooks = crate::tooling::e2e::serve_webhooks().await?;
-    let host = crate::serve::host::HostBuilder::new(client.clone())
-        .namespaces(args.namespaces.clone())
-        .install_crds(true)
-        .cache_dir(crate::tooling::testing::default_cache_dir())
-        // A rebuilt Python or JavaScript component differs from the last
-        // one mostly in its snapshot: its interpreter's functions are not
-        // compiled again.
-        .function_cache(DEV_FUNCTION_CACHE)
-        // A changed component reconciles within seconds, on Winch's code,
-        // and runs cranelift's once it is ready.
-        .baseline(true)
-        .components_dir(Some(components.clone()))
-        .webhooks(Some(Arc::clone(&webhooks.registry)))
-        .start()
-        .await
-        .with_context(|| format!("the host did not start {}", project.name))?;
+    let runtime = crate::serve::host::HostBuilder::new_runtime(Default::default(), DEV_FUNCTION_CACHE, true)?;
+    let fleet = crate::serve::fleet::Fleet::new({
+        let (namespaces, components, registry) =
+            (args.namespaces.clone(), components.clone(), Arc::clone(&webhooks.registry));
+        move |client| {
+            crate::serve::host::HostBuilder::new(client)
+                // One runtime for every cluster: a rebuilt Python or
+                // JavaScript component differs from the last one mostly in
+                // its snapshot, so its interpreter's functions are not
+                // compiled again; a changed component reconciles within
+                // seconds, on Winch's code, and runs cranelift's once it is
+                // ready.
+                .runtime(Some(runtime.clone()))
+                .namespaces(namespaces.clone())
+                .install_crds(true)
+                .cache_dir(crate::tooling::testing::default_cache_dir())
+                .components_dir(Some(components.clone()))
+                .webhooks(Some(Arc::clone(&registry)))
+        }
+    });
+    let home = client.clone();
+    let started = fleet.engage(crate::serve::fleet::DEFAULT_CLUSTER, async move { Ok(home) });
+    let member_starts: Vec<_> = members
+        .iter()
+        .map(|(name, client)| {
+            let client = client.clone();
+            (name.clone(), fleet.engage(name, async move { Ok(client) }))
+        })
+        .collect();
+    let first = async { started.await.map_err(|_| anyhow::anyhow!("disengaged"))? };
+    if let Err(e) = first.await {
+        fleet.shutdown().await;
+        webhooks.server.shutdown().await;
+        return Err(e.context(format!("the host did not start {}", project.name)));
+    }
+    for (name, started) in member_starts {
+        match started.await {
+            Ok(Ok(())) => outln!("dev: serving member {name}"),
+            Ok(Err(e)) => outln!("dev: member {name} is not served: {e:#}"),
+            Err(_) => outln!("dev: member {name} is not served"),
+        }
+    }
     outln!(
         "dev: serving {} (kubeconfig {}); edit the sources to swap in a new version, Ctrl-C to stop",
         project.name,
         kubeconfig.display()
     );
 
-    let events = tokio::spawn(print_events(client.clone(), args.namespaces.clone()));
+    let mut events = vec![tokio::spawn(print_events(client.clone(), args.namespaces.clone(), None))];
+    for (name, client) in &members {
+        events.push(tokio::spawn(print_events(client.clone(), args.namespaces.clone(), Some(name.clone()))));
+    }
     let (tx, mut changes) = mpsc::unbounded_channel::<Vec<PathBuf>>();
     let mut debouncer = new_debouncer(Duration::from_millis(300), move |result: DebounceEventResult| {
         if let Ok(events) = result {
@@ -280,30 +363,54 @@ pub async fn run(args: Args) -> anyhow::Result<i32> {
     }
     outln!("dev: stopping");
     drop(debouncer);
-    events.abort();
-    let installed: Vec<_> = host
-        .status()
-        .into_iter()
-        .filter_map(|s| s.name)
-        .filter_map(|name| webhooks.registry.get(&name).ok().map(|s| s.component))
-        .collect();
-    host.shutdown().await;
+    events.iter().for_each(tokio::task::JoinHandle::abort);
+    let clusters = std::iter::once((crate::serve::fleet::DEFAULT_CLUSTER.to_owned(), client)).chain(members);
+    let mut installed = Vec::new();
+    for (name, client) in clusters {
+        let Some(host) = fleet.host(&name) else { continue };
+        let served = host.status().into_iter().filter_map(|s| s.name);
+        let components: Vec<_> =
+            served.filter_map(|component| webhooks.registry.get_in(&name, &component).ok()).collect();
+        installed.push((name, client, components));
+    }
+    fleet.shutdown().await;
     webhooks.server.shutdown().await;
     // Nothing answers at the webhooks' address any more.
-    let cluster = crate::cluster::kube::KubeCluster::new(client, None);
-    for component in installed {
-        crate::tooling::e2e::uninstall_webhooks(&cluster, &webhooks.registry, &component.manifest).await;
+    for (name, client, components) in installed {
+        let cluster = crate::cluster::kube::KubeCluster::new(client, None);
+        let Some(install) = webhooks.registry.install_for(&name) else { continue };
+        for served in components {
+            let manifest = &served.component.manifest;
+            if let Err(e) = crate::serve::webhook::install::uninstall(&cluster, manifest, &install).await {
+                tracing::warn!(cluster = %name, component = %manifest.name, error = %e, "cannot remove the webhook configurations");
+            }
+        }
     }
-    if args.down && args.kubeconfig.is_none() {
-        super::cluster::stop(&args.cluster).await?;
-    } else if args.kubeconfig.is_none() {
-        outln!("dev: cluster {} keeps running (capstan cluster down to stop it)", args.cluster);
+    let locals = args.members.iter().filter_map(|m| match m {
+        Member::Local(name) => Some(name.as_str()),
+        Member::Kubeconfig(_) => None,
+    });
+    let locals: Vec<&str> =
+        args.kubeconfig.is_none().then_some(args.cluster.as_str()).into_iter().chain(locals).collect();
+    for name in locals {
+        if args.down {
+            super::cluster::stop_in(name, if name == args.cluster { cluster_dir() } else { None }).await?;
+        } else {
+            outln!("dev: cluster {name} keeps running (capstan cluster down --name {name} to stop it)");
+        }
     }
     Ok(0)
 }
 
-/// Prints every Event recorded from now on, as it happens.
-async fn print_events(client: kube::Client, namespaces: Vec<String>) {
+/// The state folder `CAPSTAN_CP_DIR` names for the cluster `capstan dev`
+/// runs on; members are in their own.
+fn cluster_dir() -> Option<PathBuf> {
+    std::env::var_os("CAPSTAN_CP_DIR").map(PathBuf::from)
+}
+
+/// Prints every Event recorded from now on, as it happens; a member's
+/// (`cluster` given) with its name.
+async fn print_events(client: kube::Client, namespaces: Vec<String>, cluster: Option<String>) {
     use k8s_openapi::api::core::v1::Event;
     use kube::runtime::watcher::{self, watcher};
     let since = k8s_openapi::jiff::Timestamp::now();
@@ -328,7 +435,8 @@ async fn print_events(client: kube::Client, namespaces: Vec<String>) {
         }
         let o = &e.involved_object;
         outln!(
-            "event: {} {} {}/{}{}: {}",
+            "event{}: {} {} {}/{}{}: {}",
+            cluster.as_deref().map(|c| format!(" [{c}]")).unwrap_or_default(),
             e.type_.as_deref().unwrap_or("Normal"),
             e.reason.as_deref().unwrap_or(""),
             o.kind.as_deref().unwrap_or(""),
