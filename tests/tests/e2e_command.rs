@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use capstan_host::testing::find_component;
-use capstan_tests::{ControlPlane, capstan_binary, toolchain_path};
+use capstan_tests::{ControlPlane, PrivateControlPlane, capstan_binary, toolchain_path};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::ListParams;
@@ -107,10 +107,10 @@ async fn a_case_that_stubs_outbound_http_is_refused_on_a_cluster_naming_capstan_
     Ok(())
 }
 
-/// A case with objects in other clusters fails on a cluster without
-/// running, naming the file and the cluster.
+/// A case with objects in a cluster the run was not given fails without
+/// running, naming the file, the cluster and what to pass.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_case_in_several_clusters_is_refused_on_one_naming_capstan_test() -> Result<()> {
+async fn a_case_in_a_cluster_not_given_is_refused_naming_what_to_pass() -> Result<()> {
     let client = ControlPlane::shared().await?.client()?;
     let fixture = find_component("fixture").map_err(anyhow::Error::msg)?;
     let options = capstan_host::tooling::e2e::Options::default();
@@ -120,11 +120,44 @@ async fn a_case_in_several_clusters_is_refused_on_one_naming_capstan_test() -> R
     ensure!(
         results[0].mismatches
             == [
-                r#"given.yaml: puts an object in cluster "west", and only the mock host runs several (run this case with `capstan test`)"#
+                r#"given.yaml: puts an object in cluster "west", which this run was not given (pass --cluster west=KUBECONFIG, or run this case with `capstan test`)"#
             ],
         "{:?}",
         results[0].mismatches
     );
+    Ok(())
+}
+
+/// The fleet example's scenario, on three API servers: `capstan e2e
+/// --cluster west=… --cluster east=…` runs the fleet controller in the
+/// shared cluster and places its marked children in the two members, as
+/// the mock host does for `capstan test`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_scenario_holds_on_three_api_servers() -> Result<()> {
+    let (west, east) = tokio::try_join!(PrivateControlPlane::start(false), PrivateControlPlane::start(false))?;
+    let mut args = vec!["--timeout".to_owned(), "60".to_owned()];
+    for (name, plane) in [("west", &west), ("east", &east)] {
+        args.push("--cluster".to_owned());
+        args.push(format!("{name}={}", plane.plane().kubeconfig_path().display()));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out) = e2e("fleet", &repo().join("examples/fleet/scenarios"), &args).await?;
+    ensure!(code == 0, "exit code {code}:\n{out}");
+    ensure!(out.contains("1 passed, 0 failed"), "{out}");
+    // The case's namespaces go with it, in the members too.
+    for (name, plane) in [("west", &west), ("east", &east)] {
+        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(plane.plane().client()?);
+        let left: Vec<String> = namespaces
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .filter_map(|n| n.metadata.name)
+            .filter(|n| n == "demo" || n.starts_with("e2e-"))
+            .collect();
+        ensure!(left.is_empty(), "{name} keeps {left:?}");
+    }
     Ok(())
 }
 

@@ -686,6 +686,12 @@ pub enum Command {
         /// Kubeconfig context (default: the current context).
         #[arg(long)]
         context: Option<String>,
+        /// Also run in the cluster a kubeconfig names, as cluster NAME:
+        /// `NAME=KUBECONFIG` or `NAME=KUBECONFIG#CONTEXT` (repeatable), for
+        /// cases whose objects say `cluster: NAME`. Every case then runs in
+        /// each cluster given, the component once per cluster.
+        #[arg(long = "cluster", value_name = "NAME=KUBECONFIG[#CONTEXT]", value_parser = cluster_arg)]
+        clusters: Vec<ClusterArg>,
     },
     /// Generate CRDs, RBAC and deployment manifests from components.
     #[command(subcommand)]
@@ -863,11 +869,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 .with_context(|| format!("cannot run scenarios in {}", scenarios.display()))?;
             Ok(report(&results))
         }
-        Command::E2e { component, scenarios, timeout, keep, kubeconfig, context } => {
+        Command::E2e { component, scenarios, timeout, keep, kubeconfig, context, clusters } => {
             let client = client(kubeconfig.as_deref(), context).await?;
+            let names: std::collections::BTreeSet<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+            if names.len() < clusters.len() {
+                anyhow::bail!("--cluster: a cluster name is given twice");
+            }
+            let mut members = Vec::new();
+            for cluster in clusters {
+                let member = self::client(Some(&cluster.kubeconfig), cluster.context)
+                    .await
+                    .with_context(|| format!("cluster {}", cluster.name))?;
+                members.push((cluster.name, member));
+            }
             let options = crate::tooling::e2e::Options {
                 timeout: std::time::Duration::from_secs(timeout),
                 keep,
+                members,
                 ..Default::default()
             };
             let results = crate::tooling::e2e::run_all(client, &component, &scenarios, &options)

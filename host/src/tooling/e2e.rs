@@ -33,8 +33,22 @@
 //! `conversion.yaml` checks are not run here (they need no cluster: `capstan
 //! test` runs them); a case that has one says so. A case that stubs
 //! outbound HTTP (`http.yaml`, in it or a step) fails without running:
-//! on a cluster its requests would reach the real services. So does a
-//! case that names a cluster other than `default`: this runs one.
+//! on a cluster its requests would reach the real services.
+//!
+//! # Several clusters
+//!
+//! An entry of a case's files may name its cluster with a top-level
+//! `cluster: NAME`, as on the mock host. Each cluster other than `default`
+//! must be given ([`Options::members`], `capstan e2e --cluster
+//! NAME=KUBECONFIG`); a case that names one that is not fails without
+//! running. When clusters are given, every case runs in all of them: the
+//! component runs once per cluster, as `capstan run --cluster` runs it
+//! (a fleet controller reconciles in its home and places children in the
+//! members given), the case's namespace is made in each, and so is each
+//! namespace its files name as a Namespace (the same namespace name is the
+//! same namespace in every cluster). Recorded Events carry their
+//! `cluster`, so an `events.yaml` entry without one matches any cluster's.
+//! Nodes (and their fake kubelet) are `default`'s only.
 //!
 //! The objects the case created (deleted first, while the controller still
 //! runs, so it finalizes them; Pods bound to the case's Nodes with a grace
@@ -86,7 +100,7 @@ pub enum Error {
 }
 
 /// How to run.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Options {
     /// How long each step may take to hold.
     pub timeout: Duration,
@@ -97,11 +111,64 @@ pub struct Options {
     /// (Winch), which goes into the cache: the first case compiles it, or
     /// none if the cache holds it already; the others load it from there.
     pub cache_dir: Option<PathBuf>,
+    /// More clusters, each a name (a DNS-1123 label, not `default`) and a
+    /// client: see [several clusters](self#several-clusters). Default:
+    /// none.
+    pub members: Vec<(String, kube::Client)>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let members: Vec<&str> = self.members.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("Options")
+            .field("timeout", &self.timeout)
+            .field("keep", &self.keep)
+            .field("cache_dir", &self.cache_dir)
+            .field("members", &members)
+            .finish()
+    }
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { timeout: Duration::from_secs(30), keep: false, cache_dir: default_cache_dir() }
+        Self { timeout: Duration::from_secs(30), keep: false, cache_dir: default_cache_dir(), members: Vec::new() }
+    }
+}
+
+/// The clusters a case runs in, by name: `default` and the members given.
+struct CaseClusters(BTreeMap<String, KubeCluster>);
+
+impl CaseClusters {
+    fn new(client: kube::Client, members: &[(String, kube::Client)]) -> Self {
+        let default = (crate::cluster::DEFAULT_CLUSTER.to_owned(), KubeCluster::new(client, None));
+        let members = members.iter().map(|(name, client)| (name.clone(), KubeCluster::new(client.clone(), None)));
+        Self(std::iter::once(default).chain(members).collect())
+    }
+
+    /// The cluster named `default`.
+    fn home(&self) -> &KubeCluster {
+        &self.0[crate::cluster::DEFAULT_CLUSTER]
+    }
+
+    /// More than `default`.
+    fn several(&self) -> bool {
+        self.0.len() > 1
+    }
+
+    /// The cluster `entry` names, its name, and the entry without the
+    /// `cluster` field; or why it cannot be had.
+    fn of(&self, entry: Value) -> Result<(&str, &KubeCluster, Value), String> {
+        let (name, entry) = scenario::take_cluster(entry)?;
+        match self.0.get_key_value(&name) {
+            Some((name, cluster)) => Ok((name.as_str(), cluster, entry)),
+            None => Err(format!("cluster {name:?} is not given")),
+        }
+    }
+
+    /// How a mismatch names an object in cluster `name`: nothing for
+    /// `default`.
+    fn label(name: &str) -> String {
+        if name == crate::cluster::DEFAULT_CLUSTER { String::new() } else { format!("cluster {name}: ") }
     }
 }
 
@@ -299,19 +366,6 @@ pub(crate) struct Webhooks {
     pub(crate) server: crate::serve::server::Server,
 }
 
-/// Removes what `registry` installed for `manifest` (only what is still
-/// its own), logging a failure.
-pub(crate) async fn uninstall_webhooks(
-    cluster: &KubeCluster,
-    registry: &crate::serve::webhook::Registry,
-    manifest: &crate::manifest::Manifest,
-) {
-    let Some(install) = registry.install_settings() else { return };
-    if let Err(e) = crate::serve::webhook::install::uninstall(cluster, manifest, install).await {
-        tracing::warn!(component = %manifest.name, error = %e, "cannot remove the webhook configurations");
-    }
-}
-
 pub(crate) async fn serve_webhooks() -> Result<Webhooks, Error> {
     use crate::serve::webhook::{Endpoint, Install, Registry, tls::Certs};
     let port = std::net::TcpListener::bind(("127.0.0.1", 0))
@@ -362,28 +416,47 @@ pub async fn run_case(
         );
         return Ok(CaseResult { name, mismatches: vec![why] });
     }
-    // So do other clusters: this runs against one.
-    if let Some((at, cluster)) = scenario::other_cluster(case)? {
+    // So does a cluster this run was not given.
+    let missing = scenario::other_clusters(case)?
+        .into_iter()
+        .find(|(cluster, _)| !options.members.iter().any(|(given, _)| given == cluster));
+    if let Some((cluster, at)) = missing {
         let why = format!(
-            "{}: puts an object in cluster {cluster:?}, and only the mock host runs several (run this case with \
-             `capstan test`)",
+            "{}: puts an object in cluster {cluster:?}, which this run was not given (pass --cluster \
+             {cluster}=KUBECONFIG, or run this case with `capstan test`)",
             at.display()
         );
         return Ok(CaseResult { name, mismatches: vec![why] });
     }
     let suffix = random_suffix();
     let namespace = namespace_for(&name, &suffix);
-    let cluster = KubeCluster::new(client.clone(), None);
+    let clusters = CaseClusters::new(client, &options.members);
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
-    cluster.create(ns).await.map_err(|error| Error::Namespace { namespace: namespace.clone(), error })?;
+    let r = ObjectRef::new(Gvk::new("", "v1", "Namespace"), None, namespace.clone());
+    let mut made = Vec::new();
+    let mut result = Ok(());
+    for (cluster_name, cluster) in &clusters.0 {
+        match cluster.create(ns.clone()).await {
+            Ok(_) => made.push(cluster),
+            Err(error) => {
+                let namespace = format!("{}{namespace}", CaseClusters::label(cluster_name));
+                result = Err(Error::Namespace { namespace, error });
+                break;
+            }
+        }
+    }
     let mut names = Names::default();
     names_in(case, &mut names)?;
     let place = Place::new(names, &suffix, namespace.clone());
-    let result = run_in(&cluster, client, component, case, &place, options).await;
+    let result = match result {
+        Ok(()) => run_in(&clusters, component, case, &place, options).await,
+        Err(e) => Err(e),
+    };
     if !options.keep {
-        let r = ObjectRef::new(Gvk::new("", "v1", "Namespace"), None, namespace.clone());
-        if let Err(e) = cluster.delete(&r, Propagation::Background).await {
-            tracing::warn!(namespace, error = %e, "cannot delete the case's namespace");
+        for cluster in made {
+            if let Err(e) = cluster.delete(&r, Propagation::Background).await {
+                tracing::warn!(namespace, error = %e, "cannot delete the case's namespace");
+            }
         }
     }
     let mut mismatches = result?;
@@ -394,9 +467,91 @@ pub async fn run_case(
     Ok(CaseResult { name, mismatches })
 }
 
+/// The hosts of a case, one per cluster, each engaged in `clusters` (where
+/// a fleet controller reaches its members).
+struct CaseHosts {
+    hosts: Vec<(String, Host)>,
+    clusters: Arc<crate::control::clusters::Clusters>,
+}
+
+impl CaseHosts {
+    /// Starts the component in every cluster, members first (so a fleet
+    /// controller in `default` finds them at its first reconcile).
+    async fn start(
+        clusters: &CaseClusters,
+        component: &Path,
+        place: &Place,
+        webhooks: &Webhooks,
+        options: &Options,
+    ) -> Result<Self, Error> {
+        let mut started = Self { hosts: Vec::new(), clusters: crate::control::clusters::Clusters::new() };
+        let order = clusters.0.iter().filter(|(name, _)| *name != crate::cluster::DEFAULT_CLUSTER);
+        let order = order.chain(clusters.0.get_key_value(crate::cluster::DEFAULT_CLUSTER));
+        for (name, cluster) in order {
+            let host = HostBuilder::new(cluster.client().clone())
+                .cluster_name(name.as_str())
+                .clusters(Some(Arc::clone(&started.clusters)))
+                .namespaces(place.namespaces())
+                .install_crds(true)
+                .webhooks(Some(Arc::clone(&webhooks.registry)))
+                .baseline(true)
+                .optimize(false)
+                .cache_dir(options.cache_dir.clone())
+                .component(component)
+                .start()
+                .await;
+            let host = match host {
+                Ok(host) => host,
+                Err(error) => {
+                    started.shutdown().await;
+                    return Err(Error::Host { component: component.to_owned(), error: Box::new(error) });
+                }
+            };
+            let engaged =
+                crate::control::clusters::Engaged { backend: host.backend(), informers: Some(host.informers()) };
+            started.clusters.engage(name, engaged);
+            started.hosts.push((name.clone(), host));
+        }
+        Ok(started)
+    }
+
+    /// The host of cluster `default`.
+    fn home(&self) -> Option<&Host> {
+        self.hosts.iter().find(|(name, _)| name == crate::cluster::DEFAULT_CLUSTER).map(|(_, host)| host)
+    }
+
+    /// Every controller's last error, in any cluster.
+    fn last_errors(&self) -> Vec<String> {
+        self.hosts.iter().flat_map(|(_, host)| host.controllers()).filter_map(|c| c.counts().last_error).collect()
+    }
+
+    /// The components serving webhooks in each cluster.
+    fn served(
+        &self,
+        registry: &crate::serve::webhook::Registry,
+    ) -> Vec<(String, Arc<crate::runtime::component::Loaded>)> {
+        let mut served = Vec::new();
+        for (name, host) in &self.hosts {
+            for component in host.status().into_iter().filter_map(|s| s.name) {
+                if let Ok(s) = registry.get_in(name, &component) {
+                    served.push((name.clone(), Arc::clone(&s.component)));
+                }
+            }
+        }
+        served
+    }
+
+    /// Stops every host, each disengaged first.
+    async fn shutdown(&self) {
+        for (name, host) in &self.hosts {
+            self.clusters.disengage_exact(name, &host.backend());
+            host.shutdown().await;
+        }
+    }
+}
+
 async fn run_in(
-    cluster: &KubeCluster,
-    client: kube::Client,
+    clusters: &CaseClusters,
     component: &Path,
     case: &Path,
     place: &Place,
@@ -406,81 +561,147 @@ async fn run_in(
     let since = k8s_openapi::jiff::Timestamp::now();
     let given = place.read(&case.join("given.yaml"))?;
     let steps = scenario::steps_of(case)?;
-    let (crds, objects): (Vec<Value>, Vec<Value>) =
-        given.into_iter().partition(|o| o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition"));
-    for crd in crds {
+    let mut objects = Vec::new();
+    for entry in given {
+        match clusters.of(entry) {
+            Ok((name, cluster, object)) => objects.push((name, cluster, object)),
+            Err(e) => mismatches.push(format!("given.yaml: {e}")),
+        }
+    }
+    let is_crd = |o: &Value| o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition");
+    let (crds, objects): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(_, _, o)| is_crd(o));
+    for (name, cluster, crd) in crds {
         if let Err(e) = install_crd(cluster, crd, options.timeout).await {
-            mismatches.push(format!("given.yaml: {e}"));
+            mismatches.push(format!("given.yaml: {}{e}", CaseClusters::label(name)));
+        }
+    }
+    let fake_nodes = nodes::FakeNodes::start(clusters.home().client().clone());
+    let mut created: Vec<(&str, ObjectRef)> = Vec::new();
+    if clusters.several() {
+        // The same namespace name is the same namespace in every cluster.
+        for own in &place.own {
+            for (name, cluster) in &clusters.0 {
+                let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": own}});
+                let mut made = Vec::new();
+                if let Err(e) = apply(cluster, &fake_nodes, ns, &mut made).await {
+                    mismatches.push(format!("{}namespace {own}: {e}", CaseClusters::label(name)));
+                }
+                created.extend(made.into_iter().map(|r| (name.as_str(), r)));
+            }
         }
     }
     let webhooks = serve_webhooks().await?;
-    let host = HostBuilder::new(client.clone())
-        .namespaces(place.namespaces())
-        .install_crds(true)
-        .webhooks(Some(Arc::clone(&webhooks.registry)))
-        .baseline(true)
-        .optimize(false)
-        .cache_dir(options.cache_dir.clone())
-        .component(component)
-        .start()
-        .await
-        .map_err(|error| Error::Host { component: component.to_owned(), error: Box::new(error) })?;
-    let served = host.status().first().and_then(|s| s.name.clone()).unwrap_or_default();
-    if webhooks.registry.get(&served).is_ok() {
-        wait_for_webhooks(cluster, &served, &objects, options.timeout).await;
-    }
-
-    let kinds = objects.iter().filter_map(|o| ObjectRef::of(o).map(|r| r.gvk)).collect();
-    wait_until_served(cluster, kinds, options.timeout).await;
-    let fake_nodes = nodes::FakeNodes::start(client.clone());
-    let mut created = Vec::new();
-    let mut refused = Vec::new();
-    for object in objects {
-        if let Err(e) = apply(cluster, &fake_nodes, object, &mut created).await {
-            refused.push(e);
+    let hosts = match CaseHosts::start(clusters, component, place, &webhooks, options).await {
+        Ok(hosts) => hosts,
+        Err(e) => {
+            fake_nodes.stop(options.keep).await;
+            webhooks.server.shutdown().await;
+            return Err(e);
         }
+    };
+    let served = hosts.home().and_then(|h| h.status().first().and_then(|s| s.name.clone())).unwrap_or_default();
+    if webhooks.registry.get(&served).is_ok() {
+        let home: Vec<Value> =
+            objects.iter().filter(|(_, c, _)| std::ptr::eq(*c, clusters.home())).map(|(_, _, o)| o.clone()).collect();
+        wait_for_webhooks(clusters.home(), &served, &home, options.timeout).await;
+    }
+    for (name, cluster) in &clusters.0 {
+        let kinds = objects
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .filter_map(|(_, _, o)| ObjectRef::of(o).map(|r| r.gvk))
+            .collect();
+        wait_until_served(cluster, kinds, options.timeout).await;
+    }
+    let mut refused = Vec::new();
+    for (name, cluster, object) in objects {
+        apply_in(name, cluster, &fake_nodes, object, &mut created, &mut refused).await;
     }
     let step = Step { dir: case, label: String::new(), refused };
-    check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
+    check(clusters, &hosts, place, since, step, options.timeout, &mut mismatches).await?;
 
     for step in steps {
         let label = format!("steps/{}/", step.file_name().map(|n| n.to_string_lossy()).unwrap_or_default());
         let mut refused = Vec::new();
-        for object in place.read(&step.join("apply.yaml"))? {
-            if object.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
-                if let Err(e) = install_crd(cluster, object, options.timeout).await {
+        for entry in place.read(&step.join("apply.yaml"))? {
+            let (name, cluster, object) = match clusters.of(entry) {
+                Ok(found) => found,
+                Err(e) => {
                     mismatches.push(format!("{label}apply.yaml: {e}"));
+                    continue;
                 }
-            } else if let Err(e) = apply(cluster, &fake_nodes, object, &mut created).await {
-                refused.push(e);
+            };
+            if is_crd(&object) {
+                if let Err(e) = install_crd(cluster, object, options.timeout).await {
+                    mismatches.push(format!("{label}apply.yaml: {}{e}", CaseClusters::label(name)));
+                }
+            } else {
+                apply_in(name, cluster, &fake_nodes, object, &mut created, &mut refused).await;
             }
         }
-        for object in place.read(&step.join("delete.yaml"))? {
+        for entry in place.read(&step.join("delete.yaml"))? {
+            let (name, cluster, object) = match clusters.of(entry) {
+                Ok(found) => found,
+                Err(e) => {
+                    mismatches.push(format!("{label}delete.yaml: {e}"));
+                    continue;
+                }
+            };
             let Some(r) = ObjectRef::of(&object) else {
                 mismatches.push(format!("{label}delete.yaml: an entry lacks apiVersion, kind or metadata.name"));
                 continue;
             };
             if let Err(e) = cluster.delete(&r, Propagation::Background).await {
-                refused.push(format!("{r}: {e}"));
+                refused.push(format!("{}{r}: {e}", CaseClusters::label(name)));
             }
         }
         let step = Step { dir: &step, label, refused };
-        check(cluster, &host, place, since, step, options.timeout, &mut mismatches).await?;
+        check(clusters, &hosts, place, since, step, options.timeout, &mut mismatches).await?;
     }
     // What the case created goes with it, unless kept, while the controller
     // still runs: it finalizes its objects (a finalizer left behind would
     // hold the case's namespace in Terminating for good).
     if !options.keep {
-        remove_created(cluster, &created, &fake_nodes, &place.namespaces(), options.timeout.min(CLEANUP_WAIT)).await;
+        for (name, cluster) in &clusters.0 {
+            let here: Vec<ObjectRef> = created.iter().filter(|(n, _)| n == name).map(|(_, r)| r.clone()).collect();
+            remove_created(cluster, &here, &fake_nodes, &place.namespaces(), options.timeout.min(CLEANUP_WAIT)).await;
+        }
     }
     fake_nodes.stop(options.keep).await;
-    let installed = webhooks.registry.get(&served).ok().map(|s| Arc::clone(&s.component));
-    host.shutdown().await;
+    let installed = hosts.served(&webhooks.registry);
+    hosts.shutdown().await;
     webhooks.server.shutdown().await;
-    if let Some(component) = installed {
-        uninstall_webhooks(cluster, &webhooks.registry, &component.manifest).await;
+    for (name, component) in installed {
+        let (Some(cluster), Some(install)) = (clusters.0.get(&name), webhooks.registry.install_for(&name)) else {
+            continue;
+        };
+        if let Err(e) = crate::serve::webhook::install::uninstall(cluster, &component.manifest, &install).await {
+            tracing::warn!(cluster = %name, component = %component.manifest.name, error = %e, "cannot remove the webhook configurations");
+        }
     }
     Ok(mismatches)
+}
+
+/// [`apply`] in cluster `name`, noting what it created and what it
+/// refused. A Node only in `default`: the fake kubelet runs there.
+async fn apply_in<'a>(
+    name: &'a str,
+    cluster: &KubeCluster,
+    fake_nodes: &nodes::FakeNodes,
+    object: Value,
+    created: &mut Vec<(&'a str, ObjectRef)>,
+    refused: &mut Vec<String>,
+) {
+    let label = CaseClusters::label(name);
+    if !label.is_empty() && object.get("kind").and_then(Value::as_str) == Some("Node") {
+        refused.push(format!("{label}a Node: `capstan e2e` keeps Nodes alive in cluster default only"));
+        return;
+    }
+    let mut made = Vec::new();
+    if let Err(e) = apply(cluster, fake_nodes, object, &mut made).await {
+        refused.push(format!("{label}{e}"));
+    }
+    created.extend(made.into_iter().map(|r| (name, r)));
 }
 
 /// Longest wait for the objects a case created to be finalized and gone.
@@ -725,8 +946,8 @@ struct Step<'a> {
 /// Waits until what the step expects holds, or `timeout`; adds to
 /// `mismatches` what still did not hold then.
 async fn check(
-    cluster: &KubeCluster,
-    host: &Host,
+    clusters: &CaseClusters,
+    hosts: &CaseHosts,
     place: &Place,
     since: k8s_openapi::jiff::Timestamp,
     step: Step<'_>,
@@ -746,10 +967,10 @@ async fn check(
     let deadline = Instant::now() + timeout;
     loop {
         let mut now = Vec::new();
-        let recorded = recorded_events(cluster, place, since).await;
+        let recorded = recorded_events(clusters, place, since).await;
         if let Some(text) = &expected_error {
             let mut errors = refused.clone();
-            errors.extend(host.controllers().iter().filter_map(|c| c.counts().last_error));
+            errors.extend(hosts.last_errors());
             errors.extend(
                 recorded
                     .iter()
@@ -760,27 +981,42 @@ async fn check(
                 now.push(format!("{label}error.txt: expected an error containing {text:?}, got {errors:?}"));
             }
         }
-        for expected in &expect {
-            let Some(r) = ObjectRef::of(expected) else {
+        for entry in &expect {
+            let (name, cluster, expected) = match clusters.of(entry.clone()) {
+                Ok(found) => found,
+                Err(e) => {
+                    now.push(format!("{label}expect.yaml: {e}"));
+                    continue;
+                }
+            };
+            let Some(r) = ObjectRef::of(&expected) else {
                 now.push(format!("{label}expect.yaml: an entry lacks apiVersion, kind or metadata.name"));
                 continue;
             };
+            let at = CaseClusters::label(name);
             match cluster.get(&r).await {
                 Ok(actual) => {
                     let mut diffs = Vec::new();
-                    subset_diff(expected, &actual, String::new(), &mut diffs);
-                    now.extend(diffs.into_iter().map(|d| format!("{label}expect.yaml: {r}: {d}")));
+                    subset_diff(&expected, &actual, String::new(), &mut diffs);
+                    now.extend(diffs.into_iter().map(|d| format!("{label}expect.yaml: {at}{r}: {d}")));
                 }
-                Err(e) => now.push(format!("{label}expect.yaml: {r}: {e}")),
+                Err(e) => now.push(format!("{label}expect.yaml: {at}{r}: {e}")),
             }
         }
-        for gone in &absent {
-            let Some(r) = ObjectRef::of(gone) else {
+        for entry in &absent {
+            let (name, cluster, gone) = match clusters.of(entry.clone()) {
+                Ok(found) => found,
+                Err(e) => {
+                    now.push(format!("{label}absent.yaml: {e}"));
+                    continue;
+                }
+            };
+            let Some(r) = ObjectRef::of(&gone) else {
                 now.push(format!("{label}absent.yaml: an entry lacks apiVersion, kind or metadata.name"));
                 continue;
             };
             if cluster.get(&r).await.is_ok() {
-                now.push(format!("{label}absent.yaml: {r} still exists"));
+                now.push(format!("{label}absent.yaml: {}{r} still exists", CaseClusters::label(name)));
             }
         }
         for expected in &events {
@@ -809,9 +1045,23 @@ async fn check(
 }
 
 /// The Events recorded since the case started in its namespaces and in
-/// `default` (where Events about cluster-scoped objects go), in the shape
-/// `events.yaml` matches.
-async fn recorded_events(cluster: &KubeCluster, place: &Place, since: k8s_openapi::jiff::Timestamp) -> Vec<Value> {
+/// `default` (where Events about cluster-scoped objects go), in every
+/// cluster, in the shape `events.yaml` matches, each with its `cluster`.
+async fn recorded_events(clusters: &CaseClusters, place: &Place, since: k8s_openapi::jiff::Timestamp) -> Vec<Value> {
+    let mut recorded = Vec::new();
+    for (name, cluster) in &clusters.0 {
+        recorded.extend(recorded_in(name, cluster, place, since).await);
+    }
+    recorded
+}
+
+/// [`recorded_events`] of one cluster, `name`.
+async fn recorded_in(
+    name: &str,
+    cluster: &KubeCluster,
+    place: &Place,
+    since: k8s_openapi::jiff::Timestamp,
+) -> Vec<Value> {
     let kind = Gvk::new("events.k8s.io", "v1", "Event");
     let since = since.as_second();
     let mut recorded = Vec::new();
@@ -828,6 +1078,7 @@ async fn recorded_events(cluster: &KubeCluster, place: &Place, since: k8s_openap
                 })
                 .map(|e| {
                     json!({
+                        "cluster": name,
                         "reason": e["reason"],
                         "type": e["type"],
                         "action": e["action"],

@@ -42,6 +42,7 @@
 //! match key by key, and each element of an expected list must match some
 //! element of the actual list.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -287,27 +288,42 @@ fn cluster_of(entry: &Value) -> Result<&str, String> {
     }
 }
 
-/// The first file of `case` (relative to it) with an entry in a cluster
-/// other than `default`, and that cluster's name.
+/// Every cluster other than `default` that an entry of `case` names, with
+/// the first file (relative to the case) that names it.
 ///
 /// # Errors
 ///
 /// As [`read_yaml_documents`].
-pub(crate) fn other_cluster(case: &Path) -> Result<Option<(PathBuf, String)>, Error> {
+pub(crate) fn other_clusters(case: &Path) -> Result<BTreeMap<String, PathBuf>, Error> {
     const FILES: [&str; 7] =
         ["given.yaml", "apply.yaml", "delete.yaml", "expect.yaml", "absent.yaml", "events.yaml", "requests.yaml"];
+    let mut found = BTreeMap::new();
     for dir in std::iter::once(case.to_owned()).chain(steps_of(case)?) {
         for file in FILES {
             let path = dir.join(file);
             for entry in read_yaml_documents(&path)? {
                 if let Some(name) = entry.get("cluster").filter(|c| c.as_str() != Some(cluster::DEFAULT_CLUSTER)) {
                     let name = name.as_str().map_or_else(|| compact(name), str::to_owned);
-                    return Ok(Some((path.strip_prefix(case).unwrap_or(&path).to_owned(), name)));
+                    found.entry(name).or_insert_with(|| path.strip_prefix(case).unwrap_or(&path).to_owned());
                 }
             }
         }
     }
-    Ok(None)
+    Ok(found)
+}
+
+/// The cluster `entry` names (`default` without a `cluster` field), and
+/// the entry without the field.
+///
+/// # Errors
+///
+/// When `cluster` is there but not a DNS-1123 label.
+pub(crate) fn take_cluster(mut entry: Value) -> Result<(String, Value), String> {
+    let name = cluster_of(&entry)?.to_owned();
+    if let Some(fields) = entry.as_object_mut() {
+        fields.remove("cluster");
+    }
+    Ok((name, entry))
 }
 
 /// The cluster an `expect`, `absent` or `delete` entry names.
