@@ -401,7 +401,44 @@ async fn member_client(plane: &ControlPlane, ns: &str, components: &[&Path]) -> 
     plane.client_with_token(&token)
 }
 
-/// The `ConfigMap`s of namespace `ns` in the cluster of `client`.
+/// A member the host may do nothing in refuses the fleet controller at
+/// load, naming what is missing, before anything is installed or watched
+/// there; the home serves on. (The member is the shared API server again,
+/// reached as a ServiceAccount with no RBAC.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_without_the_grants_a_fleet_controller_needs_refuses_it_at_load() -> Result<()> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let home = TestNamespace::new("fleet-access").await?;
+    let plane = ControlPlane::shared().await?;
+    let accounts: Api<ServiceAccount> = home.api();
+    accounts.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "nobody"}}))?).await?;
+    let token = capstan_tests::token_for_service_account(&home.client(), home.name(), "nobody").await?;
+    let nobody = plane.client_with_token(&token)?;
+    let greeter = find_component("fleet").map_err(anyhow::Error::msg)?;
+    let runtime = HostBuilder::new_runtime(Default::default(), 0, false)?;
+    let ns = home.name().to_owned();
+    let fleet = Fleet::new(move |client| {
+        HostBuilder::new(client)
+            .runtime(Some(runtime.clone()))
+            .namespace(Some(ns.clone()))
+            .install_crds(true)
+            .check_permissions(true)
+            .component(&greeter)
+    });
+    let home_client = home.client();
+    fleet.engage("default", async move { Ok(home_client) }).await?.context("the home starts")?;
+    let member = fleet.engage("poor", async move { Ok(nobody) }).await?;
+    let doc = fleet.status_document();
+    let said = format!("{:?} {doc}", member.as_ref().err());
+    assert!(said.contains("needs permissions the host was not granted"), "{said}");
+    assert!(said.contains(&format!("create configmaps (core) in namespace {}", home.name())), "{said}");
+    let running = |c: &&Value| c["name"] == "fleet-greeter" && c["cluster"] == "default" && c["state"] == "running";
+    assert!(doc["components"].as_array().context("components")?.iter().any(|c| running(&c)), "{doc}");
+    fleet.shutdown().await;
+    home.cleanup().await
+}
+
+/// The `ConfigMap`s of namespace `ns` in the cluster of `client`./// The `ConfigMap`s of namespace `ns` in the cluster of `client`.
 fn configmaps(client: &kube::Client, ns: &str) -> Api<k8s_openapi::api::core::v1::ConfigMap> {
     Api::namespaced(client.clone(), ns)
 }
@@ -471,6 +508,8 @@ async fn a_fleet_controller_spreads_to_its_members_survives_one_down_and_cleans_
             .runtime(Some(runtime.clone()))
             .namespace(Some(ns.clone()))
             .install_crds(true)
+            // West's grants (generated) pass the host's review there.
+            .check_permissions(true)
             .component(&greeter)
             .component(&spreader)
     });

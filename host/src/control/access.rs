@@ -11,7 +11,7 @@ use kube::api::PostParams;
 
 use crate::cluster::kube::KubeCluster;
 use crate::manifest::Manifest;
-use crate::policy::{PluralOverride, Resources, component_rules};
+use crate::policy::{PluralOverride, Resources, component_rules, member_rules};
 
 /// Why a component's permissions could not be confirmed.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +41,40 @@ pub async fn check(
     namespaces: &[String],
     install_crds: bool,
 ) -> Result<(), Error> {
-    // Plurals of kinds other operators define come from discovery.
+    let resources = resources(cluster, manifest).await;
+    let rules = component_rules(manifest, &resources, install_crds).map_err(|e| Error::Rules(e.to_string()))?;
+    let mut asks = everywhere(&rules.cluster.policy_rules(), namespaces);
+    for (namespace, rules) in &rules.namespaces {
+        asks.extend(rules.policy_rules().into_iter().map(|r| (Some(namespace.clone()), r)));
+    }
+    review(cluster, asks).await
+}
+
+/// Reviews, in a member cluster of `manifest`'s fleet, what the host
+/// needs there for it (the rules `capstan gen member-rbac` grants): its
+/// children's kinds, its reads, and with `install_crds` its owned kinds'
+/// CRDs, in each of `namespaces` (all namespaces when empty). Nothing for
+/// a component that is not a fleet controller.
+///
+/// # Errors
+///
+/// As [`check`].
+pub async fn check_member(
+    cluster: &KubeCluster,
+    manifest: &Manifest,
+    namespaces: &[String],
+    install_crds: bool,
+) -> Result<(), Error> {
+    let resources = resources(cluster, manifest).await;
+    let Some(rules) = member_rules(manifest, &resources, install_crds).map_err(|e| Error::Rules(e.to_string()))? else {
+        return Ok(());
+    };
+    review(cluster, everywhere(&rules.policy_rules(), namespaces)).await
+}
+
+/// The resources of `manifest`'s kinds: plurals of kinds other operators
+/// define come from discovery.
+async fn resources(cluster: &KubeCluster, manifest: &Manifest) -> Resources {
     let mut overrides = Vec::new();
     for gvk in manifest.kinds() {
         if let Ok(resolved) = cluster.resolve(gvk).await {
@@ -49,21 +82,30 @@ pub async fn check(
             overrides.push(PluralOverride { group: gvk.group.clone(), kind: gvk.kind.clone(), plural });
         }
     }
-    let resources = Resources::new(&manifest.crds, &overrides);
-    let rules = component_rules(manifest, &resources, install_crds).map_err(|e| Error::Rules(e.to_string()))?;
+    Resources::new(&manifest.crds, &overrides)
+}
 
+/// Each rule in each of `namespaces` (once, in all namespaces, when empty).
+fn everywhere(
+    rules: &[k8s_openapi::api::rbac::v1::PolicyRule],
+    namespaces: &[String],
+) -> Vec<(Option<String>, k8s_openapi::api::rbac::v1::PolicyRule)> {
     let scopes: Vec<Option<&str>> =
         if namespaces.is_empty() { vec![None] } else { namespaces.iter().map(|n| Some(n.as_str())).collect() };
     let mut asks = Vec::new();
-    for rule in rules.cluster.policy_rules() {
+    for rule in rules {
         for &namespace in &scopes {
             asks.push((namespace.map(str::to_owned), rule.clone()));
         }
     }
-    for (namespace, rules) in &rules.namespaces {
-        asks.extend(rules.policy_rules().into_iter().map(|r| (Some(namespace.clone()), r)));
-    }
+    asks
+}
 
+/// Asks the API server about each rule in its namespace.
+async fn review(
+    cluster: &KubeCluster,
+    asks: Vec<(Option<String>, k8s_openapi::api::rbac::v1::PolicyRule)>,
+) -> Result<(), Error> {
     let api: Api<SelfSubjectAccessReview> = Api::all(cluster.client().clone());
     let mut denied = Vec::new();
     for (namespace, rule) in asks {

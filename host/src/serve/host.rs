@@ -1004,8 +1004,8 @@ impl Shared {
         let trial = self.goes_on_trial(path, &loaded.manifest);
         if !declared_before && here {
             self.prepare_cluster(path, &loaded.manifest, running.as_deref(), !trial).await?;
-        } else if !declared_before && self.install_crds {
-            self.prepare_member(&loaded.manifest).await?;
+        } else if !declared_before {
+            self.prepare_member(path, &loaded.manifest).await?;
         }
         tracing::info!(
             controller = %name,
@@ -1055,14 +1055,23 @@ impl Shared {
         Ok(())
     }
 
-    /// Installs, in a member cluster of `manifest`'s fleet, the CRDs it
-    /// declares of the kinds it owns: its children there need them, and
-    /// the host that reconciles in the home has no other way to put them
-    /// there. The same rules as in the home: a CRD someone else installed
-    /// is left alone unless adopted. Nothing for a component this cluster
-    /// is not a member of.
-    async fn prepare_member(&self, manifest: &Manifest) -> Result<(), Error> {
+    /// Checks, in a member cluster of `manifest`'s fleet, the host's access
+    /// for what the component needs there (see [`access::check_member`]),
+    /// then, with `install_crds`, installs the CRDs it declares of the kinds it owns: its
+    /// children there need them, and the host that reconciles in the home
+    /// has no other way to put them there. The same rules as in the home:
+    /// a CRD someone else installed is left alone unless adopted. Nothing
+    /// for a component this cluster is not a member of.
+    async fn prepare_member(&self, path: &Path, manifest: &Manifest) -> Result<(), Error> {
         if !manifest.fleet.as_ref().is_some_and(|f| f.has_member(&self.cluster_name)) {
+            return Ok(());
+        }
+        if self.check_permissions {
+            access::check_member(&self.cluster, manifest, &self.namespaces, self.install_crds)
+                .await
+                .map_err(|error| Error::Access { path: path.to_owned(), error })?;
+        }
+        if !self.install_crds {
             return Ok(());
         }
         for owned in &manifest.owns {
