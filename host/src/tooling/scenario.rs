@@ -42,7 +42,6 @@
 //! match key by key, and each element of an expected list must match some
 //! element of the actual list.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -289,22 +288,25 @@ fn cluster_of(entry: &Value) -> Result<&str, String> {
 }
 
 /// Every cluster other than `default` that an entry of `case` names, with
-/// the first file (relative to the case) that names it.
+/// the first file (relative to the case) that names it, in the order the
+/// files name them (given, then each step).
 ///
 /// # Errors
 ///
 /// As [`read_yaml_documents`].
-pub(crate) fn other_clusters(case: &Path) -> Result<BTreeMap<String, PathBuf>, Error> {
+pub(crate) fn other_clusters(case: &Path) -> Result<Vec<(String, PathBuf)>, Error> {
     const FILES: [&str; 7] =
         ["given.yaml", "apply.yaml", "delete.yaml", "expect.yaml", "absent.yaml", "events.yaml", "requests.yaml"];
-    let mut found = BTreeMap::new();
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
     for dir in std::iter::once(case.to_owned()).chain(steps_of(case)?) {
         for file in FILES {
             let path = dir.join(file);
             for entry in read_yaml_documents(&path)? {
                 if let Some(name) = entry.get("cluster").filter(|c| c.as_str() != Some(cluster::DEFAULT_CLUSTER)) {
                     let name = name.as_str().map_or_else(|| compact(name), str::to_owned);
-                    found.entry(name).or_insert_with(|| path.strip_prefix(case).unwrap_or(&path).to_owned());
+                    if !found.iter().any(|(known, _)| *known == name) {
+                        found.push((name, path.strip_prefix(case).unwrap_or(&path).to_owned()));
+                    }
                 }
             }
         }
