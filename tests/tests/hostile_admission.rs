@@ -584,22 +584,23 @@ async fn posted_to(client: Client, cluster: &str, webhooks: &WebhookServer, name
         .component(component("meddler"))
         .start()
         .await?;
-    wait_for(TIMEOUT, || async { webhooks.registry.get("meddler").is_ok().then_some(()) })
+    wait_for(TIMEOUT, || async { webhooks.registry.get_in(cluster, "meddler").is_ok().then_some(()) })
         .await
         .context("the meddler's webhooks are served")?;
     Ok(host)
 }
 
-/// Posts [`review`] for `namespace` to the strict webhook of `webhooks`:
-/// whether it was allowed, and the denial's message.
-async fn posted(webhooks: &WebhookServer, namespace: &str) -> Result<(bool, Option<String>)> {
-    posted_review(webhooks, &review(namespace)).await
+/// Posts [`review`] for `namespace` to the strict webhook of `webhooks`
+/// served for `cluster`: whether it was allowed, and the denial's message.
+async fn posted(webhooks: &WebhookServer, cluster: &str, namespace: &str) -> Result<(bool, Option<String>)> {
+    posted_review(webhooks, cluster, &review(namespace)).await
 }
 
-/// Posts `review` to the strict webhook of `webhooks`: whether it was
-/// allowed, and the denial's message.
-async fn posted_review(webhooks: &WebhookServer, review: &Value) -> Result<(bool, Option<String>)> {
-    let path = format!("/admission/meddler/{STRICT}");
+/// Posts `review` to the strict webhook of `webhooks` served for `cluster`
+/// (under its route prefix): whether it was allowed, and the denial's
+/// message.
+async fn posted_review(webhooks: &WebhookServer, cluster: &str, review: &Value) -> Result<(bool, Option<String>)> {
+    let path = format!("{}/admission/meddler/{STRICT}", webhook::route_prefix(cluster));
     let (code, body) = post(webhooks.port, &webhooks.ca, None, &path, review).await?;
     ensure!(code == 200, "{review}: HTTP {code}: {body}");
     let response = &body["response"];
@@ -626,7 +627,7 @@ async fn a_review_posted_for_a_namespace_the_host_does_not_serve_is_allowed_with
     let cluster = own_cluster("posted-one");
     let host = posted_to(client.clone(), &cluster, &webhooks, &[ns.name()]).await?;
     for namespace in system.into_iter().chain([elsewhere.name(), "default"]) {
-        assert_eq!(posted(&webhooks, namespace).await?, (true, None), "{namespace}");
+        assert_eq!(posted(&webhooks, &cluster, namespace).await?, (true, None), "{namespace}");
     }
     assert_eq!(reviews(&cluster), 0.0, "the guest was called for a namespace the host does not serve");
     let answered = format!(r#"{{cluster="{cluster}",controller="meddler",webhook="{STRICT}",code="200"}}"#);
@@ -648,10 +649,10 @@ async fn a_review_posted_for_a_namespace_the_host_does_not_serve_is_allowed_with
     for (what, forged) in
         [("no namespace", hidden), ("disagreeing", disagreeing), ("old object", old_elsewhere), ("Secret", secret)]
     {
-        assert_eq!(posted_review(&webhooks, &forged).await?, (true, None), "{what}");
+        assert_eq!(posted_review(&webhooks, &cluster, &forged).await?, (true, None), "{what}");
     }
     assert_eq!(reviews(&cluster), 0.0, "the guest was called for a forged review");
-    assert_eq!(posted(&webhooks, ns.name()).await?, (false, Some(DENIAL.to_owned())), "the served namespace");
+    assert_eq!(posted(&webhooks, &cluster, ns.name()).await?, (false, Some(DENIAL.to_owned())), "the served namespace");
     assert_eq!(reviews(&cluster), 1.0);
     host.shutdown().await;
     webhooks.server.shutdown().await;
@@ -661,10 +662,10 @@ async fn a_review_posted_for_a_namespace_the_host_does_not_serve_is_allowed_with
     let cluster = own_cluster("posted-all");
     let host = posted_to(client.clone(), &cluster, &webhooks, &[]).await?;
     for namespace in system {
-        assert_eq!(posted(&webhooks, namespace).await?, (true, None), "{namespace}");
+        assert_eq!(posted(&webhooks, &cluster, namespace).await?, (true, None), "{namespace}");
     }
     assert_eq!(reviews(&cluster), 0.0, "the guest was called for a system namespace");
-    assert_eq!(posted(&webhooks, elsewhere.name()).await?, (false, Some(DENIAL.to_owned())));
+    assert_eq!(posted(&webhooks, &cluster, elsewhere.name()).await?, (false, Some(DENIAL.to_owned())));
     assert_eq!(reviews(&cluster), 1.0);
     host.shutdown().await;
     webhooks.server.shutdown().await;
@@ -673,9 +674,9 @@ async fn a_review_posted_for_a_namespace_the_host_does_not_serve_is_allowed_with
     let webhooks = WebhookServer::start(false).await?;
     let cluster = own_cluster("posted-system");
     let host = posted_to(client.clone(), &cluster, &webhooks, &[ns.name(), "kube-system"]).await?;
-    assert_eq!(posted(&webhooks, "kube-public").await?, (true, None));
+    assert_eq!(posted(&webhooks, &cluster, "kube-public").await?, (true, None));
     assert_eq!(reviews(&cluster), 0.0);
-    assert_eq!(posted(&webhooks, "kube-system").await?, (false, Some(DENIAL.to_owned())), "served by name");
+    assert_eq!(posted(&webhooks, &cluster, "kube-system").await?, (false, Some(DENIAL.to_owned())), "served by name");
     assert_eq!(reviews(&cluster), 1.0);
     host.shutdown().await;
     webhooks.server.shutdown().await;
