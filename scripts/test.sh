@@ -76,18 +76,20 @@ step "test: Python and JavaScript guest libraries"
 python3 -m pytest -q guest-sdk/python/tests
 (cd guest-sdk/js && npm test --silent)
 
-# Runs `cargo test` on the packages given, every suite even after a
-# failing one (--no-fail-fast: one does not hide the ones after it), then
-# prints one closing line over every suite (cargo prints one per test
-# binary), and exits with cargo's status.
+# Runs the tests of the packages given: builds every test binary once, runs
+# the doc tests, then the test binaries several at a time
+# (scripts/run-suites.py; CAPSTAN_TEST_JOBS, default 3), every suite even
+# after a failing one, and prints one closing line over all of them.
 run_tests() {
-  local results status=0
-  results=$(mktemp)
-  cargo test --no-fail-fast "$@" 2>&1 | tee "$results" || status=$?
+  local artifacts doc status=0
+  artifacts=$(mktemp) doc=$(mktemp)
+  cargo test --no-run --message-format=json-render-diagnostics "$@" >"$artifacts"
+  step "test: doc tests"
+  cargo test --doc "$@" 2>&1 | tee "$doc" || status=$?
+  step "test: suites, ${CAPSTAN_TEST_JOBS:-3} at a time"
+  scripts/run-suites.py --count-also "$doc" "$artifacts" || status=$?
   step "done"
-  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
-       END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
-  rm -f "$results"
+  rm -f "$artifacts" "$doc"
   exit "$status"
 }
 examples=(-p greeter -p tenant -p silences -p fleet -p zone-scheduler -p capstan-guest)
