@@ -346,6 +346,14 @@ async fn an_api_server_restart_mid_run_loses_nothing() -> Result<()> {
         let scrape = capstan_host::metrics::metrics().encode();
         scrape.lines().find_map(|l| l.strip_prefix(series)?.parse::<f64>().ok()).unwrap_or(0.0)
     };
+    // The watches must be up before the API server goes down: on a loaded
+    // machine the host may still be waiting for the Greeting kind it just
+    // installed, and a kill then loses no watch at all.
+    wait_for(TIMEOUT, || async {
+        (host.controllers()[0].state() == capstan_host::control::controller::State::Running).then_some(())
+    })
+    .await
+    .context("the controller runs (its watches synced) before the restart")?;
     let errors_before = watch_errors();
     // Down while the first greetings are being reconciled.
     private.restart_apiserver(Duration::from_secs(3)).await?;
