@@ -82,12 +82,15 @@ bin=$node_env/node_modules/.bin
 toolchain_key="componentize-py=$COMPONENTIZE_PY python=$py_version jco=$JCO componentize-js=$COMPONENTIZE_JS preview2-shim=$PREVIEW2_SHIM esbuild=$ESBUILD node=$(node --version)"
 
 # A hash of every file under the given paths (caches and build output
-# excluded), of this script and of the toolchain versions.
+# excluded), of this script and of the toolchain versions. Paths are hashed
+# relative to the checkout, so that every clone on the machine (CI clones
+# afresh each time) finds the components another one built.
 key() {
   {
     echo "$toolchain_key"
-    sha256sum "$0"
-    find "$@" -type f -not -path '*/__pycache__/*' -not -path '*/node_modules/*' -print0 | sort -z | xargs -0 sha256sum
+    sha256sum <"$0"
+    cd "$root" && find "${@#"$root"/}" -type f -not -path '*/__pycache__/*' -not -path '*/node_modules/*' -print0 \
+      | sort -z | xargs -0 sha256sum
   } | sha256sum | cut -c1-16
 }
 
