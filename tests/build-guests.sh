@@ -13,6 +13,35 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2 >&2
 fi
 
+# Building one package with several feature sets rebuilds it each time
+# (a cdylib's file carries no hash of its features), about 90 s on two cores
+# even when nothing changed. So the whole set is cached in
+# $CAPSTAN_CACHE/rust-guests/ under a hash of everything it is built from
+# (paths relative to the checkout: every clone on the machine shares it).
+cache=${CAPSTAN_CACHE:-$HOME/.cache/capstan}/rust-guests
+inputs=(Cargo.toml Cargo.lock wit guest-sdk/Cargo.toml guest-sdk/src examples/greeter examples/greeter-webhooks
+  examples/tenant examples/silences examples/fleet examples/zone-scheduler tests/fixtures/guests
+  tests/fixtures/other-world tests/fixtures/future-contract tests/fixtures/contract-0.1.0
+  tests/fixtures/contract-0.3.0 tests/fixtures/noop tests/fixtures/strict-webhooks)
+key=$(
+  cd "$root"
+  {
+    rustc -vV
+    echo "RUSTFLAGS=${RUSTFLAGS:-} CARGO_ENCODED_RUSTFLAGS=${CARGO_ENCODED_RUSTFLAGS:-} SILENCES_ALERTMANAGER=${SILENCES_ALERTMANAGER:-}"
+    sha256sum <tests/build-guests.sh
+    find "${inputs[@]}" -type f -not -path '*/target/*' -print0 | sort -z | xargs -0 sha256sum
+  } | sha256sum | cut -c1-16
+)
+if [[ -f $cache/$key/.complete ]]; then
+  cp "$cache/$key"/*.wasm "$out/"
+  echo "build-guests: cached ($cache/$key)" >&2
+  echo "$out"
+  exit 0
+fi
+final=$out
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
 build() { # <package> [cargo args...]
   cargo build --quiet --release --target wasm32-wasip2 -p "$@" >&2
 }
@@ -91,4 +120,13 @@ build capstan-fixture-guests --features invalid-manifest
 cp "$release/capstan_fixture_guests.wasm" "$out/invalid-manifest.wasm"
 build capstan-fixture-guests
 cp "$release/capstan_fixture_guests.wasm" "$out/fixture.wasm"
-echo "$out"
+
+cp "$out"/*.wasm "$final/"
+mkdir -p "$cache"
+rm -rf "$cache/$key.tmp$$"
+cp -r "$out" "$cache/$key.tmp$$"
+touch "$cache/$key.tmp$$/.complete"
+# Older sets are of no more use; another run may have stored this one meanwhile.
+find "$cache" -mindepth 1 -maxdepth 1 -not -name "$key" -not -name "*.tmp*" -exec rm -rf {} +
+mv -T "$cache/$key.tmp$$" "$cache/$key" 2>/dev/null || rm -rf "$cache/$key.tmp$$"
+echo "$final"
