@@ -428,6 +428,11 @@ pub async fn run_case(
         );
         return Ok(CaseResult { name, mismatches: vec![why] });
     }
+    // A case of `conversion.yaml` alone has nothing for a cluster to do.
+    if !case.join("given.yaml").is_file() && scenario::steps_of(case)?.is_empty() {
+        tracing::info!(case = %name, "conversion.yaml is checked by `capstan test`, not on the cluster");
+        return Ok(CaseResult { name, mismatches: Vec::new() });
+    }
     let suffix = random_suffix();
     let namespace = namespace_for(&name, &suffix);
     let clusters = CaseClusters::new(client, &options.members);
@@ -601,8 +606,22 @@ async fn run_in(
     };
     let served = hosts.home().and_then(|h| h.status().first().and_then(|s| s.name.clone())).unwrap_or_default();
     if webhooks.registry.get(&served).is_ok() {
-        let home: Vec<Value> =
+        let mut home: Vec<Value> =
             objects.iter().filter(|(_, c, _)| std::ptr::eq(*c, clusters.home())).map(|(_, _, o)| o.clone()).collect();
+        if home.is_empty() {
+            // Nothing given: probe with what the steps write (a file that
+            // cannot be read is reported at its step).
+            for step in &steps {
+                for entry in place.read(&step.join("apply.yaml")).unwrap_or_default() {
+                    if let Ok((_, cluster, object)) = clusters.of(entry)
+                        && std::ptr::eq(cluster, clusters.home())
+                        && !is_crd(&object)
+                    {
+                        home.push(object);
+                    }
+                }
+            }
+        }
         wait_for_webhooks(clusters.home(), &served, &home, options.timeout).await;
     }
     for (name, cluster) in &clusters.0 {
@@ -827,6 +846,11 @@ async fn wait_until_served(cluster: &KubeCluster, mut kinds: Vec<Gvk>, timeout: 
 /// writes could pass unreviewed. Probes with server-side dry runs of the
 /// given objects.
 async fn wait_for_webhooks(cluster: &KubeCluster, component: &str, objects: &[Value], timeout: Duration) {
+    if objects.is_empty() {
+        // Nothing to probe with: no call could be seen, and no given
+        // object is written unreviewed.
+        return;
+    }
     let before = webhook_requests(component);
     let deadline = Instant::now() + timeout;
     let dry = kube::api::PostParams { dry_run: true, ..kube::api::PostParams::default() };
@@ -1094,6 +1118,24 @@ async fn recorded_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A case of `conversion.yaml` alone asks nothing of a cluster: it
+    /// neither makes a namespace nor starts a host (one that did waited its
+    /// whole timeout for a webhook call nothing would make).
+    #[tokio::test]
+    async fn a_case_of_conversion_yaml_alone_passes_without_touching_the_cluster() {
+        let dir = std::env::temp_dir().join(format!("capstan-e2e-conversion-only-{}", random_suffix()));
+        std::fs::create_dir_all(&dir).expect("made");
+        std::fs::write(dir.join("conversion.yaml"), "desiredAPIVersion: example.com/v1\nobjects: []\nexpect: []\n")
+            .expect("written");
+        // An API server that is not there: any request fails.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().expect("a URL"));
+        let client = kube::Client::try_from(config).expect("a client");
+        let result = run_case(client, Path::new("no-component.wasm"), &dir, &Options::default()).await;
+        std::fs::remove_dir_all(&dir).expect("removed");
+        let result = result.expect("no request made");
+        assert!(result.mismatches.is_empty(), "{:?}", result.mismatches);
+    }
 
     #[test]
     fn a_case_namespace_is_a_dns_label_named_after_the_case() {
