@@ -67,6 +67,8 @@ AFTER = {"scheduler": "e2e_command", "traces": "e2e_command"}
 # replaced by what this machine measured once it has.
 DEFAULT_SECONDS = {
     "traces": 280,
+    "e2e_command": 250,
+    "e2e_runs": 200,
     "silences": 107,
     "cluster": 105,
     "generate": 81,

@@ -444,11 +444,36 @@ pub async fn token_for_service_account(client: &Client, namespace: &str, sa_name
     response.status.and_then(|s| s.token).filter(|t| !t.is_empty()).context("the TokenRequest response has no token")
 }
 
+/// The checkout's root folder.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs `capstan e2e <component> <scenarios> ARGS` (the component found by
+/// [`capstan_host::testing::find_component`]) against the shared control
+/// plane: its exit code and stdout (both printed, with stderr).
+pub async fn e2e(component: &str, scenarios: &Path, args: &[&str]) -> Result<(i32, String)> {
+    let plane = ControlPlane::shared().await?;
+    let component = capstan_host::testing::find_component(component).map_err(anyhow::Error::msg)?;
+    let out = Command::new(capstan_binary().await?)
+        .arg("e2e")
+        .arg(&component)
+        .arg(scenarios)
+        .args(args)
+        .env("KUBECONFIG", plane.kubeconfig_path())
+        .output()
+        .await
+        .context("running capstan e2e")?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.code().unwrap_or(-1), stdout))
+}
+
 /// The `capstan` binary of this checkout, built first if needed (`cargo
 /// build -p capstan-host --bin capstan`, a no-op when it is up to date), for
 /// tests that run the host as a process of its own.
 pub async fn capstan_binary() -> Result<PathBuf> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = repo();
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo.join("target"));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let built = Command::new(cargo)
