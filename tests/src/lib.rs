@@ -444,6 +444,19 @@ pub async fn token_for_service_account(client: &Client, namespace: &str, sa_name
     response.status.and_then(|s| s.token).filter(|t| !t.is_empty()).context("the TokenRequest response has no token")
 }
 
+/// Waits until the API server behind `client` stops answering (a restart
+/// under way: `capstan cluster restart-apiserver` kills it only once it has
+/// started and checked the cluster, seconds on a busy machine), polling
+/// every 100 ms. Returns when it was seen gone.
+pub async fn until_down(client: &Client, timeout: Duration) -> Result<std::time::Instant> {
+    let deadline = std::time::Instant::now() + timeout;
+    while client.apiserver_version().await.is_ok() {
+        ensure!(std::time::Instant::now() < deadline, "the API server still answers after {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(std::time::Instant::now())
+}
+
 /// The checkout's root folder.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

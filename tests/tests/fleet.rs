@@ -111,7 +111,7 @@ async fn one_fleet_serves_two_clusters_and_a_member_down_holds_up_only_itself() 
     // reconciling, and the member catches up when it returns.
     let restart = member.restart_apiserver(Duration::from_secs(15));
     let during = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        capstan_tests::until_down(&member_client, TIMEOUT).await?;
         converges(&home.client(), home.name(), "home-during", Duration::from_secs(12)).await
     };
     let (restarted, during) = tokio::join!(restart, during);
@@ -582,7 +582,7 @@ async fn a_fleet_controller_spreads_to_its_members_survives_one_down_and_cleans_
     // reaches east at once and west when it is back; nothing lost or doubled.
     let restart = west.restart_apiserver(Duration::from_secs(20));
     let during = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        capstan_tests::until_down(&west_client, TIMEOUT).await?;
         api.create(&PostParams::default(), &fleet_greeting("during", "while west is down")?).await?;
         wait_for(Duration::from_secs(15), || async {
             configmaps(&east_client, home.name()).get_opt("during-greeting").await.ok().flatten()
