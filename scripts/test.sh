@@ -78,7 +78,7 @@ python3 -m pytest -q guest-sdk/python/tests
 
 # Runs the tests of the packages given: builds every test binary once, runs
 # the doc tests, then the test binaries several at a time
-# (scripts/run-suites.py; CAPSTAN_TEST_JOBS, default 3), every suite even
+# (scripts/run-suites.py; CAPSTAN_TEST_JOBS, default 2), every suite even
 # after a failing one, and prints one closing line over all of them.
 run_tests() {
   local artifacts doc status=0
@@ -86,7 +86,7 @@ run_tests() {
   cargo test --no-run --message-format=json-render-diagnostics "$@" >"$artifacts"
   step "test: doc tests"
   cargo test --doc "$@" 2>&1 | tee "$doc" || status=$?
-  step "test: suites, ${CAPSTAN_TEST_JOBS:-3} at a time"
+  step "test: suites, ${CAPSTAN_TEST_JOBS:-2} at a time"
   scripts/run-suites.py --count-also "$doc" "$artifacts" || status=$?
   step "done"
   rm -f "$artifacts" "$doc"

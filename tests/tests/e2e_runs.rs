@@ -27,7 +27,13 @@ async fn an_e2e_run_compiles_its_component_once_with_winch_and_loads_it_from_the
     let client = ControlPlane::shared().await?.client()?;
     let cache = std::env::temp_dir().join(format!("capstan-e2e-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
-    let options = capstan_host::tooling::e2e::Options { cache_dir: Some(cache.clone()), ..Default::default() };
+    // The lifecycle case waits for the garbage collector, which watches a
+    // kind installed moments ago only from its next resync (30 s).
+    let options = capstan_host::tooling::e2e::Options {
+        cache_dir: Some(cache.clone()),
+        timeout: std::time::Duration::from_secs(90),
+        ..Default::default()
+    };
     let greeter = find_component("greeter").map_err(anyhow::Error::msg)?;
     let before = ["baseline", "compiled", "cache"].map(compiles);
     let results =
