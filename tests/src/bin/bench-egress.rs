@@ -4,9 +4,9 @@
 //! this process with hyper, side by side in one run.
 //!
 //! ```sh
-//! cargo build --release -p capstan-tests --bin bench-egress
+//! cargo build --profile dist -p capstan-tests --bin bench-egress
 //! tests/build-guests.sh      # fetcher.wasm; export CAPSTAN_GUESTS=<the dir it prints> if not found
-//! flock -o /tmp/capstan-bench.lock target/release/bench-egress --rounds 200
+//! flock -o /tmp/capstan-bench.lock target/dist/bench-egress --rounds 200
 //! ```
 //!
 //! # What runs

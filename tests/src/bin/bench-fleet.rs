@@ -3,9 +3,9 @@
 //! machine.
 //!
 //! ```sh
-//! cargo build --release -p capstan-host -p capstan-tests --bin capstan --bin bench-fleet
+//! cargo build --profile dist -p capstan-host -p capstan-tests --bin capstan --bin bench-fleet
 //! tests/build-guests.sh      # greeter.wasm; export CAPSTAN_GUESTS=<the dir it prints> if not found
-//! flock -o /tmp/capstan-bench.lock target/release/bench-fleet --count 1000 --rounds 3
+//! flock -o /tmp/capstan-bench.lock target/dist/bench-fleet --count 1000 --rounds 3
 //! ```
 //!
 //! # What runs

@@ -3,11 +3,11 @@
 //! in its own process so that its CPU time and memory are its own.
 //!
 //! ```sh
-//! cargo build --release -p capstan-host -p capstan-tests --bin capstan --bin bench-greetings
+//! cargo build --profile dist -p capstan-host -p capstan-tests --bin capstan --bin bench-greetings
 //! tests/build-guests.sh      # the greeter component; export CAPSTAN_GUESTS=<the dir it prints> if not found
-//! flock -o /tmp/capstan-bench.lock target/release/bench-greetings --counts 1000 --rounds 3
+//! flock -o /tmp/capstan-bench.lock target/dist/bench-greetings --counts 1000 --rounds 3
 //! # or only the tracing overhead (Capstan with and without trace export):
-//! flock -o /tmp/capstan-bench.lock target/release/bench-greetings --counts 1000 --rounds 3 --peers capstan,capstan-traced
+//! flock -o /tmp/capstan-bench.lock target/dist/bench-greetings --counts 1000 --rounds 3 --peers capstan,capstan-traced
 //! capstan cluster down --name bench --purge    # when done
 //! ```
 //!

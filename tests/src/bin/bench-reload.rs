@@ -4,9 +4,9 @@
 //! Rust greeter (v2) and the Python and JavaScript greeters.
 //!
 //! ```sh
-//! cargo build --release -p capstan-tests --bin bench-reload
+//! cargo build --profile dist -p capstan-tests --bin bench-reload
 //! tests/build-guests.sh && tests/build-polyglot-guests.sh
-//! target/release/bench-reload --rounds 5      # KUBECONFIG: a running control plane
+//! target/dist/bench-reload --rounds 5      # KUBECONFIG: a running control plane
 //! ```
 //!
 //! `RUST_LOG=capstan_host=info` prints the host's log to stderr (each load

@@ -5,10 +5,10 @@
 //! own process so CPU time and peak memory are its own.
 //!
 //! ```sh
-//! cargo build --release -p capstan-host -p capstan-tests --bin capstan --bin bench-scheduler
+//! cargo build --profile dist -p capstan-host -p capstan-tests --bin capstan --bin bench-scheduler
 //! tests/build-guests.sh
 //! tests/control-plane/cp.sh build-scheduler    # kube-scheduler, cached by version
-//! target/release/bench-scheduler --rounds 3    # KUBECONFIG: a running control plane
+//! target/dist/bench-scheduler --rounds 3    # KUBECONFIG: a running control plane
 //! ```
 //!
 //! Each run of one scheduler creates its own 100 Nodes (plain API objects:

@@ -4,9 +4,9 @@
 //! `--native NS`), each in its own process so its CPU time is its own.
 //!
 //! ```sh
-//! cargo build --release -p capstan-host -p capstan-tests --bin capstan --bin bench-silences
+//! cargo build --profile dist -p capstan-host -p capstan-tests --bin capstan --bin bench-silences
 //! tests/build-guests.sh      # silences-e2e.wasm; export CAPSTAN_GUESTS=<the dir it prints> if not found
-//! flock -o /tmp/capstan-bench.lock target/release/bench-silences --count 1000 --rounds 3
+//! flock -o /tmp/capstan-bench.lock target/dist/bench-silences --count 1000 --rounds 3
 //! ```
 //!
 //! The control plane is the tests' shared one (`capstan_tests::ControlPlane`:

@@ -3,9 +3,9 @@
 //! list costs per object.
 //!
 //! ```sh
-//! cargo build --release -p capstan-tests --bin bench-webhooks
+//! cargo build --profile dist -p capstan-tests --bin bench-webhooks
 //! tests/build-guests.sh
-//! target/release/bench-webhooks --creates 300 --rounds 3   # KUBECONFIG: a running control plane
+//! target/dist/bench-webhooks --creates 300 --rounds 3   # KUBECONFIG: a running control plane
 //! ```
 //!
 //! One host (in this process) serves the `greeter-webhooks` example
