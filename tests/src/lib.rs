@@ -115,9 +115,13 @@ impl ControlPlane {
     /// ready (even one started without kube-controller-manager), else runs
     /// `capstan cluster up`. Returns the kubeconfig path.
     async fn start_local() -> Result<PathBuf> {
-        let args: &[&str] =
-            if run_cluster(None, &["status", "--name", "capstan"]).await.is_ok() { &["kubeconfig"] } else { &["up"] };
-        let stdout = run_cluster(None, args).await?;
+        let binary = capstan_binary().await?;
+        let args: &[&str] = if run_cluster(&binary, None, &["status", "--name", "capstan"]).await.is_ok() {
+            &["kubeconfig"]
+        } else {
+            &["up"]
+        };
+        let stdout = run_cluster(&binary, None, args).await?;
         let last = stdout
             .lines()
             .last()
@@ -165,12 +169,11 @@ impl ControlPlane {
     }
 }
 
-/// Runs `capstan cluster <args>` (with `CAPSTAN_CP_DIR` set to
+/// Runs `binary cluster <args>` (with `CAPSTAN_CP_DIR` set to
 /// `state_dir`, if given); returns its stdout, or an error carrying its
 /// stderr.
-async fn run_cluster(state_dir: Option<&Path>, args: &[&str]) -> Result<String> {
-    let binary = capstan_binary().await?;
-    let mut command = Command::new(&binary);
+async fn run_cluster(binary: &Path, state_dir: Option<&Path>, args: &[&str]) -> Result<String> {
+    let mut command = Command::new(binary);
     if let Some(dir) = state_dir {
         command.env("CAPSTAN_CP_DIR", dir);
     }
@@ -201,18 +204,30 @@ pub struct PrivateControlPlane {
 
 impl PrivateControlPlane {
     /// Starts etcd and kube-apiserver (and kube-controller-manager if
-    /// asked) in a fresh state directory.
+    /// asked) in a fresh state directory, with this checkout's `capstan`
+    /// ([`capstan_binary`]).
     ///
     /// # Errors
     ///
     /// When `capstan cluster up` fails.
     pub async fn start(with_controller_manager: bool) -> Result<Self> {
+        Self::start_with(capstan_binary().await?, with_controller_manager).await
+    }
+
+    /// [`start`](Self::start) with the `capstan` binary given: a benchmark's
+    /// own build, so that it does not build this checkout's debug binary
+    /// first.
+    ///
+    /// # Errors
+    ///
+    /// When `capstan cluster up` fails.
+    pub async fn start_with(binary: PathBuf, with_controller_manager: bool) -> Result<Self> {
         let state_dir = std::env::temp_dir().join(format!("capstan-cp-{}", random_suffix(8)));
         let args: &[&str] = if with_controller_manager { &["up"] } else { &["up", "--no-controller-manager"] };
-        let stdout = run_cluster(Some(&state_dir), args).await?;
+        let stdout = run_cluster(&binary, Some(&state_dir), args).await?;
         let kubeconfig = stdout.lines().last().context("`capstan cluster up` printed no kubeconfig path")?;
         let plane = ControlPlane::from_kubeconfig(Path::new(kubeconfig.trim())).await?;
-        Ok(Self { state_dir, binary: capstan_binary().await?, plane })
+        Ok(Self { state_dir, binary, plane })
     }
 
     /// The control plane.
@@ -228,7 +243,7 @@ impl PrivateControlPlane {
     /// When `capstan cluster restart-apiserver` fails.
     pub async fn restart_apiserver(&self, down_for: Duration) -> Result<()> {
         let secs = down_for.as_secs().to_string();
-        run_cluster(Some(&self.state_dir), &["restart-apiserver", "--down-for", &secs]).await.map(drop)
+        run_cluster(&self.binary, Some(&self.state_dir), &["restart-apiserver", "--down-for", &secs]).await.map(drop)
     }
 }
 

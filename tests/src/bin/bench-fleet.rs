@@ -11,7 +11,7 @@
 //! # What runs
 //!
 //! Three private control planes (etcd + kube-apiserver each, no
-//! controller-manager, started by `capstan cluster up` in a state
+//! controller-manager, started by the `--capstan` binary's `cluster up` in a state
 //! directory of their own, stopped at the end), the CRD installed in each
 //! by the hosts (`--install-crds`). Each round runs both peers, the order
 //! rotated each round, each in a fresh namespace of every cluster:
@@ -258,9 +258,9 @@ async fn main() -> Result<()> {
     };
     eprintln!("starting three control planes");
     let (a, b, c) = tokio::try_join!(
-        PrivateControlPlane::start(false),
-        PrivateControlPlane::start(false),
-        PrivateControlPlane::start(false)
+        PrivateControlPlane::start_with(capstan.clone(), false),
+        PrivateControlPlane::start_with(capstan.clone(), false),
+        PrivateControlPlane::start_with(capstan.clone(), false)
     )?;
     let planes = [a, b, c];
 
