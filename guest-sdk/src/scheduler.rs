@@ -29,9 +29,9 @@ pub type Resources = BTreeMap<String, i64>;
 /// [`taints`](Self::taints), [`condition`](Self::condition) and
 /// [`ready`](Self::ready), and whether a Pod tolerates the taints through
 /// [`untolerated_taint`](Self::untolerated_taint); the whole `v1` Node through
-/// [`node`](Self::node), decoded on first use. The host hands over every
-/// Node at every attempt, so decoding only that much of each is most of
-/// what a decision saves.
+/// [`node`](Self::node), decoded on first use. An instance keeps the
+/// Nodes between attempts and the host hands over only those that changed,
+/// so each Node is decoded (that far) once per change.
 ///
 /// ```
 /// use capstan_guest::k8s_openapi::api::core::v1::Node;
@@ -242,9 +242,13 @@ impl NodeInfo {
     }
 
     /// The Node as the host hands it over; decodes its summary only.
-    fn from_wit(n: wit::NodeInfo) -> Result<Self, wit::Unschedulable> {
-        let summary = Summary::decode(&n.node)
-            .map_err(|e| wit::Unschedulable { reasons: vec![format!("Node {} does not decode: {e}", n.name)] })?;
+    /// The Node as the host hands it over, or its name and why its JSON
+    /// does not decode.
+    fn from_wit(n: wit::NodeInfo) -> Result<Self, (String, String)> {
+        let summary = match Summary::decode(&n.node) {
+            Ok(summary) => summary,
+            Err(e) => return Err((n.name, e.to_string())),
+        };
         Ok(Self {
             name: n.name,
             allocatable: resources(n.allocatable),
@@ -475,16 +479,77 @@ fn resources(list: Vec<wit::ResourceAmount>) -> Resources {
     list.into_iter().map(|r| (r.name, r.milli)).collect()
 }
 
-/// Answers one request through `S` (used by [`export!`](crate::export)).
-/// Each Node is decoded only as far as [`NodeInfo`]'s summary goes; the
-/// policy decodes the rest if it asks for [`NodeInfo::node`].
+/// The Nodes this instance holds for one cluster: the host hands each
+/// instance every Node once, then only what changed (`schedule-request`).
+#[derive(Default)]
+struct Held {
+    /// The Nodes that decode, in name order.
+    nodes: Vec<NodeInfo>,
+    /// The Nodes whose JSON does not decode, and why: held too (the host
+    /// counts them handed over), and the reason of every attempt until
+    /// they change or go.
+    broken: BTreeMap<String, String>,
+}
+
+impl Held {
+    /// Applies one request's changes: `removed` go, `nodes` are added or
+    /// replace the entry of the same name. Linear in the Nodes held (plus
+    /// a sort when Nodes were added), however many changed.
+    fn apply(&mut self, removed: Vec<String>, nodes: Vec<wit::NodeInfo>) {
+        let mut gone: std::collections::HashSet<String> = removed.into_iter().collect();
+        for name in &gone {
+            self.broken.remove(name);
+        }
+        let mut added = Vec::new();
+        for node in nodes {
+            self.broken.remove(&node.name);
+            match NodeInfo::from_wit(node) {
+                Ok(info) => match self.nodes.binary_search_by(|n| n.name.cmp(&info.name)) {
+                    Ok(at) => self.nodes[at] = info,
+                    Err(_) => added.push(info),
+                },
+                Err((name, why)) => {
+                    gone.insert(name.clone());
+                    self.broken.insert(name, why);
+                }
+            }
+        }
+        if !gone.is_empty() {
+            self.nodes.retain(|n| !gone.contains(&n.name));
+        }
+        if !added.is_empty() {
+            self.nodes.append(&mut added);
+            self.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+    }
+}
+
+thread_local! {
+    /// What this instance holds, per cluster.
+    static HELD: std::cell::RefCell<BTreeMap<String, Held>> = std::cell::RefCell::default();
+}
+
+/// Answers one request through `S` (used by [`export!`](crate::export)):
+/// applies its changes to the Nodes this instance holds, then asks the
+/// policy with every Node. Each Node is decoded once per change, and only
+/// as far as [`NodeInfo`]'s summary goes; the policy decodes the rest if it
+/// asks for [`NodeInfo::node`].
 pub(crate) fn schedule<S: Scheduler>(request: wit::ScheduleRequest) -> Result<String, wit::Unschedulable> {
     let unschedulable = |reason: String| wit::Unschedulable { reasons: vec![reason] };
-    let pod: Pod =
-        serde_json::from_slice(&request.pod).map_err(|e| unschedulable(format!("the Pod does not decode: {e}")))?;
-    let nodes = request.nodes.into_iter().map(NodeInfo::from_wit).collect::<Result<Vec<_>, _>>()?;
-    let request = Request::new(&pod, &nodes).in_cluster(&request.cluster);
-    S::default().schedule_request(&request).map_err(|u| wit::Unschedulable { reasons: u.reasons })
+    let wit::ScheduleRequest { pod, nodes, removed, cluster } = request;
+    HELD.with_borrow_mut(|held| {
+        // The changes first: the host counts them handed over whatever
+        // this attempt answers.
+        let held = held.entry(cluster.clone()).or_default();
+        held.apply(removed, nodes);
+        if let Some((name, why)) = held.broken.first_key_value() {
+            return Err(unschedulable(format!("Node {name} does not decode: {why}")));
+        }
+        let pod: Pod =
+            serde_json::from_slice(&pod).map_err(|e| unschedulable(format!("the Pod does not decode: {e}")))?;
+        let request = Request::new(&pod, &held.nodes).in_cluster(&cluster);
+        S::default().schedule_request(&request).map_err(|u| wit::Unschedulable { reasons: u.reasons })
+    })
 }
 
 #[cfg(test)]
@@ -560,17 +625,64 @@ mod tests {
         assert!(info.labels().is_empty() && info.taints().is_empty());
     }
 
+    fn named(name: &str, pods: u32, node: &[u8]) -> wit::NodeInfo {
+        wit::NodeInfo { name: name.into(), node: node.to_vec(), allocatable: Vec::new(), requested: Vec::new(), pods }
+    }
+
+    fn request(nodes: Vec<wit::NodeInfo>, removed: &[&str], cluster: &str) -> wit::ScheduleRequest {
+        let pod =
+            serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})).expect("json");
+        wit::ScheduleRequest {
+            pod,
+            nodes,
+            removed: removed.iter().map(|&r| r.to_owned()).collect(),
+            cluster: cluster.into(),
+        }
+    }
+
+    /// Answers with every Node it is given: `name:pods`, in order.
+    #[derive(Default)]
+    struct Lister;
+
+    impl Scheduler for Lister {
+        fn schedule(&self, _pod: &Pod, nodes: &[NodeInfo]) -> Result<String, Unschedulable> {
+            Ok(nodes.iter().map(|n| format!("{}:{}", n.name, n.pods)).collect::<Vec<_>>().join(","))
+        }
+    }
+
     #[test]
-    fn a_node_that_is_not_json_is_unschedulable_with_the_reason() {
-        let err = NodeInfo::from_wit(wit::NodeInfo {
-            name: "n1".into(),
-            node: b"{".to_vec(),
-            allocatable: Vec::new(),
-            requested: Vec::new(),
-            pods: 0,
-        })
-        .expect_err("not json");
-        assert!(err.reasons[0].starts_with("Node n1 does not decode: "), "{:?}", err.reasons);
+    fn the_policy_gets_every_node_held_with_each_request_s_changes_applied() {
+        let seen = |r| schedule::<Lister>(r).expect("answers");
+        let first = request(vec![named("a", 0, b"{}"), named("b", 0, b"{}"), named("c", 0, b"{}")], &[], "default");
+        assert_eq!(seen(first), "a:0,b:0,c:0");
+        assert_eq!(seen(request(vec![], &[], "default")), "a:0,b:0,c:0", "nothing changed");
+        let changes = request(vec![named("aa", 0, b"{}"), named("c", 2, b"{}")], &["b"], "default");
+        assert_eq!(seen(changes), "a:0,aa:0,c:2", "b gone, aa added in name order, c replaced");
+        assert_eq!(seen(request(vec![named("z", 1, b"{}")], &[], "east")), "z:1", "east holds its own");
+        assert_eq!(seen(request(vec![], &["a"], "default")), "aa:0,c:2");
+    }
+
+    #[test]
+    fn a_node_that_is_not_json_is_the_reason_of_every_attempt_until_it_changes_or_goes() {
+        let reasons = |r| schedule::<Lister>(r).expect_err("unschedulable").reasons;
+        let broken = request(vec![named("n1", 0, b"{"), named("n2", 0, b"{}")], &[], "default");
+        let why = reasons(broken);
+        assert!(why[0].starts_with("Node n1 does not decode: "), "{why:?}");
+        assert_eq!(reasons(request(vec![], &[], "default")), why, "held, so still the reason");
+        let fixed = request(vec![named("n1", 0, b"{}")], &[], "default");
+        assert_eq!(schedule::<Lister>(fixed).ok().as_deref(), Some("n1:0,n2:0"));
+        schedule::<Lister>(request(vec![named("n3", 0, b"[")], &[], "default")).expect_err("n3 broken");
+        let gone = request(vec![], &["n3"], "default");
+        assert_eq!(schedule::<Lister>(gone).ok().as_deref(), Some("n1:0,n2:0"));
+    }
+
+    #[test]
+    fn a_pod_that_does_not_decode_still_takes_the_changes() {
+        let mut bad = request(vec![named("a", 0, b"{}")], &[], "default");
+        bad.pod = b"{".to_vec();
+        let why = schedule::<Lister>(bad).expect_err("the Pod does not decode").reasons;
+        assert!(why[0].starts_with("the Pod does not decode"), "{why:?}");
+        assert_eq!(schedule::<Lister>(request(vec![], &[], "default")).ok().as_deref(), Some("a:0"));
     }
 
     fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
@@ -659,9 +771,6 @@ mod tests {
 
     #[test]
     fn a_scheduler_sees_the_cluster_the_host_names() {
-        let pod =
-            serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})).expect("json");
-        let request = wit::ScheduleRequest { pod, nodes: vec![], cluster: "east".into() };
-        assert_eq!(schedule::<ByCluster>(request).ok().as_deref(), Some("east"));
+        assert_eq!(schedule::<ByCluster>(request(vec![], &[], "east")).ok().as_deref(), Some("east"));
     }
 }

@@ -4,7 +4,9 @@
 //! - [`component`]: loading, validating and caching components;
 //! - [`bindings`]: the WIT contract versions the host serves;
 //! - [`invocation`]: a fresh sandboxed instance per call, with [`limits`];
-//! - [`imports`]: the host functions guests call, checked by [`grants`].
+//! - [`imports`]: the host functions guests call, checked by [`grants`];
+//! - [`nodes`]: the Nodes a scheduler decides over, handed to each instance
+//!   as changes.
 
 pub mod bindings;
 pub mod component;
@@ -13,3 +15,4 @@ pub mod grants;
 pub mod imports;
 pub mod invocation;
 pub mod limits;
+pub mod nodes;

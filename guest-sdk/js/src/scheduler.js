@@ -13,14 +13,19 @@ import { log } from "./log.js";
 // Where a NodeInfo keeps its Node: decoded, or the host's JSON until first read.
 const NODE = Symbol("node");
 const JSON_BYTES = Symbol("node json");
+// What the helpers read, taken from the Node once (a NodeInfo is kept
+// between decisions and asked at every one).
+const LABELS = Symbol("labels");
+const CONDITIONS = Symbol("conditions");
 
 /**
  * A candidate Node and what the host knows of it. Resource amounts are in
  * milli-units (CPU in millicores, memory in thousandths of a byte), by name.
  *
  * The Node itself (`node`) is decoded from the JSON the host hands over on
- * first use, and only then: the host hands over every Node at every
- * attempt, so a policy decodes only the Nodes it reads. `name`,
+ * first use, and only then. An instance keeps the Nodes between attempts
+ * and the host hands over only those that changed, so a Node is decoded
+ * at most once per change; treat a `NodeInfo` as read-only. `name`,
  * `allocatable`, `requested`, `pods`, `free` and `fits` need no decoding;
  * `label`, `labels`, `unschedulable`, `taints`, `condition`, `ready` and
  * `untoleratedTaint` read the decoded Node.
@@ -48,6 +53,10 @@ export class NodeInfo {
     this[NODE] = node;
     /** @type {Uint8Array | undefined} */
     this[JSON_BYTES] = undefined;
+    /** @type {Record<string, string> | undefined} */
+    this[LABELS] = undefined;
+    /** @type {Map<string, string> | undefined} */
+    this[CONDITIONS] = undefined;
     /** Allocatable resources. */
     this.allocatable = allocatable;
     /** Requested by the Pods bound there (assumed ones included). */
@@ -81,6 +90,8 @@ export class NodeInfo {
   set node(value) {
     this[NODE] = value;
     this[JSON_BYTES] = undefined;
+    this[LABELS] = undefined;
+    this[CONDITIONS] = undefined;
   }
 
   /**
@@ -99,12 +110,17 @@ export class NodeInfo {
 
   /** The Node's labels (`metadata.labels`; empty if it has none). @returns {Record<string, string>} */
   labels() {
-    return this.node?.metadata?.labels ?? {};
+    let labels = this[LABELS];
+    if (labels === undefined) {
+      labels = this.node?.metadata?.labels ?? {};
+      this[LABELS] = labels;
+    }
+    return labels;
   }
 
   /** The value of a label of the Node. @param {string} key @returns {string | undefined} */
   label(key) {
-    return this.labels()[key];
+    return (this[LABELS] ?? this.labels())[key];
   }
 
   /** True if the Node is cordoned (`spec.unschedulable`). @returns {boolean} */
@@ -128,7 +144,15 @@ export class NodeInfo {
    * @returns {string | undefined}
    */
   condition(type) {
-    return (this.node?.status?.conditions ?? []).find((/** @type {any} */ c) => c?.type === type)?.status;
+    let conditions = this[CONDITIONS];
+    if (conditions === undefined) {
+      conditions = new Map();
+      for (const c of this.node?.status?.conditions ?? []) {
+        if (c && !conditions.has(c.type)) conditions.set(c.type, c.status);
+      }
+      this[CONDITIONS] = conditions;
+    }
+    return conditions.get(type);
   }
 
   /** True if the Node's `Ready` condition is `True`. @returns {boolean} */
@@ -313,27 +337,87 @@ function resources(list) {
 const unschedulable = (reasons) => ({ reasons });
 
 /**
- * Decodes the Pod and calls `schedule` with the Nodes (each decoded when the
- * policy first reads it); throws the WIT `unschedulable` record with the
- * reasons (an exception is one).
+ * The Nodes one instance holds for one cluster: the host hands each
+ * instance every Node once, then only what changed (`schedule-request`).
+ */
+class Held {
+  constructor() {
+    /** @type {Map<string, NodeInfo>} */
+    this.byName = new Map();
+    /** Every Node in name order; rebuilt when one is added or goes. @type {NodeInfo[] | undefined} */
+    this.order = undefined;
+    /** Each Node's place in `order`. @type {Map<string, number>} */
+    this.index = new Map();
+  }
+
+  /**
+   * Applies one request's changes: `removed` go, `nodes` are added or
+   * replace the entry of the same name.
+   * @param {string[]} removed
+   * @param {any[]} nodes
+   */
+  apply(removed, nodes) {
+    for (const name of removed) {
+      if (this.byName.delete(name)) this.order = undefined;
+    }
+    for (const n of nodes) {
+      const info = new NodeInfo(n.name, undefined, resources(n.allocatable), resources(n.requested), n.pods);
+      info[JSON_BYTES] = n.node;
+      const known = this.byName.has(n.name);
+      this.byName.set(n.name, info);
+      if (!known) this.order = undefined;
+      else if (this.order !== undefined) this.order[/** @type {number} */ (this.index.get(n.name))] = info;
+    }
+  }
+
+  /** Every Node held, in name order. @returns {NodeInfo[]} */
+  nodes() {
+    if (this.order === undefined) {
+      const names = [...this.byName.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      this.order = names.map((name) => /** @type {NodeInfo} */ (this.byName.get(name)));
+      this.index = new Map(names.map((name, i) => [name, i]));
+    }
+    return this.order;
+  }
+}
+
+/** What this instance holds, per cluster. @type {Map<string, Held>} */
+const held = new Map();
+
+/** Drops every Node held, as a fresh instance starts (for the SDK's tests). */
+export function forgetNodes() {
+  held.clear();
+}
+
+/**
+ * Applies the request's changes to the Nodes this instance holds, decodes
+ * the Pod and calls `schedule` with every Node held (each decoded when the
+ * policy first reads it, once per change); throws the WIT `unschedulable`
+ * record with the reasons (an exception is one).
  * @param {new () => Scheduler} SchedulerClass
- * @param {{pod: Uint8Array, nodes: any[], cluster?: string}} request
+ * @param {{pod: Uint8Array, nodes: any[], removed?: string[], cluster?: string}} request
  * @returns {string}
  */
 export function runSchedule(SchedulerClass, request) {
+  // The changes first: the host counts them handed over whatever this
+  // attempt answers.
+  const cluster = request.cluster ?? "default";
+  let kept = held.get(cluster);
+  if (kept === undefined) {
+    kept = new Held();
+    held.set(cluster, kept);
+  }
+  kept.apply(request.removed ?? [], request.nodes);
   let pod;
   try {
     pod = fromBytes(request.pod);
   } catch (e) {
     throw unschedulable([`the Pod does not decode: ${e instanceof Error ? e.message : e}`]);
   }
-  const nodes = request.nodes.map((n) => {
-    const info = new NodeInfo(n.name, undefined, resources(n.allocatable), resources(n.requested), n.pods);
-    info[JSON_BYTES] = n.node;
-    return info;
-  });
+  // A copy: the policy may sort or filter the list it gets.
+  const nodes = kept.nodes().slice();
   const scheduler = new SchedulerClass();
-  scheduler.cluster = request.cluster ?? "default";
+  scheduler.cluster = cluster;
   let picked;
   try {
     picked = scheduler.schedule(pod, nodes);

@@ -21,9 +21,13 @@ import {
   tolerates,
 } from "../src/index.js";
 import { fromBytes, toBytes } from "../src/json.js";
+import { forgetNodes } from "../src/scheduler.js";
 import { calls, reset } from "./host/fake.js";
 
-beforeEach(reset);
+beforeEach(() => {
+  reset();
+  forgetNodes();
+});
 
 const pod = {
   apiVersion: "v1",
@@ -414,19 +418,21 @@ test("a node from the host is decoded only when the policy reads it", () => {
   const room = ["cpu", "memory", "pods"].map((name) => ({ name, milli: 1n << 50n }));
   const host = (name, bytes) => ({ name, node: bytes, allocatable: room, requested: [], pods: 0 });
   const good = { metadata: { name: "b1", labels: { zone: "b" } } };
-  // The sentinel is not JSON: a policy that never reads it never decodes it.
-  const nodes = [host("sentinel", new TextEncoder().encode("not json")), host("b1", toBytes(good))];
+  // The sentinel is not JSON: a policy that never reads it never decodes it
+  // (the host hands the Nodes over in name order).
+  const nodes = [host("a-sentinel", new TextEncoder().encode("not json")), host("b1", toBytes(good))];
   const { schedule } = exportComponent({ scheduler: ByName }).scheduler;
   assert.equal(schedule({ pod: toBytes(pod), nodes, cluster: "default" }), "b1");
   assert.deepEqual(
     seen.map((n) => n.name),
-    ["sentinel", "b1"],
+    ["a-sentinel", "b1"],
   );
   assert.deepEqual(seen[1].node, good);
   const readsAll = { ...pod, metadata: { name: "p", labels: { read: "all" } } };
   assert.throws(
-    () => schedule({ pod: toBytes(readsAll), nodes, cluster: "default" }),
-    (e) => e.reasons.length === 1 && e.reasons[0].startsWith("Node sentinel does not decode: "),
+    // Nothing changed: the Nodes are held from the request before.
+    () => schedule({ pod: toBytes(readsAll), nodes: [], removed: [], cluster: "default" }),
+    (e) => e.reasons.length === 1 && e.reasons[0].startsWith("Node a-sentinel does not decode: "),
   );
 });
 
@@ -461,7 +467,11 @@ test("schedule returns a node name or the reasons it is unschedulable", () => {
   const exports = exportComponent({ scheduler: FirstFit });
   assert.deepEqual(exports.controller.manifest().roles.scheduler, { name: "first-fit" });
   const { schedule } = exports.scheduler;
-  const request = (p, ...nodes) => ({ pod: toBytes(p), nodes, cluster: "default" });
+  // A request to a fresh instance, which gets every Node.
+  const request = (p, ...nodes) => {
+    forgetNodes();
+    return { pod: toBytes(p), nodes, removed: [], cluster: "default" };
+  };
   assert.equal(schedule(request(pod, wireNode("a1", 4000, "a"), wireNode("b1", 500, "b"), wireNode("b2", 4000, "b"))), "b2");
   const reasons = (p, ...nodes) => {
     try {
@@ -474,6 +484,37 @@ test("schedule returns a node name or the reasons it is unschedulable", () => {
   assert.deepEqual(reasons(pod, wireNode("b1", 500, "b")), ["1 nodes have too little cpu", "or are in the wrong zone"]);
   assert.deepEqual(reasons({ ...pod, metadata: { name: "p", labels: { mode: "return" } } }), ["returned"]);
   assert.deepEqual(reasons({ ...pod, metadata: { name: "p", labels: { mode: "bug" } } }), ["unhandled TypeError: zone"]);
+});
+
+test("a scheduler holds the nodes between decisions and applies each request's changes", () => {
+  /** @type {NodeInfo[][]} */
+  const seen = [];
+  class Lister extends Scheduler {
+    manifest() {
+      return new Manifest("lister").scheduler("lister");
+    }
+
+    schedule(p, nodes) {
+      seen.push(nodes);
+      nodes.reverse(); // the policy's own copy
+      return [...nodes]
+        .reverse()
+        .map((n) => `${n.name}:${n.pods}`)
+        .join(",");
+    }
+  }
+  const { schedule } = exportComponent({ scheduler: Lister }).scheduler;
+  const node = (name, pods) => ({ name, node: toBytes({ metadata: {} }), allocatable: [], requested: [], pods });
+  const request = (nodes, removed, cluster = "default") => ({ pod: toBytes(pod), nodes, removed, cluster });
+  assert.equal(schedule(request([node("a", 0), node("b", 0), node("c", 0)], [])), "a:0,b:0,c:0");
+  assert.equal(schedule(request([], [])), "a:0,b:0,c:0", "nothing changed");
+  assert.equal(schedule(request([node("aa", 0), node("b", 2)], ["c"])), "a:0,aa:0,b:2");
+  assert.equal(schedule(request([node("b", 3)], [])), "a:0,aa:0,b:3", "replaced in place");
+  assert.equal(schedule(request([node("z", 1)], [], "east")), "z:1", "east holds its own");
+  assert.equal(schedule(request([], ["a"])), "aa:0,b:3");
+  assert.throws(() => schedule({ pod: new TextEncoder().encode("{"), nodes: [node("d", 0)], removed: [], cluster: "default" }));
+  assert.equal(schedule(request([], [])), "aa:0,b:3,d:0", "a Pod that does not decode still takes the changes");
+  assert.equal(seen.length, 7);
 });
 
 test("an admission request has the webhook's kind and the user's request kind", () => {

@@ -42,8 +42,10 @@ class NodeInfo:
     """A candidate Node and what the host knows of it.
 
     The Node itself (:attr:`node`, a dict) is decoded from the JSON the host
-    hands over on first use, and only then: the host hands over every Node
-    at every attempt, so a policy that reads the Nodes it needs (and
+    hands over on first use, and only then. An instance keeps the Nodes
+    between attempts and the host hands over only those that changed, so a
+    Node is decoded at most once per change (treat a ``NodeInfo`` as
+    read-only), and a policy that reads the Nodes it needs (and
     :attr:`name`, :attr:`allocatable`, :attr:`requested`, :attr:`pods`,
     :meth:`free` and :meth:`fits`, which need no decoding) decodes only
     those. :meth:`label`, :meth:`labels`, :meth:`unschedulable`,
@@ -69,6 +71,10 @@ class NodeInfo:
         """The Node's name."""
         self._node: Optional[Dict[str, Any]] = node
         self._json: Optional[bytes] = None
+        # What the helpers read, taken from the Node once (a NodeInfo is
+        # kept between decisions and asked at every one).
+        self._labels: Optional[Dict[str, str]] = None
+        self._conditions: Optional[Dict[str, Any]] = None
         self.allocatable = allocatable
         """Allocatable resources, in milli-units."""
         self.requested = requested
@@ -101,6 +107,8 @@ class NodeInfo:
     def node(self, value: Dict[str, Any]) -> None:
         self._node = value
         self._json = None
+        self._labels = None
+        self._conditions = None
 
     def free(self, resource: str) -> int:
         """What is left of ``resource`` (allocatable minus requested), in
@@ -113,11 +121,17 @@ class NodeInfo:
 
     def labels(self) -> Dict[str, str]:
         """The Node's labels (``metadata.labels``; empty if it has none)."""
-        return (self.node.get("metadata") or {}).get("labels") or {}
+        labels = self._labels
+        if labels is None:
+            labels = self._labels = (self.node.get("metadata") or {}).get("labels") or {}
+        return labels
 
     def label(self, key: str) -> Optional[str]:
         """The value of a label of the Node."""
-        return self.labels().get(key)
+        labels = self._labels
+        if labels is None:
+            labels = self.labels()
+        return labels.get(key)
 
     def unschedulable(self) -> bool:
         """True if the Node is cordoned (``spec.unschedulable``)."""
@@ -132,10 +146,13 @@ class NodeInfo:
         """The status (``True``, ``False``, ``Unknown``) of the Node's
         condition of type ``type_`` (``Ready``, ``MemoryPressure``, ...),
         if it has one."""
-        for c in (self.node.get("status") or {}).get("conditions") or []:
-            if c.get("type") == type_:
-                return c.get("status")
-        return None
+        conditions = self._conditions
+        if conditions is None:
+            conditions = self._conditions = {}
+            for c in (self.node.get("status") or {}).get("conditions") or []:
+                if isinstance(c, dict):
+                    conditions.setdefault(c.get("type"), c.get("status"))
+        return conditions.get(type_)
 
     def ready(self) -> bool:
         """True if the Node's ``Ready`` condition is ``True``."""
@@ -302,15 +319,62 @@ def _unschedulable(reasons: Iterable[str]) -> Err[_wit.Unschedulable]:
     return Err(_wit.Unschedulable(reasons=list(reasons)))
 
 
+class _Held:
+    """The Nodes one instance holds for one cluster: the host hands each
+    instance every Node once, then only what changed (``schedule-request``)."""
+
+    def __init__(self) -> None:
+        self.by_name: Dict[str, NodeInfo] = {}
+        self.order: Optional[List[NodeInfo]] = None
+        """Every Node in name order; rebuilt when one is added or goes."""
+        self.index: Dict[str, int] = {}
+        """Each Node's place in :attr:`order`."""
+
+    def apply(self, removed: Iterable[str], nodes: Iterable[_wit.NodeInfo]) -> None:
+        """Applies one request's changes: ``removed`` go, ``nodes`` are
+        added or replace the entry of the same name."""
+        for name in removed:
+            if self.by_name.pop(name, None) is not None:
+                self.order = None
+        for n in nodes:
+            info = NodeInfo._from_wit(n)
+            known = n.name in self.by_name
+            self.by_name[n.name] = info
+            if not known:
+                self.order = None
+            elif self.order is not None:
+                self.order[self.index[n.name]] = info
+
+    def nodes(self) -> List[NodeInfo]:
+        """Every Node held, in name order."""
+        if self.order is None:
+            names = sorted(self.by_name)
+            self.order = [self.by_name[name] for name in names]
+            self.index = {name: i for i, name in enumerate(names)}
+        return self.order
+
+
+_held: Dict[str, _Held] = {}
+"""What this instance holds, per cluster."""
+
+
 def run_schedule(scheduler: Type[Scheduler], request: _wit.ScheduleRequest) -> str:
-    """Decodes the Pod and calls ``schedule`` with the Nodes (each decoded
-    when the policy first reads it); raises ``Err`` with the reasons a Pod
-    is unschedulable (an exception is one)."""
+    """Applies the request's changes to the Nodes this instance holds,
+    decodes the Pod and calls ``schedule`` with every Node held (each
+    decoded when the policy first reads it, once per change); raises
+    ``Err`` with the reasons a Pod is unschedulable (an exception is one)."""
+    # The changes first: the host counts them handed over whatever this
+    # attempt answers.
+    held = _held.get(request.cluster)
+    if held is None:
+        held = _held[request.cluster] = _Held()
+    held.apply(request.removed, request.nodes)
     try:
         pod = _json.loads(request.pod)
     except ValueError as e:
         raise _unschedulable([f"the Pod does not decode: {e}"]) from None
-    nodes = [NodeInfo._from_wit(n) for n in request.nodes]
+    # A copy: the policy may sort or filter the list it gets.
+    nodes = list(held.nodes())
     instance = scheduler()
     instance.cluster = request.cluster
     try:

@@ -60,6 +60,17 @@ class FakeHost:
         return call
 
 
+@pytest.fixture(autouse=True)
+def fresh_instance() -> Iterator[None]:
+    """Each test runs as a fresh instance would: the Nodes a scheduler
+    holds between decisions start empty."""
+    if _WHY is None:
+        from capstan_guest import scheduler
+
+        scheduler._held.clear()
+    yield
+
+
 @pytest.fixture
 def host(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHost]:
     """A fake host wired into the generated import modules."""

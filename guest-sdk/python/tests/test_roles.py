@@ -96,7 +96,9 @@ def test_a_controller_alone_serves_reconcile_only_and_the_other_roles_answer_not
         exports.Conversion().convert(types.ConversionRequest(desired_api_version="example.com/v1", objects=[]))
     assert converted.value.value == "this component does not serve conversion"
     with pytest.raises(Err) as scheduled:
-        exports.Scheduler().schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], cluster="default"))
+        exports.Scheduler().schedule(
+            types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], removed=[], cluster="default")
+        )
     assert scheduled.value.value.reasons == ["this component does not serve scheduling"]
 
 
@@ -479,24 +481,27 @@ def test_a_node_from_the_host_is_decoded_only_when_the_policy_reads_it(host: Any
         return types.NodeInfo(name=name, node=json_bytes, allocatable=room, requested=[], pods=0)
 
     good = {"metadata": {"name": "b1", "labels": {"zone": "b"}}}
-    # The sentinel is not JSON: a policy that never reads it never decodes it.
+    # The sentinel is not JSON: a policy that never reads it never decodes it
+    # (the host hands the Nodes over in name order).
     request = types.ScheduleRequest(
         pod=json.dumps(POD).encode(),
-        nodes=[wit_node("sentinel", b"not json"), wit_node("b1", json.dumps(good).encode())],
+        nodes=[wit_node("a-sentinel", b"not json"), wit_node("b1", json.dumps(good).encode())],
+        removed=[],
         cluster="default",
     )
     schedule = capstan.export(scheduler=ByName).Scheduler().schedule
     assert schedule(request) == "b1"
-    assert [n.name for n in seen] == ["sentinel", "b1"]
+    assert [n.name for n in seen] == ["a-sentinel", "b1"]
     assert seen[0]._node is None, "the Node the policy did not read stays undecoded"
     assert seen[1].node == good
 
     reads_all = {**POD, "metadata": {"name": "p", "labels": {"read": "all"}}}
-    reading = types.ScheduleRequest(pod=json.dumps(reads_all).encode(), nodes=request.nodes, cluster="default")
+    # Nothing changed: the Nodes are held from the request before.
+    reading = types.ScheduleRequest(pod=json.dumps(reads_all).encode(), nodes=[], removed=[], cluster="default")
     with pytest.raises(Err) as raised:
         schedule(reading)
     [reason] = raised.value.value.reasons
-    assert reason.startswith("Node sentinel does not decode: "), reason
+    assert reason.startswith("Node a-sentinel does not decode: "), reason
 
 
 def _node(name: str, cpu: int, zone: str) -> Any:
@@ -542,7 +547,9 @@ def test_schedule_returns_a_node_name_or_the_reasons_it_is_unschedulable(host: A
     schedule = exports.Scheduler().schedule
 
     def request(pod: Dict[str, Any], *nodes: Any) -> Any:
-        return types.ScheduleRequest(pod=json.dumps(pod).encode(), nodes=list(nodes), cluster="default")
+        """A request to a fresh instance, which gets every Node."""
+        capstan.scheduler._held.clear()
+        return types.ScheduleRequest(pod=json.dumps(pod).encode(), nodes=list(nodes), removed=[], cluster="default")
 
     assert schedule(request(POD, _node("a1", 4000, "a"), _node("b1", 500, "b"), _node("b2", 4000, "b"))) == "b2"
     with pytest.raises(Err) as raised:
@@ -554,6 +561,44 @@ def test_schedule_returns_a_node_name_or_the_reasons_it_is_unschedulable(host: A
     with pytest.raises(Err) as bug:
         schedule(request({**POD, "metadata": {"name": "p", "labels": {"mode": "bug"}}}))
     assert bug.value.value.reasons == ["unhandled KeyError: 'zone'"]
+
+
+def test_a_scheduler_holds_the_nodes_between_decisions_and_applies_each_request_s_changes(host: Any) -> None:
+    import capstan_guest as capstan
+    from componentize_py_types import Err
+    from wit_world.imports import capstan_operator_types as types
+
+    seen: List[List[capstan.NodeInfo]] = []
+
+    class Lister(capstan.Scheduler):
+        def manifest(self) -> capstan.Manifest:
+            return capstan.Manifest("lister").scheduler("lister")
+
+        def schedule(self, pod: Dict[str, Any], nodes: List[capstan.NodeInfo]) -> str:
+            seen.append(nodes)
+            nodes.sort(key=lambda n: n.name, reverse=True)  # the policy's own copy
+            return ",".join(f"{n.name}:{n.pods}" for n in sorted(nodes, key=lambda n: n.name))
+
+    schedule = capstan.export(scheduler=Lister).Scheduler().schedule
+
+    def request(nodes: List[Any], removed: List[str], cluster: str = "default") -> Any:
+        return types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=nodes, removed=removed, cluster=cluster)
+
+    def node(name: str, pods: int) -> Any:
+        return types.NodeInfo(name=name, node=b'{"metadata": {}}', allocatable=[], requested=[], pods=pods)
+
+    assert schedule(request([node("a", 0), node("b", 0), node("c", 0)], [])) == "a:0,b:0,c:0"
+    assert [n.name for n in seen[-1]] == ["c", "b", "a"], "sorted by the policy"
+    assert schedule(request([], [])) == "a:0,b:0,c:0", "nothing changed"
+    assert [n.name for n in seen[-1]] == ["c", "b", "a"]
+    seen[-1][0].node  # decoded once
+    assert schedule(request([node("aa", 0), node("b", 2)], ["c"])) == "a:0,aa:0,b:2"
+    assert schedule(request([node("z", 1)], [], cluster="east")) == "z:1", "east holds its own"
+    assert schedule(request([], ["a"])) == "aa:0,b:2"
+    with pytest.raises(Err):
+        # A Pod that does not decode: the changes are taken all the same.
+        schedule(types.ScheduleRequest(pod=b"{", nodes=[node("d", 0)], removed=[], cluster="default"))
+    assert schedule(request([], [])) == "aa:0,b:2,d:0"
 
 
 def test_the_export_style_of_contract_0_2_0_names_the_change() -> None:
@@ -607,5 +652,5 @@ def test_the_scheduler_learns_the_cluster_of_the_pod(host: Any) -> None:
             return f"{self.cluster}-node"
 
     schedule = capstan.export(scheduler=PerCluster).Scheduler().schedule
-    assert schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], cluster="edge-3")) == "edge-3-node"
-    assert schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], cluster="default")) == "default-node"
+    assert schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], removed=[], cluster="edge-3")) == "edge-3-node"
+    assert schedule(types.ScheduleRequest(pod=json.dumps(POD).encode(), nodes=[], removed=[], cluster="default")) == "default-node"

@@ -652,10 +652,10 @@ impl Reconciler {
     /// Makes one scheduling decision with the version in use.
     pub async fn schedule(
         &self,
-        request: wit::ScheduleRequest,
+        decision: &crate::runtime::nodes::Decision,
     ) -> runtime::Invocation<Result<String, wit::Unschedulable>> {
         let (component, caller) = self.role_caller();
-        component.traced("schedule", self.runtime.schedule(&component.pre, caller, request)).await
+        component.traced("schedule", self.runtime.schedule(&component.pre, caller, decision)).await
     }
 
     /// The grants of `component`: those of the version in use, or, for a

@@ -11,9 +11,10 @@
 //! from a keyed [`Queue`], so each decision sees the ones before it:
 //!
 //! 1. the guest's `scheduler.schedule` gets the Pod (without its
-//!    managedFields) and every Node, in name order (each trimmed to what a
+//!    managedFields) and the Nodes, in name order (each trimmed to what a
 //!    policy reads, see [`guest_node`]), with allocatable, requested and Pod
-//!    count in milli-units;
+//!    count in milli-units: every Node to a fresh instance, then only those
+//!    that changed since its previous decision ([`nodes`]);
 //! 2. a Node name that exists: the Pod is assumed there, bound through the
 //!    `pods/binding` subresource (with the Pod's uid as a precondition) and
 //!    a Normal `Scheduled` Event is recorded ("Successfully assigned ns/pod
@@ -72,6 +73,7 @@ use crate::metrics::{Owner, metrics};
 use crate::object::{Gvk, ObjectRef};
 use crate::runtime::bindings::capstan::operator::types as wit;
 use crate::runtime::invocation::Runtime;
+use crate::runtime::nodes;
 use crate::sync::lock;
 
 pub mod account;
@@ -175,16 +177,21 @@ impl std::fmt::Debug for Scheduler {
 
 /// A Node as the scheduler hands it to the guest, prepared once per change.
 struct CachedNode {
-    json: Vec<u8>,
-    allocatable: Vec<wit::ResourceAmount>,
+    json: Arc<[u8]>,
+    allocatable: Arc<[wit::ResourceAmount]>,
     /// What of the Node matters to scheduling, to tell changes that do.
     fingerprint: String,
+    /// Changes with `json` (see [`nodes::Node::revision`]); set by
+    /// [`View::keep`].
+    revision: u64,
 }
 
 /// What the watches show, and what the scheduler did.
 #[derive(Default)]
 struct View {
     nodes: BTreeMap<String, CachedNode>,
+    /// The last [`CachedNode::revision`] given out.
+    revisions: u64,
     pending: HashMap<ObjectRef, Arc<Pod>>,
     account: Account,
     /// Pods that were unschedulable, retried when Nodes change.
@@ -194,6 +201,24 @@ struct View {
 }
 
 impl View {
+    /// Keeps `node` (prepared by [`cached_node`]) under `name`, with a new
+    /// revision if what the guest gets of it changed; true if what matters
+    /// to scheduling did.
+    fn keep(&mut self, name: String, mut node: CachedNode) -> bool {
+        let old = self.nodes.get(&name);
+        node.revision = match old {
+            // `allocatable` is read from what `json` holds.
+            Some(old) if old.json == node.json => old.revision,
+            _ => {
+                self.revisions += 1;
+                self.revisions
+            }
+        };
+        let changed = old.is_none_or(|old| old.fingerprint != node.fingerprint);
+        self.nodes.insert(name, node);
+        changed
+    }
+
     fn forget(&mut self, r: &ObjectRef) {
         self.unschedulable.remove(r);
         self.failures.remove(r);
@@ -264,11 +289,11 @@ fn cached_node(node: &Node) -> CachedNode {
         "conditions": conditions,
     })
     .to_string();
-    CachedNode { json: guest_node(node), allocatable: amounts(allocatable), fingerprint }
+    CachedNode { json: guest_node(node).into(), allocatable: amounts(allocatable).into(), fingerprint, revision: 0 }
 }
 
 /// The Node as the guest gets it, serialized once per change of the Node
-/// and parsed by the guest at every attempt, for every Node: what a
+/// and handed to each instance once per change ([`nodes`]): what a
 /// scheduling policy reads and nothing else. Kept: `metadata` (name, uid,
 /// resourceVersion, generation, labels, annotations, creationTimestamp),
 /// all of `spec` (taints, `unschedulable`, podCIDRs …), and `status`'s
@@ -619,17 +644,20 @@ impl Parts {
         let changed = match seen {
             Seen::Applied(node) => {
                 let Some(name) = node.metadata.name.clone() else { return };
-                let cached = cached_node(&node);
-                let changed = view.nodes.get(&name).is_none_or(|old| old.fingerprint != cached.fingerprint);
-                view.nodes.insert(name, cached);
-                changed
+                view.keep(name, cached_node(&node))
             }
             Seen::Deleted(node) => {
                 view.nodes.remove(node.metadata.name.as_deref().unwrap_or_default());
                 false
             }
             Seen::Relisted(nodes) => {
-                view.nodes = nodes.iter().filter_map(|n| Some((n.metadata.name.clone()?, cached_node(n)))).collect();
+                let names: HashSet<&str> = nodes.iter().filter_map(|n| n.metadata.name.as_deref()).collect();
+                view.nodes.retain(|name, _| names.contains(name.as_str()));
+                for node in &nodes {
+                    if let Some(name) = node.metadata.name.clone() {
+                        view.keep(name, cached_node(node));
+                    }
+                }
                 true
             }
         };
@@ -776,17 +804,18 @@ impl Parts {
                 .iter()
                 .map(|(name, node)| {
                     let usage = view.account.usage(name);
-                    wit::NodeInfo {
+                    nodes::Node {
                         name: name.clone(),
-                        node: node.json.clone(),
-                        allocatable: node.allocatable.clone(),
+                        revision: node.revision,
+                        json: Arc::clone(&node.json),
+                        allocatable: Arc::clone(&node.allocatable),
                         requested: amounts(usage.requested),
                         pods: usage.pods,
                     }
                 })
                 .collect();
             let json = serde_json::to_vec(&*pod).expect("a Pod always serializes");
-            (pod, wit::ScheduleRequest { pod: json, nodes, cluster: self.reconciler.cluster_name().to_owned() })
+            (pod, nodes::Decision { pod: json, nodes, cluster: self.reconciler.cluster_name().to_owned() })
         };
         // The version in use with the grants the reconciler keeps for it,
         // on behalf of the Pod being scheduled.
@@ -794,7 +823,7 @@ impl Parts {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         caller.reconciling = Some((r.clone(), Some(uid.clone())));
         let invocation =
-            component.traced("schedule", self.setup.runtime.schedule(&component.pre, caller, request)).await;
+            component.traced("schedule", self.setup.runtime.schedule(&component.pre, caller, &request)).await;
         let failure = match invocation.result {
             Ok(Ok(node)) => {
                 let mut view = lock(&self.view);

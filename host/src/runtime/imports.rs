@@ -219,6 +219,9 @@ pub struct HostState {
     outbound: http::Outbound,
     /// Spans the guest has open.
     spans: log::GuestSpans,
+    /// The Nodes this instance was handed, for a scheduler (kept between
+    /// calls, with the instance).
+    pub given: crate::runtime::nodes::Given,
 }
 
 impl std::fmt::Debug for HostState {
@@ -254,6 +257,7 @@ impl HostState {
             caller,
             journal: Journal::default(),
             spans: log::GuestSpans::default(),
+            given: crate::runtime::nodes::Given::default(),
         }
     }
 

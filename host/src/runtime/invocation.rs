@@ -29,6 +29,7 @@ use crate::runtime::bindings::{OperatorPre, v0_1, v0_2, v0_3};
 use crate::runtime::engine::Engine;
 use crate::runtime::imports::{self, Caller, HostState, Journal};
 use crate::runtime::limits::Limits;
+use crate::runtime::nodes::Decision;
 
 /// How a guest invocation failed (the guest's own reconcile errors are not
 /// failures of the invocation: they are in its result).
@@ -709,22 +710,25 @@ impl Runtime {
         invocation
     }
 
-    /// Calls the guest's `scheduler.schedule(request)` on behalf of
-    /// `caller`.
+    /// Calls the guest's `scheduler.schedule` on behalf of `caller` for
+    /// `decision`: an instance of the current contract gets only the Nodes
+    /// that changed since its previous decision ([`nodes`](crate::runtime::nodes)),
+    /// one of 0.3.0 every Node.
     pub async fn schedule(
         &self,
         pre: &Pre,
         caller: Caller,
-        request: wit::ScheduleRequest,
+        decision: &Decision,
     ) -> Invocation<Result<String, wit::Unschedulable>> {
         let controller = caller.owner();
         let invocation = self
             .invoke(pre, Some(caller), async |store, instance| match instance {
                 Instance::Current(op) => {
+                    let request = store.data_mut().given.request(decision);
                     op.capstan_operator_scheduler().call_schedule(store, &request).await.map_err(Failed::Call)
                 }
                 Instance::V0_3(op) => {
-                    let request = request.clone().into();
+                    let request = decision.whole().into();
                     let result =
                         op.capstan_operator_scheduler().call_schedule(store, &request).await.map_err(Failed::Call)?;
                     Ok(result.map_err(wit::Unschedulable::from))

@@ -216,9 +216,12 @@ impl From<current::AdmissionRequest> for old::AdmissionRequest {
     }
 }
 
-/// A 0.3.0 scheduler does not see the cluster's name.
+/// A 0.3.0 scheduler does not see the cluster's name, and keeps no Nodes
+/// between decisions: `r` must hold every Node (`nodes::Decision::whole`),
+/// and has nothing `removed`.
 impl From<current::ScheduleRequest> for old::ScheduleRequest {
     fn from(r: current::ScheduleRequest) -> Self {
+        debug_assert!(r.removed.is_empty(), "a 0.3.0 scheduler gets every Node");
         Self { pod: r.pod, nodes: r.nodes.twin() }
     }
 }

@@ -5,6 +5,8 @@
 //! ([`crate::control::scheduler`]). A binding sets `spec.nodeName` (the mock has no
 //! `pods/binding`); a failed attempt is tried again in the next run.
 
+use std::hash::{Hash as _, Hasher as _};
+
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
@@ -14,6 +16,7 @@ use crate::cluster::{Cluster, EventRecord, Patch, Subresource};
 use crate::control::scheduler::{FAILED_SCHEDULING, SCHEDULED, UNSCHEDULABLE, quantity};
 use crate::object::{Gvk, ObjectRef};
 use crate::runtime::bindings::capstan::operator::types as wit;
+use crate::runtime::nodes;
 
 /// One scheduling attempt of the mock host.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,8 +59,8 @@ impl MockHost {
                 cluster.objects(&pod_kind).into_iter().filter_map(|p| serde_json::from_value(p).ok()).collect();
             for pod in pods.iter().filter(|p| pending_for(p, scheduler)) {
                 let Some(r) = ObjectRef::of(&serde_json::to_value(pod).expect("a Pod serializes")) else { continue };
-                let request = schedule_request(cluster, &engaged.name, pod);
-                let invocation = controller.reconciler.schedule(request).await;
+                let decision = decision(cluster, &engaged.name, pod);
+                let invocation = controller.reconciler.schedule(&decision).await;
                 let nodes = cluster.objects(&Gvk::new("", "v1", "Node"));
                 let known = |name: &str| nodes.iter().any(|n| crate::object::meta_str(n, "name") == Some(name));
                 let result = match invocation.result {
@@ -102,18 +105,19 @@ impl MockHost {
     }
 }
 
-/// The request for `pod` in `cluster` (named `name`): every Node in name
-/// order, with what the Pods bound there request.
-fn schedule_request(cluster: &MockCluster, name: &str, pod: &Pod) -> wit::ScheduleRequest {
+/// The decision for `pod` in `cluster` (named `name`): every Node in name
+/// order, with what the Pods bound there request. A Node's revision is a
+/// hash of what the guest gets of it.
+fn decision(cluster: &MockCluster, name: &str, pod: &Pod) -> nodes::Decision {
     let pods: Vec<Pod> = cluster
         .objects(&Gvk::new("", "v1", "Pod"))
         .into_iter()
         .filter_map(|p| serde_json::from_value(p).ok())
         .filter(holds_resources)
         .collect();
-    let mut nodes: Vec<Value> = cluster.objects(&Gvk::new("", "v1", "Node"));
-    nodes.sort_by(|a, b| crate::object::meta_str(a, "name").cmp(&crate::object::meta_str(b, "name")));
-    let nodes = nodes
+    let mut all: Vec<Value> = cluster.objects(&Gvk::new("", "v1", "Node"));
+    all.sort_by(|a, b| crate::object::meta_str(a, "name").cmp(&crate::object::meta_str(b, "name")));
+    let nodes = all
         .into_iter()
         .filter_map(|json| {
             let node: Node = serde_json::from_value(json.clone()).ok()?;
@@ -127,14 +131,18 @@ fn schedule_request(cluster: &MockCluster, name: &str, pod: &Pod) -> wit::Schedu
                     *requested.entry(resource).or_default() += amount;
                 }
             }
-            Some(wit::NodeInfo {
+            let json = serde_json::to_vec(&json).expect("JSON serializes");
+            let mut hasher = std::hash::DefaultHasher::new();
+            json.hash(&mut hasher);
+            Some(nodes::Node {
                 name,
-                node: serde_json::to_vec(&json).expect("JSON serializes"),
-                allocatable: amounts(quantity::resources(allocatable.into_iter().flatten())),
+                revision: hasher.finish(),
+                json: json.into(),
+                allocatable: amounts(quantity::resources(allocatable.into_iter().flatten())).into(),
                 requested: amounts(requested),
                 pods: count,
             })
         })
         .collect();
-    wit::ScheduleRequest { pod: serde_json::to_vec(pod).expect("a Pod serializes"), nodes, cluster: name.to_owned() }
+    nodes::Decision { pod: serde_json::to_vec(pod).expect("a Pod serializes"), nodes, cluster: name.to_owned() }
 }
