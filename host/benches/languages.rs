@@ -39,9 +39,13 @@
 //! A second table: one scheduling decision of the zone scheduler
 //! (`examples/zone-scheduler`, `-python`, `-js`) over 100 and over 1000
 //! Nodes as the host hands them over (trimmed, every Node Ready and
-//! matching the Pod's node selector), the instance kept between calls;
-//! median and p99 of `CAPSTAN_BENCH_DECISIONS` (default 30) decisions per
-//! size, the two sizes alternating in one loop. `CAPSTAN_BENCH_GUESTS`
+//! matching the Pod's node selector), the instance kept between calls, in
+//! two cases: after one binding (one Node changed since the instance's
+//! previous decision, what a run of decisions hands over) and with every
+//! Node changed (what a fresh instance gets; what every decision handed
+//! over before the host sent changes only); median and p99 of
+//! `CAPSTAN_BENCH_DECISIONS` (default 30) decisions per size and case, all
+//! alternating in one loop. `CAPSTAN_BENCH_GUESTS`
 //! selects these too (`zone-scheduler,zone-scheduler-python,zone-scheduler-js`
 //! measures only them).
 
@@ -303,31 +307,43 @@ async fn measure(label: &'static str, path: &Path, engine: &Engine, runtimes: &R
 }
 
 /// Medians and p99s of one scheduling decision, per entry of
-/// [`NODE_COUNTS`].
+/// [`NODE_COUNTS`]: after one binding, and with every Node changed.
 struct ScheduleRow {
     label: &'static str,
-    decisions: Vec<(Duration, Duration)>,
+    decisions: Vec<[(Duration, Duration); 2]>,
 }
 
 async fn measure_schedule(label: &'static str, path: &Path, runtime: &Runtime) -> ScheduleRow {
     let loaded = Loader::new(runtime.clone(), None).load(path).await.expect("loads");
     let backend: Arc<dyn Cluster> = Arc::new(MockCluster::new());
-    let requests: Vec<_> = NODE_COUNTS.iter().map(|n| scheduling::schedule_request(*n, true)).collect();
-    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); NODE_COUNTS.len()];
+    // One caller (one grants) for every decision: an instance is kept only
+    // for the same controller.
+    let caller = caller(&loaded, backend, None);
+    // A cluster per size: the instance holds the Nodes of each apart.
+    let mut decisions: Vec<_> =
+        NODE_COUNTS.iter().map(|n| scheduling::decision(*n, true, &format!("nodes-{n}"))).collect();
+    let mut samples: Vec<[Vec<Duration>; 2]> = vec![[Vec::new(), Vec::new()]; NODE_COUNTS.len()];
     // One decision of each size first: instantiation is not a decision.
     for round in 0..=runs("CAPSTAN_BENCH_DECISIONS", 30) {
-        for (request, samples) in requests.iter().zip(&mut samples) {
-            let start = Instant::now();
-            let inv = runtime.schedule(&loaded.pre, caller(&loaded, backend.clone(), None), request.clone()).await;
-            let elapsed = start.elapsed();
-            let picked = inv.result.unwrap_or_else(|e| panic!("{label}: {e:?}"));
-            assert!(picked.is_ok(), "{label}: {picked:?}");
-            if round > 0 {
-                samples.push(elapsed);
+        for (decision, samples) in decisions.iter_mut().zip(&mut samples) {
+            for (changes, samples) in samples.iter_mut().enumerate() {
+                if changes == 0 {
+                    scheduling::bound(decision, round);
+                } else {
+                    scheduling::all_changed(decision);
+                }
+                let start = Instant::now();
+                let inv = runtime.schedule(&loaded.pre, caller.clone(), decision).await;
+                let elapsed = start.elapsed();
+                let picked = inv.result.unwrap_or_else(|e| panic!("{label}: {e:?}"));
+                assert!(picked.is_ok(), "{label}: {picked:?}");
+                if round > 0 {
+                    samples.push(elapsed);
+                }
             }
         }
     }
-    let decisions = samples.into_iter().map(|s| (median(s.clone()), percentile(s, 0.99))).collect();
+    let decisions = samples.into_iter().map(|s| s.map(|s| (median(s.clone()), percentile(s, 0.99)))).collect();
     ScheduleRow { label, decisions }
 }
 
@@ -411,12 +427,15 @@ fn main() {
     if schedule_rows.is_empty() {
         return;
     }
-    let sizes: Vec<String> = NODE_COUNTS.iter().map(|n| format!("{n} Nodes (median, p99)")).collect();
+    let sizes: Vec<String> = NODE_COUNTS
+        .iter()
+        .flat_map(|n| [format!("{n} Nodes, one changed (median, p99)"), format!("{n} Nodes, every one changed")])
+        .collect();
     println!();
     println!("| zone scheduler, one decision | {} |", sizes.join(" | "));
     println!("|---{}|", "|---".repeat(sizes.len()));
     for r in &schedule_rows {
-        let cells: Vec<String> = r.decisions.iter().map(|(m, p)| format!("{}, {}", ms(*m), ms(*p))).collect();
+        let cells: Vec<String> = r.decisions.iter().flatten().map(|(m, p)| format!("{}, {}", ms(*m), ms(*p))).collect();
         println!("| {} | {} |", r.label, cells.join(" | "));
     }
 }

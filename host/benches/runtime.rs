@@ -2,7 +2,8 @@
 //! `tests/build-guests.sh`): compile, load from the compile cache, the
 //! host's per-invocation overhead with and without one host call, a
 //! full greeter reconcile on the mock cluster, and one decision of the zone
-//! scheduler over 100 Nodes as the host hands them to it.
+//! scheduler over 100 Nodes as the host hands them to it (after one
+//! binding, and with every Node changed).
 //!
 //! `cargo bench -p capstan-host --bench runtime`
 
@@ -26,7 +27,7 @@ use serde_json::json;
 
 #[path = "support/scheduling.rs"]
 mod scheduling;
-use scheduling::schedule_request;
+use scheduling::decision;
 
 fn component(name: &str) -> PathBuf {
     find_component(name).unwrap_or_else(|e| panic!("{e}"))
@@ -137,15 +138,41 @@ fn benches(c: &mut Criterion) {
 
     let zone = rt.block_on(Loader::new(runtime.clone(), None).load(&component("zone-scheduler"))).expect("loads");
     let mut group = c.benchmark_group("schedule");
-    // The Nodes as the host hands them over, and (for comparison) whole,
-    // as it did before it trimmed them.
-    for (name, trimmed) in [("zone_scheduler_100_nodes", true), ("zone_scheduler_100_whole_nodes", false)] {
-        let request = schedule_request(100, trimmed);
+    // The Nodes as the host hands them over: after one binding (one Node
+    // changed), and with every Node changed, trimmed and (for comparison)
+    // whole, as the host handed them over before it trimmed them.
+    let cases = [
+        ("zone_scheduler_100_nodes_one_changed", true, false),
+        ("zone_scheduler_100_nodes_every_one_changed", true, true),
+        ("zone_scheduler_100_whole_nodes_every_one_changed", false, true),
+    ];
+    for (name, trimmed, every) in cases {
+        let mut state = decision(100, trimmed, name);
+        let mut k = 0;
+        // Each decision one change further than the one before, made (and
+        // cloned) outside the timing.
+        let mut next = move || {
+            k += 1;
+            if every {
+                scheduling::all_changed(&mut state);
+            } else {
+                scheduling::bound(&mut state, k);
+            }
+            state.clone()
+        };
+        // One caller (one grants) for every decision: an instance is kept
+        // only for the same controller.
+        let scheduler = caller(&zone, backend.clone());
+        let (runtime, zone, scheduler) = (&runtime, &zone, &scheduler);
         group.bench_function(name, |b| {
-            b.to_async(&rt).iter(|| async {
-                let inv = runtime.schedule(&zone.pre, caller(&zone, backend.clone()), black_box(request.clone())).await;
-                black_box(inv.result.expect("no trap").expect("scheduled"))
-            })
+            b.to_async(&rt).iter_batched(
+                &mut next,
+                |d| async move {
+                    let inv = runtime.schedule(&zone.pre, scheduler.clone(), black_box(&d)).await;
+                    black_box(inv.result.expect("no trap").expect("scheduled"))
+                },
+                criterion::BatchSize::SmallInput,
+            )
         });
     }
     group.finish();

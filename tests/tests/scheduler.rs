@@ -220,6 +220,25 @@ async fn pods_are_bound_where_the_policy_says_reported_when_they_fit_nowhere_nev
     }
     assert!(node_name(&pods.get(&loser).await?).is_none(), "the loser stays pending");
 
+    // The scheduler's instance holds the Nodes between decisions and gets
+    // only what changed: a cordon and a deletion reach it. With d1 gone a
+    // Pod of the solo pool fits nowhere (held stale, d1 would take it: 200m
+    // free); with c1 cordoned a Pod goes to a1 or b1, not to the emptiest
+    // zone.
+    nodes.patch(&c1, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))).await?;
+    nodes.delete(&d1, &DeleteParams::default()).await?;
+    pods.create(&PostParams::default(), &pod("solo-3", "zone-spread", &run, "100m", json!({"pool": "solo"}))?).await?;
+    let message = wait_for(TIMEOUT, || async {
+        pods.get("solo-3").await.ok().as_ref().and_then(unschedulable).filter(|m| m.contains("node selector"))
+    })
+    .await
+    .context("solo-3 was not reported as fitting no Node once d1 was gone")?;
+    assert!(!message.contains("Insufficient"), "{message}");
+    assert!(node_name(&pods.get("solo-3").await?).is_none(), "{message}");
+    pods.create(&PostParams::default(), &pod("spread", "zone-spread", &run, "100m", json!({}))?).await?;
+    let at = bound(&pods, "spread").await?;
+    assert!(at == a1 || at == b1, "bound to {at}, though {c1} is cordoned");
+
     // A restarted host binds new Pods and none twice: one `Scheduled`
     // Event per bound Pod, never a series.
     host.shutdown().await;

@@ -1,14 +1,17 @@
 //! What the scheduling benchmarks hand a scheduler: shared by
 //! `runtime.rs` and `languages.rs` (included with `#[path]`).
 
-use capstan_host::runtime::bindings::capstan::operator::types::{NodeInfo, ResourceAmount, ScheduleRequest};
+use std::sync::Arc;
+
+use capstan_host::runtime::bindings::capstan::operator::types::ResourceAmount;
+use capstan_host::runtime::nodes::{Decision, Node};
 use serde_json::json;
 
 /// A pending Pod and `n` Nodes as the API server returns them (uid,
 /// resourceVersion, timestamps, a `Ready` condition, as bench-scheduler
 /// makes them), each `trimmed` to what the host's Node cache hands the
-/// guest or whole.
-pub fn schedule_request(n: usize, trimmed: bool) -> ScheduleRequest {
+/// guest or whole, in cluster `cluster`. Node `i` has revision `i + 1`.
+pub fn decision(n: usize, trimmed: bool, cluster: &str) -> Decision {
     let amount = |name: &str, milli: i64| ResourceAmount { name: name.into(), milli };
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -42,18 +45,40 @@ pub fn schedule_request(n: usize, trimmed: bool) -> ScheduleRequest {
                 },
             }))
             .expect("a Node");
-            NodeInfo {
+            let json = if trimmed {
+                capstan_host::control::scheduler::guest_node(&node)
+            } else {
+                serde_json::to_vec(&node).expect("json")
+            };
+            Node {
                 name,
-                node: if trimmed {
-                    capstan_host::control::scheduler::guest_node(&node)
-                } else {
-                    serde_json::to_vec(&node).expect("json")
-                },
-                allocatable: vec![amount("cpu", 8000), amount("memory", 32 << 40), amount("pods", 110_000)],
+                revision: i as u64 + 1,
+                json: json.into(),
+                allocatable: Arc::from(vec![amount("cpu", 8000), amount("memory", 32 << 40), amount("pods", 110_000)]),
                 requested: vec![amount("cpu", 100 * (i as i64 % 7)), amount("pods", 1000 * (i as i64 % 7))],
                 pods: (i % 7) as u32,
             }
         })
         .collect();
-    ScheduleRequest { pod: serde_json::to_vec(&pod).expect("json"), nodes, cluster: "default".into() }
+    Decision { pod: serde_json::to_vec(&pod).expect("json"), nodes, cluster: cluster.into() }
+}
+
+/// What the next decision sees after Pod `k` was bound: one more Pod (and
+/// its 100m of CPU) on Node `k % n`, the one change a binding makes.
+pub fn bound(decision: &mut Decision, k: usize) {
+    let n = decision.nodes.len();
+    let node = &mut decision.nodes[k % n];
+    node.pods += 1;
+    for r in &mut node.requested {
+        r.milli += if r.name == "cpu" { 100 } else { 1000 };
+    }
+}
+
+/// Every Node changed (a new revision each): what a fresh instance gets,
+/// and what every decision handed over before the host sent changes only.
+pub fn all_changed(decision: &mut Decision) {
+    let n = decision.nodes.len() as u64;
+    for node in &mut decision.nodes {
+        node.revision += n;
+    }
 }

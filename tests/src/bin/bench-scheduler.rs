@@ -127,6 +127,7 @@ async fn main() -> Result<()> {
         order.rotate_left(round % n);
         for which in &order {
             let run = capstan_tests::random_suffix(6);
+            let mut metrics = None;
             let (name, command) = match which.as_str() {
                 "kube-scheduler" => {
                     let mut c = tokio::process::Command::new(&kube_scheduler);
@@ -137,6 +138,7 @@ async fn main() -> Result<()> {
                 }
                 "capstan" => {
                     let port = capstan_tests::free_port()?;
+                    metrics = Some(port);
                     let ns = format!("bench-sched-{run}");
                     let mut c = tokio::process::Command::new(&capstan);
                     c.args(["run", "--log", "warn", "--listen", &format!("127.0.0.1:{port}"), "-n", &ns])
@@ -146,7 +148,7 @@ async fn main() -> Result<()> {
                 }
                 other => bail!("unknown scheduler {other}"),
             };
-            let figures = one_run(&client, &run, name, command, &args).await?;
+            let figures = one_run(&client, &run, name, command, metrics, &args).await?;
             println!(
                 "{:<6} {which:<15} {:>8.2} {:>8.1} {:>7.2} {:>9.1}",
                 round + 1,
@@ -217,6 +219,7 @@ async fn one_run(
     run: &str,
     scheduler: &str,
     mut command: tokio::process::Command,
+    metrics: Option<u16>,
     args: &Args,
 ) -> Result<Figures> {
     let ns = format!("bench-sched-{run}");
@@ -292,6 +295,16 @@ async fn one_run(
     }
     let cpu = capstan_tests::cpu_seconds(pid)?;
     let peak = capstan_tests::peak_rss_mib(pid)?;
+    if let Some(port) = metrics {
+        // What the guest's decisions took of the run (wall time, summed).
+        let (_, text) = capstan_tests::http_get(port, "/metrics").await?;
+        let guest: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("capstan_guest_invocation_seconds_sum{") && l.contains(r#"export="schedule""#))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        eprintln!("{scheduler}: {:.2} ms in the guest per decision", guest * 1e3 / args.pods as f64);
+    }
     child.kill().await.ok();
     follow.abort();
     let first = first.unwrap_or(started);
